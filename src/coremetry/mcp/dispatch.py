@@ -456,9 +456,8 @@ def _decode_cursor(kind: str, cursor: str | None, total: int) -> int:
 
 
 class _Route(Struct, frozen=True):
-    """Internal: how one method is served."""
+    """Internal: in which eras a method exists."""
 
-    params: msgspec.json.Decoder[EmptyParams] | msgspec.json.Decoder[InitializeParams] | object
     handshake: bool
     stateless: bool
 
@@ -720,12 +719,8 @@ class Server:
         try:
             decoded = _decode_params(method, params)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            meta = _meta_of(params)
-            stateless = self._is_stateless(meta, conn)
             raise ProtocolError(
-                codes.INVALID_PARAMS,
-                f"Invalid params for {method}: {exc}",
-                http_status=400 if stateless and method not in _GATED else 200,
+                codes.INVALID_PARAMS, f"Invalid params for {method}: {exc}"
             ) from None
         meta = decoded.meta if not isinstance(decoded.meta, UnsetType) else RequestMeta()
         stateless = self._is_stateless(meta, conn) or method == "server/discover"
@@ -1360,7 +1355,7 @@ _ERAS: Final[Mapping[str, Era]] = {
 }
 
 _ROUTES: Final[Mapping[str, _Route]] = {
-    method: _Route(params=None, handshake=era != "stateless", stateless=era != "handshake")
+    method: _Route(handshake=era != "stateless", stateless=era != "handshake")
     for method, era in _ERAS.items()
 }
 

@@ -1,0 +1,45 @@
+"""Nox sessions: ``nox`` runs lint, typecheck and tests (see ``nox -l``)."""
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+
+
+def _install(session: nox.Session, *extras: str) -> None:
+    spec = f".[{','.join(extras)}]" if extras else "."
+    session.install("-e", spec)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (pass pytest arguments after --)."""
+    _install(session, "test")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """Ruff lint and format check."""
+    session.install("ruff>=0.9")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over src, tests, bench and this noxfile (config in mypy.ini)."""
+    _install(session, "test")
+    session.install("mypy>=1.15", "nox>=2025.2.9")
+    session.run("mypy", "--config-file", "mypy.ini")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Run the benchmarks under bench/ (figures and ratios to an in-run baseline)."""
+    _install(session)
+    session.run("python", "bench/dispatch_cost.py", *session.posargs)

@@ -1,0 +1,95 @@
+"""Shared test fixtures: schema validation of everything the server emits.
+
+Every message a test sees from the server goes through :func:`check_emitted`, which validates it
+against ``shared/mcp-schema/<revision>/schema.json`` (the official schemas, vendored read-only
+next to the repository): the JSON-RPC envelope against ``JSONRPCMessage`` and, for a result, the
+``result`` against the method's own result definition.
+"""
+
+import json
+import os
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Final
+
+import jsonschema
+import jsonschema.validators
+from jsonschema.protocols import Validator
+
+REPO: Final = Path(__file__).resolve().parent.parent
+SHARED: Final = Path(os.environ.get("COREMETRY_SHARED", REPO.parent / "shared"))
+SCHEMA_DIR: Final = SHARED / "mcp-schema"
+
+RESULT_DEFS: Final[Mapping[str, str]] = {
+    "initialize": "InitializeResult",
+    "ping": "EmptyResult",
+    "logging/setLevel": "EmptyResult",
+    "resources/subscribe": "EmptyResult",
+    "resources/unsubscribe": "EmptyResult",
+    "server/discover": "DiscoverResult",
+    "tools/list": "ListToolsResult",
+    "tools/call": "CallToolResult",
+    "resources/list": "ListResourcesResult",
+    "resources/templates/list": "ListResourceTemplatesResult",
+    "resources/read": "ReadResourceResult",
+    "prompts/list": "ListPromptsResult",
+    "prompts/get": "GetPromptResult",
+    "completion/complete": "CompleteResult",
+}
+
+NOTIFICATION_DEFS: Final[Mapping[str, str]] = {
+    "notifications/progress": "ProgressNotification",
+    "notifications/message": "LoggingMessageNotification",
+}
+
+
+@cache
+def _schema(revision: str) -> dict[str, object]:
+    loaded: dict[str, object] = json.loads((SCHEMA_DIR / revision / "schema.json").read_text())
+    return loaded
+
+
+@cache
+def _validator(revision: str, definition: str) -> Validator:
+    schema = _schema(revision)
+    defs_key = "$defs" if "$defs" in schema else "definitions"
+    ref_schema = dict(schema)
+    ref_schema["$ref"] = f"#/{defs_key}/{definition}"
+    cls = jsonschema.validators.validator_for(schema)
+    validator: Validator = cls(ref_schema)
+    return validator
+
+
+def validate_definition(instance: object, revision: str, definition: str) -> None:
+    """Raise ``jsonschema.ValidationError`` unless ``instance`` fits ``definition``."""
+    _validator(revision, definition).validate(instance)
+
+
+def check_emitted(message: object, revision: str, method: str | None = None) -> None:
+    """Validate one message the server emitted, for the revision in use.
+
+    Args:
+        message: the decoded JSON message (a dict) the server sent.
+        revision: the protocol revision in use (selects the schema file).
+        method: the request method the message answers (selects the result definition);
+            ``None`` for notifications and errors.
+
+    Raises:
+        AssertionError: the message is not a JSON object.
+        jsonschema.ValidationError: the message does not validate.
+    """
+    assert isinstance(message, dict), f"not a JSON object: {message!r}"
+    validate_definition(message, revision, "JSONRPCMessage")
+    if "result" in message and method is not None:
+        definition = RESULT_DEFS.get(method)
+        if definition is not None:
+            validate_definition(message["result"], revision, definition)
+        if revision == "2026-07-28":
+            assert message["result"].get("resultType") in ("complete", "input_required"), message
+    elif "method" in message and message["method"] in NOTIFICATION_DEFS:
+        validate_definition(message, revision, NOTIFICATION_DEFS[str(message["method"])])
+    elif "error" in message:
+        err = message["error"]
+        assert isinstance(err, dict)
+        assert isinstance(err.get("code"), int) and isinstance(err.get("message"), str), message
