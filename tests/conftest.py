@@ -8,14 +8,18 @@ next to the repository): the JSON-RPC envelope against ``JSONRPCMessage`` and, f
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeAlias, cast
 
 import jsonschema
 import jsonschema.validators
 from jsonschema.protocols import Validator
+
+JsonValue: TypeAlias = (
+    str | int | float | bool | Mapping[str, "JsonValue"] | Sequence["JsonValue"] | None
+)
 
 REPO: Final = Path(__file__).resolve().parent.parent
 SHARED: Final = Path(os.environ.get("COREMETRY_SHARED", REPO.parent / "shared"))
@@ -61,9 +65,10 @@ def _validator(revision: str, definition: str) -> Validator:
     return validator
 
 
-def validate_definition(instance: object, revision: str, definition: str) -> None:
+def validate_definition(instance: Mapping[str, object], revision: str, definition: str) -> None:
     """Raise ``jsonschema.ValidationError`` unless ``instance`` fits ``definition``."""
-    _validator(revision, definition).validate(instance)
+    # Decoded JSON is a JsonValue by construction; the stubs want that recursive alias.
+    _validator(revision, definition).validate(cast(JsonValue, instance))
 
 
 def check_emitted(message: object, revision: str, method: str | None = None) -> None:
@@ -80,16 +85,27 @@ def check_emitted(message: object, revision: str, method: str | None = None) -> 
         jsonschema.ValidationError: the message does not validate.
     """
     assert isinstance(message, dict), f"not a JSON object: {message!r}"
-    validate_definition(message, revision, "JSONRPCMessage")
+    envelope = message
+    if "error" in message and message.get("id", 0) is None:
+        # JSON-RPC 2.0 §5 says an error answering an unreadable id MUST carry "id": null; the
+        # MCP schemas only allow string/integer ids (and from 2025-11-25 let the id be
+        # omitted). We follow JSON-RPC (as the SDKs do) and validate the rest of the envelope.
+        envelope = {k: v for k, v in message.items() if k != "id"}
+        if revision in ("2024-11-05", "2025-03-26", "2025-06-18"):
+            envelope["id"] = 0
+    validate_definition(envelope, revision, "JSONRPCMessage")
     if "result" in message and method is not None:
         definition = RESULT_DEFS.get(method)
+        result = message["result"]
+        assert isinstance(result, dict), f"result is not an object: {message!r}"
         if definition is not None:
-            validate_definition(message["result"], revision, definition)
+            validate_definition(result, revision, definition)
         if revision == "2026-07-28":
-            assert message["result"].get("resultType") in ("complete", "input_required"), message
+            assert result.get("resultType") in ("complete", "input_required"), message
     elif "method" in message and message["method"] in NOTIFICATION_DEFS:
         validate_definition(message, revision, NOTIFICATION_DEFS[str(message["method"])])
     elif "error" in message:
         err = message["error"]
         assert isinstance(err, dict)
-        assert isinstance(err.get("code"), int) and isinstance(err.get("message"), str), message
+        assert isinstance(err.get("code"), int), message
+        assert isinstance(err.get("message"), str), message

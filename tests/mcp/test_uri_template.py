@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -265,15 +264,15 @@ def test_extract_uri_template_value(template: str, uri: str, expected: str) -> N
     assert extract_uri_template_value(template, uri) == expected
 
 
-def test_match_is_linear_on_adversarial_input() -> None:
-    # A backtracking regex ([^/?#]+)-([^/?#]+)-([^/?#]+) takes cubic time on this input.
+def test_match_answers_adversarial_input() -> None:
+    # A backtracking regex ([^/?#]+)-([^/?#]+)-([^/?#]+) takes cubic time on this input: at
+    # 200k characters it would not finish within the suite's faulthandler timeout. No timing
+    # is asserted (shared machines are noisy); finishing at all is the behaviour under test.
     parsed = UriTemplate("x://{a}-{b}-{c}")
     dashes = "-" * 200_000
-    start = time.perf_counter()
     assert parsed.match(f"x://{dashes}/") is None
     assert parsed.match(f"x://{dashes}") == {"a": "-" * 199_996, "b": "-", "c": "-"}
     assert parsed.match("x://" + "a" * 200_000) is None
-    assert time.perf_counter() - start < 2.0
 
 
 # Typed adapters: hypothesis types the decorated test as Callable[..., None], which

@@ -52,7 +52,6 @@ from .uri_template import extract_uri_template_value as extract_uri_template_val
 
 __all__ = [
     "ANONYMOUS_VIEWER",
-    "ROLES",
     "BackendUnavailable",
     "BadArgs",
     "CallContext",
@@ -70,6 +69,7 @@ __all__ = [
     "Prompt",
     "PromptArgument",
     "ProtocolError",
+    "ROLES",
     "RateLimited",
     "Reply",
     "Resource",

@@ -36,6 +36,7 @@ import binascii
 import contextlib
 import logging
 import math
+import re
 import secrets
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from typing import Final, Literal, TypeVar
@@ -231,6 +232,7 @@ class CallContext:
         caller: who is calling.
         protocol_version: the revision in use for this request.
         deadline: the call's absolute deadline on trio's clock (``trio.current_time()``), s.
+        budget_s: the call's whole budget in seconds (the deadline minus the start).
     """
 
     def __init__(
@@ -240,6 +242,7 @@ class CallContext:
         caller: Caller,
         protocol_version: str,
         deadline: float,
+        budget_s: float,
         progress_token: ProgressToken | UnsetType,
         log_threshold: LogLevel | None,
         send: Send | None,
@@ -248,7 +251,7 @@ class CallContext:
         self.caller = caller
         self.protocol_version = protocol_version
         self.deadline = deadline
-        self.budget_s = max(0.0, deadline - trio.current_time())
+        self.budget_s = budget_s
         self._progress_token = progress_token
         self._log_threshold = log_threshold
         self._send = send
@@ -330,9 +333,10 @@ class CallContext:
 class PendingCall:
     """A gated call routed by :meth:`Server.receive`, registered under its request id.
 
-    ``await run()`` executes it and returns the :class:`Reply`, or ``None`` when the client
-    cancelled it (``notifications/cancelled``, or the transport called :meth:`cancel`). Run it
-    once.
+    The call runs in one trio cancel scope whose deadline is the call's budget; the gate, the
+    handler and the encoding all run inside it. ``await run()`` returns the :class:`Reply`; the
+    timeout reply when the deadline expired first; or ``None`` when the client cancelled it
+    (``notifications/cancelled``, or the transport called :meth:`cancel`). Run it once.
     """
 
     def __init__(
@@ -340,31 +344,45 @@ class PendingCall:
         conn: Connection,
         request_id: RequestId,
         body: Callable[[], Awaitable[Reply]],
+        *,
+        deadline: float = math.inf,
+        on_timeout: Callable[[], Reply] | None = None,
+        context: "CallContext | None" = None,
     ) -> None:
         self.conn = conn
         self.request_id = request_id
         self._body = body
-        self.scope = trio.CancelScope()
+        self._on_timeout = on_timeout
+        self._context = context
+        self._client_cancelled = False
+        self.scope = trio.CancelScope(deadline=deadline)
 
     def cancel(self) -> None:
         """Cancel the call: it stops at its next checkpoint and answers nothing."""
+        self._client_cancelled = True
         self.scope.cancel()
 
     async def run(self) -> Reply | None:
         """Execute the call (blocks until it completes, times out or is cancelled).
 
         Returns:
-            The answer, or ``None`` if the call was cancelled by the client.
+            The answer (a timeout answer if the deadline expired first), or ``None`` if the
+            call was cancelled by the client.
         """
         reply: Reply | None = None
         try:
             with self.scope:
                 reply = await self._body()
         finally:
+            if self._context is not None:
+                self._context.close()
             if self.conn.in_flight.get(self.request_id) is self:
                 del self.conn.in_flight[self.request_id]
-        if self.scope.cancel_called:
+        if self._client_cancelled:
             return None
+        if reply is None:
+            # Only the deadline can end the scope without a reply or a client cancel.
+            return self._on_timeout() if self._on_timeout is not None else None
         return reply
 
 
@@ -411,6 +429,33 @@ def _error_reply(
 ) -> Reply:
     error = ErrorObject(code=code, message=message, data=UNSET if data is None else data)
     return Reply(ENCODER.encode(ErrorResponse(id=request_id, error=error)), http_status)
+
+
+def _looks_like_response(data: bytes) -> bool:
+    """Whether an envelope that failed validation is a JSON-RPC response (never answered)."""
+    try:
+        obj = msgspec.json.decode(data, type=dict[str, Raw])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    return "method" not in obj and ("result" in obj or "error" in obj)
+
+
+_MISSING_FIELD = re.compile(r"Object missing required field `([^`]+)`(?: - at `\$([^`]*)`)?")
+
+
+def _arguments_message(exc: msgspec.MsgspecError) -> str:
+    """Word a decode failure of tool ``arguments`` so that it names the field's JSON path.
+
+    msgspec names the path for a wrong type (``- at `$.text```) but, for a missing top-level
+    field, only the field: make both say where, e.g. "missing required argument `text` at
+    `$.text`".
+    """
+    text = str(exc)
+    missing = _MISSING_FIELD.fullmatch(text)
+    if missing is not None:
+        field, parent = missing.group(1), missing.group(2) or ""
+        return f"Invalid arguments: missing required argument `{field}` at `${parent}.{field}`"
+    return f"Invalid arguments: {text}"
 
 
 def _readable_id(data: bytes) -> RequestId | None:
@@ -636,6 +681,8 @@ class Server:
         stripped = data.lstrip()
         if stripped.startswith(b"["):
             return self._batch(data, conn, in_batch=in_batch)
+        if _looks_like_response(data):
+            return None  # a response (e.g. an error with "id": null) is never answered
         return _error_reply(
             _readable_id(data), codes.INVALID_REQUEST, f"Invalid Request: {exc}", http_status=400
         )
@@ -719,6 +766,11 @@ class Server:
         try:
             decoded = _decode_params(method, params)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            if not route.stateless and self._is_stateless(_meta_of(params), conn):
+                # A method the stateless era removed stays "not found", whatever its params.
+                raise ProtocolError(
+                    codes.METHOD_NOT_FOUND, f"Method not found: {method}", http_status=404
+                ) from None
             raise ProtocolError(
                 codes.INVALID_PARAMS, f"Invalid params for {method}: {exc}"
             ) from None
@@ -769,7 +821,7 @@ class Server:
             raise ProtocolError(
                 codes.UNSUPPORTED_PROTOCOL_VERSION,
                 f"Unsupported protocol version: {version}",
-                {"supported": list(ALL_VERSIONS), "requested": version},
+                {"supported": list(STATELESS_VERSIONS), "requested": version},
                 http_status=400,
             )
         if isinstance(meta.client_capabilities, UnsetType):
@@ -949,6 +1001,7 @@ class Server:
             caller=conn.caller,
             protocol_version=request.version,
             deadline=now + limit_s,
+            budget_s=limit_s,
             progress_token=request.meta.progress_token,
             log_threshold=threshold,
             send=conn.send,
@@ -995,34 +1048,30 @@ class Server:
             _EMPTY_OBJECT if isinstance(params.arguments, UnsetType) else bytes(params.arguments)
         )
 
+        ctx = self._context(request, conn, tool.read_budget_s)
+
         async def body() -> Reply:
             refusal = await self._pass_gate(request, conn, "tool", tool.name, tool.min_role)
             if refusal is not None:
                 return refusal
-            ctx = self._context(request, conn, tool.read_budget_s)
             try:
                 run = tool.bind(arguments)
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                ctx.close()
-                bad = classify_tool_error(msgspec.ValidationError(f"Invalid arguments: {exc}"))
+                bad = classify_tool_error(msgspec.ValidationError(_arguments_message(exc)))
                 return self._ok(request, _tool_error_result(bad, request.version))
-            output: ToolOutput | None = None
-            err: ToolError | None = None
-            with trio.move_on_at(ctx.deadline) as budget:
-                try:
-                    output = await run(ctx)
-                except Exception as exc:
-                    err = _classify_logged(exc, "tool", tool.name)
-            ctx.close()
-            if budget.cancelled_caught:
-                err = _budget_error(ctx)
-            if err is not None:
+            try:
+                output = await run(ctx)
+            except Exception as exc:
+                err = _classify_logged(exc, "tool", tool.name)
                 return self._ok(request, _tool_error_result(err, request.version))
-            if output is None:
-                return self._ok(request, _tool_error_result(_no_output(), request.version))
             return self._ok(request, _tool_result(output, request.version))
 
-        return PendingCall(conn, request.id, body)
+        def on_timeout() -> Reply:
+            return self._ok(request, _tool_error_result(_budget_error(ctx), request.version))
+
+        return PendingCall(
+            conn, request.id, body, deadline=ctx.deadline, on_timeout=on_timeout, context=ctx
+        )
 
     def _find_resource(
         self, uri: str
@@ -1049,39 +1098,37 @@ class Server:
             raise self._resource_not_found(request, uri)
         entry, variables = found
 
+        ctx = self._context(request, conn, entry.read_budget_s)
+
+        def failure(err: ToolError) -> Reply:
+            if err.error == ToolErrorKind.NOT_FOUND:
+                missing = self._resource_not_found(request, uri)
+                return _error_reply(request.id, missing.code, missing.message, missing.data)
+            return _rpc_error_for(request.id, err, {"uri": uri})
+
         async def body() -> Reply:
             refusal = await self._pass_gate(request, conn, "resource", uri, entry.min_role)
             if refusal is not None:
                 return refusal
-            ctx = self._context(request, conn, entry.read_budget_s)
-            output: ResourceOutput | None = None
-            err: ToolError | None = None
-            with trio.move_on_at(ctx.deadline) as budget:
-                try:
-                    if isinstance(entry, Resource):
-                        output = await entry.handler(uri, ctx)
-                    else:
-                        output = await entry.handler(uri, variables, ctx)
-                except Exception as exc:
-                    err = _classify_logged(exc, "resource", uri)
-            ctx.close()
-            if budget.cancelled_caught:
-                err = _budget_error(ctx)
-            contents = _resource_contents(uri, entry.mime_type, output) if err is None else []
-            if err is None and not contents:
-                err = _classify_logged(
-                    RuntimeError(f"resource handler for {uri!r} returned no contents"),
-                    "resource",
-                    uri,
-                )
-            if err is not None:
-                if err.error == ToolErrorKind.NOT_FOUND:
-                    missing = self._resource_not_found(request, uri)
-                    return _error_reply(request.id, missing.code, missing.message, missing.data)
-                return _rpc_error_for(request.id, err, {"uri": uri})
+            try:
+                if isinstance(entry, Resource):
+                    output = await entry.handler(uri, ctx)
+                else:
+                    output = await entry.handler(uri, variables, ctx)
+            except Exception as exc:
+                return failure(_classify_logged(exc, "resource", uri))
+            contents = _resource_contents(uri, entry.mime_type, output)
+            if not contents:
+                empty = RuntimeError(f"resource handler for {uri!r} returned no contents")
+                return failure(_classify_logged(empty, "resource", uri))
             return self._ok(request, ReadResourceResult(contents=contents), cache=self.read_ttl_ms)
 
-        return PendingCall(conn, request.id, body)
+        def on_timeout() -> Reply:
+            return failure(_budget_error(ctx))
+
+        return PendingCall(
+            conn, request.id, body, deadline=ctx.deadline, on_timeout=on_timeout, context=ctx
+        )
 
     def _get_prompt(
         self, request: _Request, params: GetPromptParams, conn: Connection
@@ -1092,6 +1139,8 @@ class Server:
                 codes.INVALID_PARAMS, f"Unknown prompt: {params.name}", {"name": params.name}
             )
         arguments = dict(params.arguments or {})
+
+        ctx = self._context(request, conn, prompt.read_budget_s)
 
         async def body() -> Reply:
             refusal = await self._pass_gate(request, conn, "prompt", prompt.name, prompt.min_role)
@@ -1106,24 +1155,19 @@ class Server:
                     + ", ".join(missing),
                     {"missing": list(missing)},
                 )
-            ctx = self._context(request, conn, prompt.read_budget_s)
-            output: PromptOutput | None = None
-            err: ToolError | None = None
-            with trio.move_on_at(ctx.deadline) as budget:
-                try:
-                    output = await prompt.handler(arguments, ctx)
-                except Exception as exc:
-                    err = _classify_logged(exc, "prompt", prompt.name)
-            ctx.close()
-            if budget.cancelled_caught:
-                err = _budget_error(ctx)
-            if err is not None:
+            try:
+                output = await prompt.handler(arguments, ctx)
+            except Exception as exc:
+                err = _classify_logged(exc, "prompt", prompt.name)
                 return _rpc_error_for(request.id, err, {"name": prompt.name})
-            if output is None:
-                return _rpc_error_for(request.id, _no_output(), {"name": prompt.name})
             return self._ok(request, _prompt_result(output, prompt.description))
 
-        return PendingCall(conn, request.id, body)
+        def on_timeout() -> Reply:
+            return _rpc_error_for(request.id, _budget_error(ctx), {"name": prompt.name})
+
+        return PendingCall(
+            conn, request.id, body, deadline=ctx.deadline, on_timeout=on_timeout, context=ctx
+        )
 
     def _complete(self, request: _Request, params: CompleteParams, conn: Connection) -> PendingCall:
         ref = params.ref
@@ -1208,10 +1252,6 @@ def _budget_error(ctx: CallContext) -> ToolError:
         hint=base.hint,
         detail=f"the call did not finish within its deadline ({round(ctx.budget_s * 1000)} ms)",
     )
-
-
-def _no_output() -> ToolError:
-    return _classify_logged(RuntimeError("handler returned None"), "handler", "output")
 
 
 def _tool_info(tool: Tool[Struct], version: str) -> ToolInfo:

@@ -73,13 +73,12 @@ async def _echo(args: EchoArgs, ctx: CallContext) -> str:
 async def _sleep(args: SleepArgs, ctx: CallContext) -> str:
     if not 0 <= args.ms <= 600_000:
         raise BadArgs("ms must be between 0 and 600000")
-    total = args.ms / 1000.0
-    slept = 0.0
-    while slept < total:
-        step = min(0.01, total - slept)
-        await trio.sleep(step)
-        slept += step
-        await ctx.report_progress(round(slept * 1000), total=args.ms, message="sleeping")
+    slept_ms = 0  # whole milliseconds, so progress is exact and strictly increasing
+    while slept_ms < args.ms:
+        step_ms = min(10, args.ms - slept_ms)
+        await trio.sleep(step_ms / 1000.0)
+        slept_ms += step_ms
+        await ctx.report_progress(slept_ms, total=args.ms, message="sleeping")
     return f"slept {args.ms} ms"
 
 
