@@ -12,6 +12,7 @@ from . import codes as codes
 from . import versions as versions
 from . import wire as wire
 from .dispatch import CallContext as CallContext
+from .dispatch import ClientRequestError as ClientRequestError
 from .dispatch import Connection as Connection
 from .dispatch import PendingBatch as PendingBatch
 from .dispatch import PendingCall as PendingCall
@@ -30,6 +31,7 @@ from .gate import RateLimited as RateLimited
 from .gate import denied as denied
 from .gate import role_gate as role_gate
 from .gate import role_satisfies as role_satisfies
+from .registry import InputRequired as InputRequired
 from .registry import Prompt as Prompt
 from .registry import PromptArgument as PromptArgument
 from .registry import Resource as Resource
@@ -57,11 +59,13 @@ __all__ = [
     "CallContext",
     "CallGate",
     "Caller",
+    "ClientRequestError",
     "Connection",
     "DeadlineExceeded",
     "Denied",
     "GateCall",
     "GateError",
+    "InputRequired",
     "InternalFailure",
     "NotFound",
     "PendingBatch",

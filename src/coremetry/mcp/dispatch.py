@@ -34,6 +34,8 @@ Guarantees:
 import base64
 import binascii
 import contextlib
+import hashlib
+import hmac
 import logging
 import math
 import re
@@ -49,10 +51,9 @@ from . import codes
 from .gate import ANONYMOUS_VIEWER, Caller, CallGate, CallKind, Denied, GateCall, role_gate
 from .gate import role_satisfies as _role_ok
 from .registry import (
+    InputRequired,
     Prompt,
-    PromptOutput,
     Resource,
-    ResourceOutput,
     ResourceTemplate,
     Tool,
     ToolOutput,
@@ -79,6 +80,7 @@ from .wire import (
     INBOUND_DECODER,
     LOG_LEVELS,
     META_SERVER_INFO,
+    META_SUBSCRIPTION_ID,
     BlobResourceContents,
     CallToolParams,
     CallToolResult,
@@ -98,8 +100,11 @@ from .wire import (
     InboundMessage,
     InitializeParams,
     InitializeResult,
+    InputRequiredResult,
     JsonObject,
     ListChangedCapability,
+    ListChangedParams,
+    ListenParams,
     ListParams,
     ListPromptsResult,
     ListResourcesResult,
@@ -108,6 +113,7 @@ from .wire import (
     LoggingMessageParams,
     LogLevel,
     Notification,
+    OutboundRequest,
     ProgressParams,
     ProgressToken,
     PromptArgumentInfo,
@@ -121,13 +127,17 @@ from .wire import (
     ResourceInfo,
     ResourcesCapability,
     ResourceTemplateInfo,
+    ResourceUpdatedParams,
     Result,
     ResultResponse,
     ServerCapabilities,
     SetLevelParams,
+    SubscriptionAcknowledgedParams,
+    SubscriptionFilter,
     TextContent,
     TextResourceContents,
     ToolInfo,
+    _RetryableParams,
 )
 
 log = logging.getLogger("coremetry.mcp")
@@ -233,6 +243,13 @@ class CallContext:
         protocol_version: the revision in use for this request.
         deadline: the call's absolute deadline on trio's clock (``trio.current_time()``), s.
         budget_s: the call's whole budget in seconds (the deadline minus the start).
+        stateless: the request is served in the 2026-07-28 era.
+        client_capabilities: what the client declared (``initialize`` or the request's
+            ``_meta``); a handler must not use a client feature missing here.
+        input_responses: 2026-07-28 MRTR: the client's answers to an earlier
+            :class:`~coremetry.mcp.registry.InputRequired`, by key (empty on a first attempt).
+        request_state: 2026-07-28 MRTR: the ``requestState`` echoed by the client, as sent
+            (verify it with :meth:`open_state` before trusting it).
     """
 
     def __init__(
@@ -246,12 +263,22 @@ class CallContext:
         progress_token: ProgressToken | UnsetType,
         log_threshold: LogLevel | None,
         send: Send | None,
+        server: "Server",
+        stateless: bool = False,
+        client_capabilities: JsonObject | None = None,
+        input_responses: JsonObject | None = None,
+        request_state: str | None = None,
     ) -> None:
         self.request_id = request_id
         self.caller = caller
         self.protocol_version = protocol_version
         self.deadline = deadline
         self.budget_s = budget_s
+        self.stateless = stateless
+        self.client_capabilities: JsonObject = client_capabilities or {}
+        self.input_responses: JsonObject = input_responses or {}
+        self.request_state = request_state
+        self._server = server
         self._progress_token = progress_token
         self._log_threshold = log_threshold
         self._send = send
@@ -328,6 +355,61 @@ class CallContext:
     def close(self) -> None:
         """Mark the call complete: later progress and log calls send nothing."""
         self._closed = True
+
+    async def request(self, method: str, params: JsonObject) -> JsonObject:
+        """Send a server-to-client request and wait for its result (handshake era).
+
+        Used for ``sampling/createMessage``, ``elicitation/create`` and ``roots/list``; over
+        HTTP it rides the call's SSE response stream and the client answers with a new POST
+        (2025-03-26+ ``basic/transports``). In 2026-07-28 use
+        :class:`~coremetry.mcp.registry.InputRequired` instead (the spec forbids requests).
+
+        Args:
+            method: the request's method.
+            params: its params.
+
+        Returns:
+            The client's ``result`` object.
+
+        Raises:
+            ClientRequestError: the client answered with an error, the connection cannot carry
+                requests (a JSON-only HTTP answer, or the stateless era), or it closed.
+        """
+        if self._send is None or self.stateless or self._closed:
+            raise ClientRequestError(
+                codes.INTERNAL_ERROR,
+                f"cannot send {method} to this client (no stream to carry server requests)",
+            )
+        return await self._server._outbound_request(self._send, method, params)
+
+    def seal_state(self, data: bytes) -> str:
+        """Integrity-protect opaque state for an MRTR ``requestState`` (HMAC-SHA256).
+
+        Returns:
+            A URL-safe token carrying ``data`` (readable by the client, not forgeable).
+        """
+        return self._server.seal_state(data)
+
+    def open_state(self, token: str) -> bytes | None:
+        """Verify a ``requestState`` from :meth:`seal_state`.
+
+        Returns:
+            The sealed data, or ``None`` when the token was altered or is not ours.
+        """
+        return self._server.open_state(token)
+
+
+class ClientRequestError(Exception):
+    """Raised by :meth:`CallContext.request` when the client answers with an error.
+
+    Also raised when no answer can come (no stream, stateless era). ``code`` and ``message`` are
+    the client's JSON-RPC error, or ours.
+    """
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 class PendingCall:
@@ -522,7 +604,9 @@ class Server:
         default_log_level: the log threshold of a handshake connection that never sent
             ``logging/setLevel``.
         resource_subscriptions: accept ``resources/subscribe``/``unsubscribe`` (handshake era)
-            and advertise ``resources.subscribe``.
+            and ``resourceSubscriptions`` on ``subscriptions/listen``; advertise
+            ``resources.subscribe``.
+        state_key: the HMAC key sealing MRTR ``requestState`` (default: random per process).
 
     Raises:
         ValueError: a non-positive budget or page size.
@@ -541,6 +625,7 @@ class Server:
         read_ttl_ms: int = 0,
         default_log_level: LogLevel = "info",
         resource_subscriptions: bool = False,
+        state_key: bytes | None = None,
     ) -> None:
         if max_budget_s <= 0:
             raise ValueError("max_budget_s must be positive")
@@ -562,6 +647,13 @@ class Server:
         self._templates: dict[str, ResourceTemplate] = {}
         self._prompts: dict[str, Prompt] = {}
         self._gate: CallGate = role_gate
+        self._state_key = secrets.token_bytes(32) if state_key is None else state_key
+        self._outbound: dict[RequestId, trio.MemorySendChannel[tuple[Raw | None, Raw | None]]] = {}
+        self._outbound_seq = 0
+        self._changes: list[tuple[str, str]] = []
+        self._max_changes = 1024
+        self._change_seq = 0
+        self._change_event = trio.Event()
         self._server_meta: JsonObject = {META_SERVER_INFO: msgspec.to_builtins(self.info)}
 
     # -- registries --------------------------------------------------------------------------
@@ -724,6 +816,7 @@ class Server:
                     'Invalid Request: missing "method"',
                     http_status=400,
                 )
+            self._deliver_response(msg.id, msg.result, msg.error)
             return None  # a client's response to a server request: nothing to answer
         params = _EMPTY_OBJECT if isinstance(msg.params, UnsetType) else bytes(msg.params)
         if isinstance(msg.id, UnsetType):
@@ -982,9 +1075,168 @@ class Server:
         )
         return self._ok(request, result, cache=self.list_ttl_ms)
 
+    def _input_required(
+        self, request: _Request, output: InputRequired, kind: str, name: str
+    ) -> Reply:
+        if not request.stateless or (
+            output.input_requests is None and output.request_state is None
+        ):
+            err = _classify_logged(
+                RuntimeError(
+                    "handler asked for client input outside the 2026-07-28 era, or with "
+                    "neither inputRequests nor requestState"
+                ),
+                kind,
+                name,
+            )
+            return _rpc_error_for(request.id, err, {"name": name})
+        result = InputRequiredResult(
+            input_requests=(
+                UNSET if output.input_requests is None else dict(output.input_requests)
+            ),
+            request_state=UNSET if output.request_state is None else output.request_state,
+        )
+        result.meta = self._server_meta
+        result.result_type = "input_required"
+        return Reply(ENCODER.encode(ResultResponse(id=request.id, result=result)))
+
+    # -- server-to-client requests, MRTR state, listen streams -----------------------------------
+
+    async def _outbound_request(self, send: Send, method: str, params: JsonObject) -> JsonObject:
+        self._outbound_seq += 1
+        request_id = f"coremetry-{self._outbound_seq}-{secrets.token_hex(4)}"
+        answer_send, answer_recv = trio.open_memory_channel[tuple[Raw | None, Raw | None]](1)
+        self._outbound[request_id] = answer_send
+        try:
+            await send(ENCODER.encode(OutboundRequest(id=request_id, method=method, params=params)))
+            result, error = await answer_recv.receive()
+        finally:
+            del self._outbound[request_id]
+        if error is not None:
+            try:
+                detail = msgspec.json.decode(error, type=ErrorObject)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                raise ClientRequestError(
+                    codes.INTERNAL_ERROR, "malformed error from client"
+                ) from None
+            raise ClientRequestError(detail.code, detail.message)
+        try:
+            return msgspec.json.decode(result or b"{}", type=JsonObject)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise ClientRequestError(codes.INTERNAL_ERROR, "malformed result from client") from None
+
+    def _deliver_response(
+        self, request_id: RequestId, result: Raw | UnsetType, error: Raw | UnsetType
+    ) -> None:
+        """Hand a client's response to the :meth:`CallContext.request` waiting for it."""
+        waiter = self._outbound.get(request_id) if isinstance(request_id, str) else None
+        if waiter is None:
+            return  # late, duplicate or unknown: ignored (basic/utilities/cancellation races)
+        with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
+            waiter.send_nowait(
+                (
+                    None if isinstance(result, UnsetType) else result,
+                    None if isinstance(error, UnsetType) else error,
+                )
+            )
+
+    def seal_state(self, data: bytes) -> str:
+        """Seal ``data`` with HMAC-SHA256 under this server's key (URL-safe token)."""
+        mac = hmac.new(self._state_key, data, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac + data).decode("ascii").rstrip("=")
+
+    def open_state(self, token: str) -> bytes | None:
+        """Return the data of a token from :meth:`seal_state`, or ``None`` if it was altered."""
+        try:
+            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        except (ValueError, binascii.Error):
+            return None
+        mac, data = raw[:32], raw[32:]
+        expected = hmac.new(self._state_key, data, hashlib.sha256).digest()
+        return data if len(mac) == 32 and hmac.compare_digest(mac, expected) else None
+
+    def notify_list_changed(self, kind: Literal["tools", "prompts", "resources"]) -> None:
+        """Tell every ``subscriptions/listen`` stream that asked for it that ``kind`` changed."""
+        self._publish((kind, ""))
+
+    def notify_resource_updated(self, uri: str) -> None:
+        """Tell every listen stream subscribed to ``uri`` that the resource changed."""
+        self._publish(("resource", uri))
+
+    def _publish(self, change: tuple[str, str]) -> None:
+        self._changes.append(change)
+        del self._changes[: -self._max_changes]
+        self._change_seq += 1
+        event, self._change_event = self._change_event, trio.Event()
+        event.set()
+
+    def _listen(self, request: _Request, params: ListenParams, conn: Connection) -> PendingCall:
+        wanted = params.notifications
+        agreed = SubscriptionFilter(
+            tools_list_changed=True if wanted.tools_list_changed is True else UNSET,
+            prompts_list_changed=True if wanted.prompts_list_changed is True else UNSET,
+            resources_list_changed=True if wanted.resources_list_changed is True else UNSET,
+            resource_subscriptions=(
+                list(wanted.resource_subscriptions)
+                if self.resource_subscriptions
+                and not isinstance(wanted.resource_subscriptions, UnsetType)
+                else UNSET
+            ),
+        )
+        subscription_id = str(request.id)
+        meta: JsonObject = {META_SUBSCRIPTION_ID: subscription_id}
+        send = conn.send
+        if send is None:
+            raise ProtocolError(
+                codes.INVALID_REQUEST,
+                "subscriptions/listen needs a stream: send Accept: text/event-stream",
+            )
+        kinds = {
+            "tools": agreed.tools_list_changed is True,
+            "prompts": agreed.prompts_list_changed is True,
+            "resources": agreed.resources_list_changed is True,
+        }
+        uris = (
+            set()
+            if isinstance(agreed.resource_subscriptions, UnsetType)
+            else set(agreed.resource_subscriptions)
+        )
+
+        async def body() -> Reply:
+            ack = SubscriptionAcknowledgedParams(notifications=agreed, meta=meta)
+            await send(
+                ENCODER.encode(
+                    Notification(method="notifications/subscriptions/acknowledged", params=ack)
+                )
+            )
+            seen = self._change_seq
+            while True:
+                event = self._change_event
+                await event.wait()
+                missed = self._change_seq - seen
+                seen = self._change_seq
+                for kind, uri in self._changes[-missed:] if missed else []:
+                    if kind == "resource" and uri in uris:
+                        params_out: Struct = ResourceUpdatedParams(uri=uri, meta=meta)
+                        method = "notifications/resources/updated"
+                    elif kinds.get(kind, False):
+                        params_out = ListChangedParams(meta=meta)
+                        method = f"notifications/{kind}/list_changed"
+                    else:
+                        continue
+                    await send(ENCODER.encode(Notification(method=method, params=params_out)))
+
+        return PendingCall(conn, request.id, body)
+
     # -- gated calls ---------------------------------------------------------------------------
 
-    def _context(self, request: _Request, conn: Connection, budget_s: float) -> CallContext:
+    def _context(
+        self,
+        request: _Request,
+        conn: Connection,
+        budget_s: float,
+        retry: _RetryableParams | UnsetType = UNSET,
+    ) -> CallContext:
         now = trio.current_time()
         limit_s = min(budget_s, self.max_budget_s)
         client_ms = request.meta.timeout_ms
@@ -996,6 +1248,7 @@ class Server:
             threshold = None if isinstance(level, UnsetType) else level
         else:
             threshold = conn.log_level or self.default_log_level
+        capabilities = request.meta.client_capabilities
         return CallContext(
             request_id=request.id,
             caller=conn.caller,
@@ -1005,6 +1258,17 @@ class Server:
             progress_token=request.meta.progress_token,
             log_threshold=threshold,
             send=conn.send,
+            server=self,
+            stateless=request.stateless,
+            client_capabilities=(
+                conn.client_capabilities if isinstance(capabilities, UnsetType) else capabilities
+            ),
+            input_responses=None if isinstance(retry, UnsetType) else retry.input_responses or None,
+            request_state=(
+                None
+                if isinstance(retry, UnsetType) or isinstance(retry.request_state, UnsetType)
+                else retry.request_state
+            ),
         )
 
     async def _pass_gate(
@@ -1048,7 +1312,7 @@ class Server:
             _EMPTY_OBJECT if isinstance(params.arguments, UnsetType) else bytes(params.arguments)
         )
 
-        ctx = self._context(request, conn, tool.read_budget_s)
+        ctx = self._context(request, conn, tool.read_budget_s, params)
 
         async def body() -> Reply:
             refusal = await self._pass_gate(request, conn, "tool", tool.name, tool.min_role)
@@ -1061,9 +1325,13 @@ class Server:
                 return self._ok(request, _tool_error_result(bad, request.version))
             try:
                 output = await run(ctx)
+            except ProtocolError as exc:
+                return _error_reply(request.id, exc.code, exc.message, exc.data, exc.http_status)
             except Exception as exc:
                 err = _classify_logged(exc, "tool", tool.name)
                 return self._ok(request, _tool_error_result(err, request.version))
+            if isinstance(output, InputRequired):
+                return self._input_required(request, output, "tool", tool.name)
             return self._ok(request, _tool_result(output, request.version))
 
         def on_timeout() -> Reply:
@@ -1098,7 +1366,7 @@ class Server:
             raise self._resource_not_found(request, uri)
         entry, variables = found
 
-        ctx = self._context(request, conn, entry.read_budget_s)
+        ctx = self._context(request, conn, entry.read_budget_s, params)
 
         def failure(err: ToolError) -> Reply:
             if err.error == ToolErrorKind.NOT_FOUND:
@@ -1115,8 +1383,12 @@ class Server:
                     output = await entry.handler(uri, ctx)
                 else:
                     output = await entry.handler(uri, variables, ctx)
+            except ProtocolError as exc:
+                return _error_reply(request.id, exc.code, exc.message, exc.data, exc.http_status)
             except Exception as exc:
                 return failure(_classify_logged(exc, "resource", uri))
+            if isinstance(output, InputRequired):
+                return self._input_required(request, output, "resource", uri)
             contents = _resource_contents(uri, entry.mime_type, output)
             if not contents:
                 empty = RuntimeError(f"resource handler for {uri!r} returned no contents")
@@ -1140,7 +1412,7 @@ class Server:
             )
         arguments = dict(params.arguments or {})
 
-        ctx = self._context(request, conn, prompt.read_budget_s)
+        ctx = self._context(request, conn, prompt.read_budget_s, params)
 
         async def body() -> Reply:
             refusal = await self._pass_gate(request, conn, "prompt", prompt.name, prompt.min_role)
@@ -1157,9 +1429,13 @@ class Server:
                 )
             try:
                 output = await prompt.handler(arguments, ctx)
+            except ProtocolError as exc:
+                return _error_reply(request.id, exc.code, exc.message, exc.data, exc.http_status)
             except Exception as exc:
                 err = _classify_logged(exc, "prompt", prompt.name)
                 return _rpc_error_for(request.id, err, {"name": prompt.name})
+            if isinstance(output, InputRequired):
+                return self._input_required(request, output, "prompt", prompt.name)
             return self._ok(request, _prompt_result(output, prompt.description))
 
         def on_timeout() -> Reply:
@@ -1299,7 +1575,7 @@ def _tool_result(output: ToolOutput, version: str) -> CallToolResult:
 
 
 def _resource_contents(
-    uri: str, mime_type: str, output: ResourceOutput | None
+    uri: str, mime_type: str, output: str | bytes | Sequence[ResourceContents] | None
 ) -> list[ResourceContents]:
     if output is None:
         return []
@@ -1311,7 +1587,9 @@ def _resource_contents(
     return list(output)
 
 
-def _prompt_result(output: PromptOutput, description: str) -> GetPromptResult:
+def _prompt_result(
+    output: GetPromptResult | Sequence[PromptMessage] | str, description: str
+) -> GetPromptResult:
     if isinstance(output, GetPromptResult):
         return output
     if isinstance(output, str):
@@ -1344,6 +1622,7 @@ _Decoded = (
     | GetPromptParams
     | SetLevelParams
     | CompleteParams
+    | ListenParams
 )
 
 _DECODERS: Final[dict[str, msgspec.json.Decoder[_Decoded]]] = {}
@@ -1363,6 +1642,7 @@ _PARAM_TYPES: Final[Mapping[str, type[_Decoded]]] = {
     "resources/unsubscribe": ReadResourceParams,
     "prompts/get": GetPromptParams,
     "completion/complete": CompleteParams,
+    "subscriptions/listen": ListenParams,
 }
 
 for _method, _type in _PARAM_TYPES.items():
@@ -1373,7 +1653,9 @@ def _decode_params(method: str, params: bytes) -> _Decoded:
     return _DECODERS[method].decode(params)
 
 
-_GATED: Final = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
+_GATED: Final = frozenset(
+    {"tools/call", "resources/read", "prompts/get", "completion/complete", "subscriptions/listen"}
+)
 
 Era = Literal["handshake", "stateless", "both"]
 
@@ -1392,6 +1674,7 @@ _ERAS: Final[Mapping[str, Era]] = {
     "resources/read": "both",
     "prompts/get": "both",
     "completion/complete": "both",
+    "subscriptions/listen": "stateless",
 }
 
 _ROUTES: Final[Mapping[str, _Route]] = {
@@ -1416,6 +1699,7 @@ _HANDLERS: Final[Mapping[str, _Handler]] = {
     "resources/read": Server._read_resource,  # type: ignore[dict-item]  # same
     "prompts/get": Server._get_prompt,  # type: ignore[dict-item]  # same
     "completion/complete": Server._complete,  # type: ignore[dict-item]  # same
+    "subscriptions/listen": Server._listen,  # type: ignore[dict-item]  # same
 }
 
 

@@ -33,11 +33,29 @@ ArgsT = TypeVar("ArgsT", bound=Struct, covariant=True)
 """Covariant so that a ``Tool[EchoArgs]`` registers where a ``Tool[Struct]`` is expected; the
 arguments only flow from the decoder into the handler, never in from outside."""
 
-ToolOutput = CallToolResult | str | Struct | JsonObject | Sequence[Content]
+
+class InputRequired(Struct, frozen=True, kw_only=True):
+    """A handler's answer "I need client input first" (2026-07-28 MRTR, ``basic/patterns/mrtr``).
+
+    ``input_requests`` maps keys of the handler's choosing to request objects
+    (``{"method": "elicitation/create", "params": {...}}``, ``sampling/createMessage``,
+    ``roots/list``); ``request_state`` is state to get back on the retry — seal it with
+    :meth:`CallContext.seal_state` when it matters (the client is untrusted). The client retries
+    the same request with ``inputResponses`` under the same keys
+    (:attr:`CallContext.input_responses`). Only valid in the stateless era and only for
+    ``tools/call``, ``prompts/get`` and ``resources/read``.
+    """
+
+    input_requests: Mapping[str, JsonObject] | None = None
+    request_state: str | None = None
+
+
+ToolOutput = CallToolResult | InputRequired | str | Struct | JsonObject | Sequence[Content]
 """What a tool handler may return.
 
 - :class:`~coremetry.mcp.wire.CallToolResult`: sent as is (the handler owns the shape);
 - ``str``: one text block;
+- :class:`InputRequired`: ask the client for input first (2026-07-28 only);
 - a msgspec ``Struct`` or a JSON object: ``structuredContent`` (2025-06-18+) plus the same JSON
   as a text block (for older revisions and clients that read only text);
 - a sequence of content blocks: sent as ``content``.
@@ -46,7 +64,7 @@ ToolOutput = CallToolResult | str | Struct | JsonObject | Sequence[Content]
 ToolHandler = Callable[[ArgsT, "CallContext"], Awaitable[ToolOutput]]
 """``async def handler(args: ArgsStruct, ctx: CallContext) -> ToolOutput``."""
 
-ResourceOutput = str | bytes | Sequence[ResourceContents]
+ResourceOutput = InputRequired | str | bytes | Sequence[ResourceContents]
 """What a resource handler may return: text (sent with the entry's ``mime_type``), bytes
 (base64 ``blob``), or explicit contents."""
 
@@ -56,7 +74,7 @@ ResourceHandler = Callable[[str, "CallContext"], Awaitable[ResourceOutput]]
 TemplateHandler = Callable[[str, Mapping[str, str], "CallContext"], Awaitable[ResourceOutput]]
 """``async def read(uri, variables, ctx)``; ``variables`` are the decoded template values."""
 
-PromptOutput = GetPromptResult | Sequence[PromptMessage] | str
+PromptOutput = GetPromptResult | InputRequired | Sequence[PromptMessage] | str
 """What a prompt handler may return (a ``str`` is one user text message)."""
 
 PromptHandler = Callable[[Mapping[str, str], "CallContext"], Awaitable[PromptOutput]]

@@ -49,6 +49,7 @@ META_CLIENT_CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
 META_CLIENT_INFO: Final = "io.modelcontextprotocol/clientInfo"
 META_LOG_LEVEL: Final = "io.modelcontextprotocol/logLevel"
 META_SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"
+META_SUBSCRIPTION_ID: Final = "io.modelcontextprotocol/subscriptionId"
 META_TIMEOUT_MS: Final = "coremetry/timeout_ms"
 """Ours: the client's own budget for this call in milliseconds; the call's deadline is the
 minimum of it, the tool's read budget and the server maximum."""
@@ -163,20 +164,31 @@ class ListParams(_Params, kw_only=True):
     cursor: str | None = None
 
 
-class CallToolParams(_Params, kw_only=True):
+class _RetryableParams(_Params, kw_only=True):
+    """Params of the methods that may answer ``input_required`` (2026-07-28 MRTR).
+
+    A client retrying such a request sends the answers to the server's ``inputRequests`` in
+    ``inputResponses`` and echoes ``requestState`` (``basic/patterns/mrtr``).
+    """
+
+    input_responses: JsonObject | UnsetType = field(default=UNSET, name="inputResponses")
+    request_state: str | UnsetType = field(default=UNSET, name="requestState")
+
+
+class CallToolParams(_RetryableParams, kw_only=True):
     """``tools/call`` params; ``arguments`` is decoded later with the tool's own Struct."""
 
     name: str
     arguments: Raw | UnsetType = UNSET
 
 
-class ReadResourceParams(_Params, kw_only=True):
+class ReadResourceParams(_RetryableParams, kw_only=True):
     """``resources/read`` and ``resources/(un)subscribe`` params."""
 
     uri: str
 
 
-class GetPromptParams(_Params, kw_only=True):
+class GetPromptParams(_RetryableParams, kw_only=True):
     """``prompts/get`` params; prompt arguments are strings (``server/prompts``)."""
 
     name: str
@@ -194,6 +206,21 @@ class CancelledParams(Struct, kw_only=True):
 
     request_id: RequestId = field(name="requestId")
     reason: str | UnsetType = UNSET
+
+
+class SubscriptionFilter(_Wire, kw_only=True):
+    """Which notifications a ``subscriptions/listen`` stream carries (2026-07-28)."""
+
+    tools_list_changed: bool | UnsetType = UNSET
+    prompts_list_changed: bool | UnsetType = UNSET
+    resources_list_changed: bool | UnsetType = UNSET
+    resource_subscriptions: list[str] | UnsetType = UNSET
+
+
+class ListenParams(_Params, kw_only=True):
+    """``subscriptions/listen`` params (``basic/patterns/subscriptions``)."""
+
+    notifications: SubscriptionFilter
 
 
 class CompletionReference(Struct, kw_only=True):
@@ -489,6 +516,18 @@ class GetPromptResult(Result, kw_only=True):
     description: str | UnsetType = UNSET
 
 
+class InputRequiredResult(Result, kw_only=True):
+    """2026-07-28 MRTR: the request needs client input before it can complete.
+
+    ``input_requests`` maps server-chosen keys to request objects (``{"method":
+    "elicitation/create", "params": …}``); ``request_state`` is opaque, integrity-protected state
+    the client echoes on its retry. At least one of the two is present.
+    """
+
+    input_requests: dict[str, JsonObject] | UnsetType = UNSET
+    request_state: str | UnsetType = UNSET
+
+
 class Completion(_Wire, kw_only=True):
     """``completion`` of ``completion/complete``: at most 100 ``values``."""
 
@@ -515,6 +554,26 @@ class ProgressParams(_Wire, kw_only=True):
     progress: float
     total: float | UnsetType = UNSET
     message: str | UnsetType = UNSET
+
+
+class SubscriptionAcknowledgedParams(_Wire, kw_only=True):
+    """``notifications/subscriptions/acknowledged`` params: the agreed subset."""
+
+    notifications: SubscriptionFilter
+    meta: JsonObject | UnsetType = field(default=UNSET, name="_meta")
+
+
+class ListChangedParams(_Wire, kw_only=True):
+    """Params of ``notifications/*/list_changed`` on a listen stream (only ``_meta``)."""
+
+    meta: JsonObject | UnsetType = field(default=UNSET, name="_meta")
+
+
+class ResourceUpdatedParams(_Wire, kw_only=True):
+    """``notifications/resources/updated`` params."""
+
+    uri: str
+    meta: JsonObject | UnsetType = field(default=UNSET, name="_meta")
 
 
 class LoggingMessageParams(_Wire, kw_only=True):

@@ -1,0 +1,245 @@
+"""The one typed configuration of a Coremetry server.
+
+Sources, later ones winning (``shared/DESIGN.md``; issue "HTTP server"):
+
+1. the defaults written here;
+2. a TOML file (``--config FILE``), sections and keys exactly as the Structs below — an unknown
+   section or key is an error that names it;
+3. environment variables ``COREMETRY_<SECTION>_<KEY>`` (e.g. ``COREMETRY_HTTP_PORT=9000``,
+   ``COREMETRY_SSE_KEEPALIVE_INTERVAL_S=5``); list values are comma-separated;
+4. command-line flags (``--host``, ``--port``, ``--data-dir``).
+
+Every limit carries its unit in its name (``_s`` seconds, ``_ms`` milliseconds, ``_bytes``).
+``coremetry config show`` prints the effective configuration as TOML with secrets redacted.
+"""
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+
+class ConfigError(Exception):
+    """Raised by :func:`load_config` when a file, variable or flag is invalid; names the key."""
+
+
+class HttpConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The HTTP listener and request limits."""
+
+    host: str = "127.0.0.1"
+    """Address to bind. Loopback by default; the Host allow-list applies when loopback."""
+    port: int = 8080
+    """TCP port; 0 picks a free one (the chosen port is printed)."""
+    root_path: str = ""
+    """Path prefix the server is mounted under behind a proxy (e.g. ``/coremetry``); the
+    ``X-Forwarded-Prefix`` header overrides it per request."""
+    allowed_origins: list[str] = msgspec.field(default_factory=list)
+    """Origins allowed besides loopback ones (``http://localhost:*`` etc. are always allowed).
+    A request whose ``Origin`` is present and not allowed gets 403."""
+    allowed_hosts: list[str] = msgspec.field(default_factory=list)
+    """Host header values allowed besides loopback names (DNS-rebinding protection); each may
+    end in ``:*`` for any port."""
+    max_body_bytes: int = 4 * 1024 * 1024
+    """Largest accepted request body, in bytes (413 above)."""
+    graceful_shutdown_s: float = 5.0
+    """On SIGINT/SIGTERM: how long in-flight calls may take to finish, in seconds."""
+
+
+class McpConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Protocol-level limits."""
+
+    max_budget_s: float = 60.0
+    """Server maximum for any call's deadline, in seconds."""
+    page_size: int = 100
+    """Items per page of the list methods."""
+    list_ttl_ms: int = 60_000
+    """``ttlMs`` on 2026-07-28 list results, in milliseconds."""
+    read_ttl_ms: int = 0
+    """``ttlMs`` on 2026-07-28 ``resources/read`` results, in milliseconds."""
+
+
+class SseConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The legacy HTTP+SSE transport (2024-11-05) and SSE answers."""
+
+    keepalive_interval_s: float = 15.0
+    """Interval of ``: ping`` comment lines on idle SSE streams, in seconds."""
+    max_sessions: int = 10_000
+    """Concurrent legacy SSE sessions (503 above)."""
+    session_idle_s: float = 3600.0
+    """A legacy SSE session with no POST for this long is closed, in seconds."""
+
+
+class WebSocketConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The WebSocket transport."""
+
+    max_message_bytes: int = 4 * 1024 * 1024
+    """Largest accepted text frame, in bytes (close code 1009 above)."""
+    max_connections: int = 10_000
+    """Concurrent WebSocket connections (refused above)."""
+
+
+class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The whole configuration; see the module docstring for how it is assembled."""
+
+    http: HttpConfig = msgspec.field(default_factory=HttpConfig)
+    mcp: McpConfig = msgspec.field(default_factory=McpConfig)
+    sse: SseConfig = msgspec.field(default_factory=SseConfig)
+    websocket: WebSocketConfig = msgspec.field(default_factory=WebSocketConfig)
+    data_dir: str = "~/.local/share/coremetry"
+    """Where the embedded store and secrets live."""
+
+
+SECRET_KEYS: Final = frozenset[str]()
+"""Dotted keys whose values ``config show`` redacts (none yet; auth adds its secrets)."""
+
+ENV_PREFIX: Final = "COREMETRY_"
+
+
+def _section_fields(config: type[msgspec.Struct]) -> Mapping[str, type[msgspec.Struct] | None]:
+    fields: dict[str, type[msgspec.Struct] | None] = {}
+    for info in msgspec.structs.fields(config):
+        kind = info.type
+        fields[info.encode_name] = (
+            kind if isinstance(kind, type) and issubclass(kind, msgspec.Struct) else None
+        )
+    return fields
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, object]:
+    """Map ``COREMETRY_<SECTION>_<KEY>`` variables onto the nested config dict."""
+    overrides: dict[str, object] = {}
+    sections = _section_fields(Config)
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX) :].lower()
+        matched = False
+        for section, struct in sections.items():
+            if struct is None:
+                if rest == section:
+                    overrides[section] = value
+                    matched = True
+                continue
+            prefix = section + "_"
+            if rest.startswith(prefix):
+                key = rest[len(prefix) :]
+                keys = {f.encode_name: f.type for f in msgspec.structs.fields(struct)}
+                if key not in keys:
+                    raise ConfigError(f"{name}: unknown key {key!r} in section [{section}]")
+                target = overrides.setdefault(section, {})
+                assert isinstance(target, dict)
+                target[key] = value.split(",") if keys[key] == list[str] else value
+                matched = True
+                break
+        if not matched and rest not in ("token", "shared"):
+            raise ConfigError(f"{name}: no such configuration key")
+    return overrides
+
+
+def _merge(base: dict[str, object], top: Mapping[str, object]) -> dict[str, object]:
+    merged = dict(base)
+    for key, value in top.items():
+        current = merged.get(key)
+        if isinstance(current, dict) and isinstance(value, Mapping):
+            merged[key] = _merge(current, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> Config:
+    """Assemble the effective configuration.
+
+    Args:
+        path: a TOML file, or ``None`` for defaults only.
+        environ: the environment to read ``COREMETRY_*`` variables from (default
+            ``os.environ``).
+        overrides: command-line values as a nested dict (``{"http": {"port": 0}}``).
+
+    Returns:
+        The validated :class:`Config`.
+
+    Raises:
+        ConfigError: unreadable file, invalid TOML, an unknown section or key, or a value of
+            the wrong type; the message names the key (e.g. "Expected `int`, got `str` - at
+            `$.http.port`").
+    """
+    data: dict[str, object] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read config file {os.fspath(path)!r}: {exc.strerror}"
+            ) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {os.fspath(path)!r} is not valid TOML: {exc}") from None
+    data = _merge(data, _env_overrides(os.environ if environ is None else environ))
+    if overrides:
+        data = _merge(data, overrides)
+    try:
+        config = msgspec.convert(data, Config, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from None
+    _check(config)
+    return config
+
+
+def _check(config: Config) -> None:
+    checks: list[tuple[bool, str]] = [
+        (0 <= config.http.port <= 65535, "http.port must be between 0 and 65535"),
+        (config.http.max_body_bytes > 0, "http.max_body_bytes must be positive"),
+        (config.http.graceful_shutdown_s >= 0, "http.graceful_shutdown_s must not be negative"),
+        (config.mcp.max_budget_s > 0, "mcp.max_budget_s must be positive"),
+        (config.mcp.page_size > 0, "mcp.page_size must be positive"),
+        (config.mcp.list_ttl_ms >= 0, "mcp.list_ttl_ms must not be negative"),
+        (config.mcp.read_ttl_ms >= 0, "mcp.read_ttl_ms must not be negative"),
+        (config.sse.keepalive_interval_s > 0, "sse.keepalive_interval_s must be positive"),
+        (config.sse.max_sessions > 0, "sse.max_sessions must be positive"),
+        (config.sse.session_idle_s > 0, "sse.session_idle_s must be positive"),
+        (config.websocket.max_message_bytes > 0, "websocket.max_message_bytes must be positive"),
+        (config.websocket.max_connections > 0, "websocket.max_connections must be positive"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(f"invalid configuration: {message}")
+    if config.http.root_path and not config.http.root_path.startswith("/"):
+        raise ConfigError("invalid configuration: http.root_path must start with '/'")
+
+
+def render_config(config: Config) -> str:
+    """Render the configuration as TOML, with the keys in :data:`SECRET_KEYS` redacted."""
+    lines: list[str] = []
+    builtins = msgspec.to_builtins(config)
+    assert isinstance(builtins, dict)
+    scalars = {k: v for k, v in builtins.items() if not isinstance(v, dict)}
+    for key, value in scalars.items():
+        lines.append(f"{key} = {_toml_value(key, value)}")
+    for section, values in builtins.items():
+        if not isinstance(values, dict):
+            continue
+        lines.append("")
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            lines.append(f"{key} = {_toml_value(f'{section}.{key}', value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(dotted: str, value: object) -> str:
+    if dotted in SECRET_KEYS:
+        return '"<redacted>"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value("", v) for v in value) + "]"
+    return msgspec.json.encode(str(value)).decode()
