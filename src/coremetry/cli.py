@@ -2,11 +2,18 @@
 
 Subcommands:
 
-- ``coremetry stdio [--fixture] [--role ROLE] [--max-budget-s S]`` — serve MCP on stdin/stdout
-  (for clients that launch a local process, e.g. Claude Desktop). Logs go to stderr.
+- ``coremetry serve [--host H] [--port P] [--data-dir DIR] [--config FILE] [--fixture]`` — the
+  HTTP server (Streamable HTTP, legacy SSE, WebSocket, ``/healthz``). Prints ``listening on
+  http://HOST:PORT`` to stderr once bound; SIGINT/SIGTERM drain gracefully.
+- ``coremetry stdio [--fixture] [--role ROLE] [--max-budget-s S]`` — MCP on stdin/stdout (for
+  clients that launch a local process, e.g. Claude Desktop). Logs go to stderr.
+- ``coremetry config show [--config FILE]`` — the effective configuration, secrets redacted.
+- ``coremetry conformance-fixture [--port P]`` — the official conformance suite's fixture on
+  loopback only, without authentication (a test fixture; never part of ``serve``).
 - ``coremetry --version``.
 
-Exit status: 0 on a clean end (stdin closed), 2 on a usage error.
+Exit status: 0 on a clean end, 1 on a runtime error (e.g. the port is taken), 2 on a usage or
+configuration error.
 """
 
 import argparse
@@ -17,6 +24,7 @@ from collections.abc import Sequence
 import trio
 
 from coremetry import __version__
+from coremetry.config import Config, ConfigError, load_config, render_config
 from coremetry.mcp import ROLES, Caller
 
 
@@ -27,6 +35,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"coremetry {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="serve MCP over HTTP (Streamable HTTP, SSE, WebSocket)")
+    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="TCP port; 0 picks a free one (default 8080)")
+    serve.add_argument("--data-dir", help="where the store and secrets live")
+    serve.add_argument("--config", help="a TOML configuration file")
+    serve.add_argument("--fixture", action="store_true", help="also serve the test fixture entries")
+    _log_level_option(serve)
+
     stdio = sub.add_parser("stdio", help="serve MCP as newline-delimited JSON-RPC on stdin/stdout")
     stdio.add_argument(
         "--fixture",
@@ -42,16 +59,56 @@ def _parser() -> argparse.ArgumentParser:
     stdio.add_argument(
         "--max-budget-s",
         type=float,
-        default=60.0,
+        default=None,
         help="server maximum for any call's deadline, in seconds (default: 60)",
     )
-    stdio.add_argument(
+    stdio.add_argument("--config", help="a TOML configuration file")
+    _log_level_option(stdio)
+
+    config = sub.add_parser("config", help="inspect the configuration")
+    config_sub = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    show = config_sub.add_parser("show", help="print the effective configuration (TOML)")
+    show.add_argument("--config", help="a TOML configuration file")
+
+    fixture = sub.add_parser(
+        "conformance-fixture",
+        help="serve the official conformance suite's fixture on loopback (tests only)",
+    )
+    fixture.add_argument("--host", default="127.0.0.1", help="loopback address to bind")
+    fixture.add_argument("--port", type=int, default=0, help="TCP port (default: any free one)")
+    _log_level_option(fixture)
+    return parser
+
+
+def _log_level_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--log-level",
         default="WARNING",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="stderr log level (default: WARNING)",
     )
-    return parser
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def _load(args: argparse.Namespace) -> Config:
+    overrides: dict[str, object] = {}
+    http: dict[str, object] = {}
+    if getattr(args, "host", None) is not None:
+        http["host"] = args.host
+    if getattr(args, "port", None) is not None:
+        http["port"] = args.port
+    if http:
+        overrides["http"] = http
+    if getattr(args, "data_dir", None) is not None:
+        overrides["data_dir"] = args.data_dir
+    if getattr(args, "max_budget_s", None) is not None:
+        overrides["mcp"] = {"max_budget_s": args.max_budget_s}
+    return load_config(getattr(args, "config", None), overrides=overrides)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,23 +121,54 @@ def main(argv: Sequence[str] | None = None) -> int:
         The process exit status.
     """
     args = _parser().parse_args(argv)
-    if args.command == "stdio":
-        logging.basicConfig(
-            stream=sys.stderr,
-            level=str(args.log_level),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
-        from coremetry.server import build_mcp_server
-        from coremetry.transports.stdio import serve_stdio
-
-        server = build_mcp_server(fixture=bool(args.fixture), max_budget_s=float(args.max_budget_s))
-        caller = Caller(subject="local", role=str(args.role), kind="local")
-        try:
-            trio.run(lambda: serve_stdio(server, caller=caller))
-        except KeyboardInterrupt:
-            return 130
+    try:
+        config = _load(args)
+    except ConfigError as exc:
+        print(f"coremetry: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "config":
+        sys.stdout.write(render_config(config))
         return 0
-    return 2  # pragma: no cover - argparse rejects unknown commands first
+    _setup_logging(str(args.log_level))
+    from coremetry.server import build_mcp_server, serve
+
+    mcp = build_mcp_server(
+        fixture=bool(getattr(args, "fixture", False)),
+        max_budget_s=config.mcp.max_budget_s,
+        page_size=config.mcp.page_size,
+        list_ttl_ms=config.mcp.list_ttl_ms,
+        read_ttl_ms=config.mcp.read_ttl_ms,
+    )
+    try:
+        if args.command == "stdio":
+            from coremetry.transports.stdio import serve_stdio
+
+            caller = Caller(subject="local", role=str(args.role), kind="local")
+            trio.run(lambda: serve_stdio(mcp, caller=caller))
+            return 0
+        if args.command == "conformance-fixture":
+            return _conformance_fixture(args)
+        trio.run(lambda: serve(config, mcp, install_signal_handlers=True))
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:
+        print(f"coremetry: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+
+
+def _conformance_fixture(args: argparse.Namespace) -> int:
+    from coremetry.server import serve
+    from coremetry.testing.conformance import build_conformance_server
+    from coremetry.transports._http import is_loopback_host
+
+    host = str(args.host)
+    if not is_loopback_host(host):
+        print("coremetry: the conformance fixture only binds loopback addresses", file=sys.stderr)
+        return 2
+    config = load_config(overrides={"http": {"host": host, "port": int(args.port)}})
+    trio.run(lambda: serve(config, build_conformance_server(), install_signal_handlers=True))
+    return 0
 
 
 if __name__ == "__main__":

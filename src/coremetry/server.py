@@ -1,13 +1,24 @@
-"""Assembly of the MCP server: which entries the production registry holds.
+"""Assembly of the server process: the MCP registry, the ASGI app, hypercorn, shutdown.
 
-Later issues add the HTTP app, the store and the observability tools here; today the server
-carries the fixture entries only when asked (``--fixture``), and always the ``coremetry://server``
-resource that says what this server is and what it serves.
+``serve()`` runs hypercorn's trio worker inside our own nursery (``shared/STYLE.md`` habit 18),
+reports the bound address through ``task_status`` and prints ``listening on http://HOST:PORT``
+to stderr once the socket is bound. SIGINT/SIGTERM (or the ``shutdown`` event) drain gracefully:
+the listener stops accepting, long-lived streams end, in-flight calls get
+``http.graceful_shutdown_s`` to finish, then everything still running is cancelled.
 """
 
+import signal
+import sys
+from collections.abc import Callable
+from functools import partial
+
 import msgspec
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
 
 from coremetry import __version__
+from coremetry.config import Config
 from coremetry.mcp import CallContext, Resource, Server, versions
 
 INSTRUCTIONS = (
@@ -16,13 +27,26 @@ INSTRUCTIONS = (
     "error, retryable, hint and detail: follow the hint."
 )
 
+Register = Callable[[Server], None]
+"""Adds entries to a server's registries."""
 
-def build_mcp_server(*, fixture: bool = False, max_budget_s: float = 60.0) -> Server:
+
+def build_mcp_server(
+    *,
+    fixture: bool = False,
+    max_budget_s: float = 60.0,
+    page_size: int = 100,
+    list_ttl_ms: int = 60_000,
+    read_ttl_ms: int = 0,
+) -> Server:
     """Build the dispatcher with the production registry.
 
     Args:
         fixture: also register the test fixture entries (:mod:`coremetry.testing.fixture`).
         max_budget_s: the server maximum for any call's deadline, in seconds.
+        page_size: items per page of the list methods.
+        list_ttl_ms: ``ttlMs`` of 2026-07-28 list results, in milliseconds.
+        read_ttl_ms: ``ttlMs`` of 2026-07-28 ``resources/read`` results, in milliseconds.
 
     Returns:
         A ready :class:`~coremetry.mcp.Server`.
@@ -33,6 +57,9 @@ def build_mcp_server(*, fixture: bool = False, max_budget_s: float = 60.0) -> Se
         title="Coremetry MCP",
         instructions=INSTRUCTIONS,
         max_budget_s=max_budget_s,
+        page_size=page_size,
+        list_ttl_ms=list_ttl_ms,
+        read_ttl_ms=read_ttl_ms,
     )
 
     async def server_info(uri: str, ctx: CallContext) -> str:
@@ -66,3 +93,69 @@ def build_mcp_server(*, fixture: bool = False, max_budget_s: float = 60.0) -> Se
 
         register_fixture(server)
     return server
+
+
+def hypercorn_config(config: Config) -> HypercornConfig:
+    """Translate our configuration into hypercorn's (bind, limits, graceful drain)."""
+    hc = HypercornConfig()
+    host = config.http.host
+    hc.bind = [f"[{host}]:{config.http.port}" if ":" in host else f"{host}:{config.http.port}"]
+    hc.accesslog = None
+    hc.errorlog = None
+    hc.graceful_timeout = config.http.graceful_shutdown_s
+    hc.websocket_max_message_size = config.websocket.max_message_bytes
+    return hc
+
+
+async def serve(
+    config: Config,
+    mcp: Server,
+    *,
+    announce: bool = True,
+    shutdown: trio.Event | None = None,
+    install_signal_handlers: bool = False,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the app until ``shutdown`` is set (or SIGINT/SIGTERM when handlers are installed).
+
+    Args:
+        config: the effective configuration.
+        mcp: the dispatcher to serve.
+        announce: print ``listening on http://HOST:PORT`` to stderr once bound.
+        shutdown: an event that starts the graceful drain when set.
+        install_signal_handlers: drain on SIGINT/SIGTERM (the CLI sets this).
+        task_status: receives the bound base URL (``http://127.0.0.1:PORT``).
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    from coremetry.app import CoremetryApp
+
+    app = CoremetryApp(config, mcp)
+    stop = shutdown if shutdown is not None else trio.Event()
+
+    async def trigger() -> None:
+        await stop.wait()
+        app.shutting_down.set()
+
+    async with trio.open_nursery() as nursery:
+        if install_signal_handlers:
+            nursery.start_soon(_on_signals, stop)
+        binds: list[str] = await nursery.start(
+            partial(hypercorn_serve, app, hypercorn_config(config), shutdown_trigger=trigger)
+        )
+        url = binds[0]
+        if announce:
+            print(f"listening on {url}", file=sys.stderr, flush=True)
+        task_status.started(url)
+        await stop.wait()
+        app.shutting_down.set()
+        # hypercorn drains within graceful_timeout and then returns; stop the signal watcher.
+        nursery.cancel_scope.deadline = trio.current_time() + config.http.graceful_shutdown_s + 5
+
+
+async def _on_signals(stop: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            stop.set()
+            return

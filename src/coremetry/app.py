@@ -1,0 +1,107 @@
+"""Assembly of the ASGI application (the only module that touches quart-trio).
+
+Routing, by path:
+
+- ``/api/mcp`` and ``/api/mcp/`` — Streamable HTTP (:mod:`coremetry.transports.streamable_http`),
+  served by a lean ASGI handler in front of Quart: per-request Quart machinery (request
+  context, response objects, timeouts) is not on the MCP hot path, while every route shares
+  the same policy and authentication hook. (The benchmarks in ``bench/`` measure the choice.)
+- ``/api/mcp/sse`` + ``/api/mcp/messages`` — legacy HTTP+SSE (2024-11-05), when registered.
+- ``/api/mcp/ws`` — WebSocket, when registered.
+- everything else — the QuartTrio app: ``GET /healthz`` (unauthenticated, no data) and, later,
+  the REST API.
+"""
+
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import trio
+from hypercorn.typing import (
+    ASGIReceiveCallable,
+    ASGISendCallable,
+    HTTPScope,
+    Scope,
+    WebsocketScope,
+)
+from quart import Response
+from quart_trio import QuartTrio
+
+from coremetry import __version__
+from coremetry.config import Config
+from coremetry.mcp import Server
+from coremetry.transports._http import HttpPolicy
+from coremetry.transports.streamable_http import Authenticate, StreamableHttp, anonymous
+
+HttpHandler = Callable[[HTTPScope, ASGIReceiveCallable, ASGISendCallable], Awaitable[None]]
+WebsocketHandler = Callable[
+    [WebsocketScope, ASGIReceiveCallable, ASGISendCallable], Awaitable[None]
+]
+
+MCP_PATHS: Final = ("/api/mcp", "/api/mcp/")
+
+
+class CoremetryApp:
+    """The ASGI callable hypercorn serves.
+
+    Args:
+        config: the effective configuration.
+        mcp: the dispatcher every MCP transport feeds.
+        authenticate: resolves callers (default: everyone is an anonymous viewer).
+
+    Attributes:
+        shutting_down: set when the server starts draining; long-lived streams end on it.
+    """
+
+    def __init__(
+        self, config: Config, mcp: Server, *, authenticate: Authenticate = anonymous
+    ) -> None:
+        self.config = config
+        self.mcp = mcp
+        self.authenticate = authenticate
+        self.shutting_down = trio.Event()
+        self.policy = HttpPolicy(
+            bind_host=config.http.host,
+            allowed_origins=config.http.allowed_origins,
+            allowed_hosts=config.http.allowed_hosts,
+            max_body_bytes=config.http.max_body_bytes,
+            root_path=config.http.root_path,
+        )
+        self.http_routes: dict[str, HttpHandler] = {}
+        self.websocket_routes: dict[str, WebsocketHandler] = {}
+        streamable = StreamableHttp(
+            mcp,
+            self.policy,
+            authenticate=authenticate,
+            keepalive_interval_s=config.sse.keepalive_interval_s,
+        )
+        for path in MCP_PATHS:
+            self.http_routes[path] = streamable
+        self.quart = _quart_app()
+
+    async def __call__(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        """Route one ASGI connection (see the module docstring)."""
+        if scope["type"] == "http":
+            handler = self.http_routes.get(scope["path"])
+            if handler is not None:
+                await handler(scope, receive, send)
+                return
+        elif scope["type"] == "websocket":
+            ws_handler = self.websocket_routes.get(scope["path"])
+            if ws_handler is not None:
+                await ws_handler(scope, receive, send)
+                return
+        await self.quart(scope, receive, send)
+
+
+def _quart_app() -> QuartTrio:
+    app = QuartTrio("coremetry")
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return Response(
+            f'{{"status":"ok","version":"{__version__}"}}', content_type="application/json"
+        )
+
+    return app

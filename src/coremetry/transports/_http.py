@@ -1,0 +1,290 @@
+r"""Shared HTTP plumbing for the MCP transports: headers, policy checks, bodies, responses, SSE.
+
+Policy (``shared/reference/mcp-spec.md`` §2; ``shared/reference/field-failures.md`` B03, B13,
+B15):
+
+- ``Origin`` present and not allowed -> 403 (2025-11-25 ``basic/transports`` "Security
+  Warning"). Loopback origins (``http(s)://localhost|127.0.0.1|[::1]`` on any port) are allowed,
+  plus the configured list. A request without ``Origin`` (not a browser) is served.
+- ``Host`` checked against an allow-list when the server is bound to loopback (DNS-rebinding
+  protection) -> 421 Misdirected Request when it is not in the list.
+- Bodies are capped (413), media types compared case-insensitively with parameters ignored
+  (RFC 9110 §8.3.1).
+- SSE ``data:`` lines never contain a raw CR/LF, U+0085, U+2028 or U+2029: those are escaped in
+  the JSON text (``\\u2028``), so no client's line splitter can break an event.
+"""
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable
+
+from coremetry.mcp import wire
+
+JSON_TYPE: Final = b"application/json"
+SSE_TYPE: Final = b"text/event-stream"
+
+_LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
+
+
+class Headers:
+    """Request headers from an ASGI scope: names lower-cased, values decoded as Latin-1.
+
+    Repeated headers are joined with ``", "`` (RFC 9110 §5.3).
+    """
+
+    def __init__(self, raw: Iterable[tuple[bytes, bytes]]) -> None:
+        values: dict[str, str] = {}
+        for name, value in raw:
+            key = name.decode("latin-1").lower()
+            text = value.decode("latin-1")
+            values[key] = f"{values[key]}, {text}" if key in values else text
+        self._values = values
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The header's value, or ``default`` when absent."""
+        return self._values.get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._values
+
+
+def _host_name(authority: str) -> str:
+    """``"localhost:8080"`` -> ``"localhost"``; ``"[::1]:80"`` -> ``"[::1]"``."""
+    authority = authority.strip().lower()
+    if authority.startswith("["):
+        end = authority.find("]")
+        return authority[: end + 1] if end >= 0 else authority
+    return authority.rsplit(":", 1)[0] if authority.count(":") == 1 else authority
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a bind address or host name is loopback (127.0.0.0/8, ::1, localhost)."""
+    name = host.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class HttpPolicy:
+    """Origin and Host rules plus the body cap, shared by every HTTP transport.
+
+    Args:
+        bind_host: the address the server listens on (decides whether Host is checked).
+        allowed_origins: extra allowed origins (exact ``scheme://host[:port]``, or with ``:*``
+            for any port).
+        allowed_hosts: extra allowed Host values (``name`` or ``name:port``, ``name:*``).
+        max_body_bytes: the largest request body, in bytes.
+        root_path: the prefix under which clients reach the server (behind a proxy).
+    """
+
+    def __init__(
+        self,
+        *,
+        bind_host: str = "127.0.0.1",
+        allowed_origins: Iterable[str] = (),
+        allowed_hosts: Iterable[str] = (),
+        max_body_bytes: int = 4 * 1024 * 1024,
+        root_path: str = "",
+    ) -> None:
+        self.check_host = is_loopback_host(bind_host) or bool(list(allowed_hosts))
+        self.allowed_origins = {o.rstrip("/").lower() for o in allowed_origins}
+        self.allowed_hosts = {h.lower() for h in allowed_hosts}
+        self.max_body_bytes = max_body_bytes
+        self.root_path = root_path.rstrip("/")
+
+    def origin_allowed(self, origin: str) -> bool:
+        """Whether a present ``Origin`` header is allowed."""
+        origin = origin.strip().rstrip("/").lower()
+        if origin in self.allowed_origins:
+            return True
+        scheme, sep, authority = origin.partition("://")
+        if not sep or scheme not in ("http", "https"):
+            return False
+        if f"{scheme}://{_host_name(authority)}:*" in self.allowed_origins:
+            return True
+        return _host_name(authority) in _LOOPBACK_NAMES
+
+    def host_allowed(self, host: str | None) -> bool:
+        """Whether the ``Host`` header is acceptable (always true when not checking)."""
+        if not self.check_host:
+            return True
+        if host is None:
+            return False
+        host = host.strip().lower()
+        name = _host_name(host)
+        return (
+            name in _LOOPBACK_NAMES
+            or host in self.allowed_hosts
+            or name in self.allowed_hosts
+            or f"{name}:*" in self.allowed_hosts
+        )
+
+
+def media_types(header: str | None) -> list[tuple[str, float]]:
+    """Parse an ``Accept``-style header into ``(type, q)`` pairs, lower-cased."""
+    if not header:
+        return []
+    parsed: list[tuple[str, float]] = []
+    for part in header.split(","):
+        pieces = [p.strip() for p in part.split(";")]
+        if not pieces[0]:
+            continue
+        q = 1.0
+        for param in pieces[1:]:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        parsed.append((pieces[0].lower(), q))
+    return parsed
+
+
+def accepts(header: str | None, media_type: str) -> bool:
+    """Whether an ``Accept`` header admits ``media_type`` (absent Accept admits everything)."""
+    if header is None or not header.strip():
+        return True
+    major = media_type.split("/", 1)[0]
+    for kind, q in media_types(header):
+        if q > 0 and kind in (media_type, f"{major}/*", "*/*"):
+            return True
+    return False
+
+
+def is_json_content_type(header: str | None) -> bool:
+    """Whether ``Content-Type`` is ``application/json`` (any case, any parameters)."""
+    if header is None:
+        return False
+    return header.split(";", 1)[0].strip().lower() == "application/json"
+
+
+class BodyTooLarge(Exception):
+    """Raised by :func:`read_body` when the body exceeds the cap."""
+
+
+class ClientGone(Exception):
+    """Raised by :func:`read_body` when the client disconnected before the body ended."""
+
+
+async def read_body(receive: ASGIReceiveCallable, limit_bytes: int) -> bytes:
+    """Read an HTTP request body through ASGI ``receive``.
+
+    Raises:
+        BodyTooLarge: more than ``limit_bytes`` bytes arrived.
+        ClientGone: the client disconnected first.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        event = await receive()
+        if event["type"] == "http.disconnect":
+            raise ClientGone
+        if event["type"] != "http.request":
+            continue
+        chunk = event.get("body", b"")
+        size += len(chunk)
+        if size > limit_bytes:
+            raise BodyTooLarge
+        chunks.append(chunk)
+        if not event.get("more_body", False):
+            return b"".join(chunks)
+
+
+def jsonrpc_error_body(code: int, message: str, data: wire.JsonObject | None = None) -> bytes:
+    """A JSON-RPC error object with ``id: null`` for HTTP-level refusals."""
+    error = wire.ErrorObject(code=code, message=message)
+    if data is not None:
+        error.data = data
+    return wire.ENCODER.encode(wire.ErrorResponse(id=None, error=error))
+
+
+async def send_response(
+    send: ASGISendCallable,
+    status: int,
+    body: bytes = b"",
+    *,
+    content_type: bytes | None = JSON_TYPE,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    """Send a complete response (status, headers, one body chunk)."""
+    out: list[tuple[bytes, bytes]] = list(headers)
+    if content_type is not None and body:
+        out.append((b"content-type", content_type))
+    out.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": out, "trailers": False})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+CORS_ALLOW_HEADERS: Final = (
+    b"authorization, content-type, accept, mcp-protocol-version, mcp-session-id, "
+    b"last-event-id, mcp-method, mcp-name"
+)
+CORS_EXPOSE_HEADERS: Final = b"www-authenticate, mcp-protocol-version, retry-after"
+
+
+def cors_headers(origin: str | None, policy: HttpPolicy) -> list[tuple[bytes, bytes]]:
+    """CORS response headers for an allowed ``Origin`` (none for absent or refused ones)."""
+    if origin is None or not policy.origin_allowed(origin):
+        return []
+    return [
+        (b"access-control-allow-origin", origin.encode("latin-1")),
+        (b"access-control-expose-headers", CORS_EXPOSE_HEADERS),
+        (b"vary", b"origin"),
+    ]
+
+
+async def send_preflight(
+    send: ASGISendCallable, headers: Headers, policy: HttpPolicy, methods: bytes
+) -> None:
+    """Answer a CORS preflight (``OPTIONS``) without authentication.
+
+    Allowed origin -> 204 with the allow headers; refused origin -> 403 without any
+    ``Access-Control-*`` header; no ``Origin`` -> 204 with ``Allow``.
+    """
+    origin = headers.get("origin")
+    if origin is not None and not policy.origin_allowed(origin):
+        await send_response(send, 403, jsonrpc_error_body(-32600, f"Origin not allowed: {origin}"))
+        return
+    extra = [*cors_headers(origin, policy), (b"allow", methods)]
+    if origin is not None:
+        extra += [
+            (b"access-control-allow-methods", methods),
+            (b"access-control-allow-headers", CORS_ALLOW_HEADERS),
+            (b"access-control-max-age", b"600"),
+        ]
+    await send_response(send, 204, headers=extra)
+
+
+_SSE_UNSAFE: Final[Mapping[bytes, bytes]] = {
+    "\u2028".encode(): b"\\u2028",
+    "\u2029".encode(): b"\\u2029",
+    "\u0085".encode(): b"\\u0085",
+    b"\r": b"\\r",
+    b"\n": b"\\n",
+}
+
+
+def sse_event(data: bytes, event: bytes = b"message") -> bytes:
+    """Frame one JSON message as an SSE event whose ``data:`` is a single safe line.
+
+    ``data`` is compact JSON (msgspec already escapes control characters inside strings); the
+    escapes here only matter for U+0085/U+2028/U+2029, which msgspec writes raw and which some
+    line splitters treat as line ends. Escaping them keeps the JSON identical in meaning.
+    """
+    for raw, escaped in _SSE_UNSAFE.items():
+        if raw in data:
+            data = data.replace(raw, escaped)
+    return b"event: " + event + b"\ndata: " + data + b"\n\n"
+
+
+SSE_HEADERS: Final[tuple[tuple[bytes, bytes], ...]] = (
+    (b"content-type", SSE_TYPE),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+)

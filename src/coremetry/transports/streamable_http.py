@@ -1,0 +1,387 @@
+"""Stateless Streamable HTTP at ``POST /api/mcp``: one POST carries one message, one answer.
+
+Both eras on one endpoint (``shared/reference/mcp-spec.md`` §2; 2025-11-25 and 2026-07-28
+``basic/transports``):
+
+- An ``initialize`` (or a request without per-request ``_meta``) is served in the handshake era;
+  ``MCP-Protocol-Version`` names the negotiated revision (absent -> 2025-03-26; a value we do not
+  know -> 400). JSON-RPC batches are accepted only at 2025-03-26.
+- A request whose ``params._meta`` names a protocol version is served statelessly (2026-07-28):
+  ``MCP-Protocol-Version`` must equal it, ``Mcp-Method`` must equal ``method`` and ``Mcp-Name``
+  must equal ``params.name`` (``tools/call``, ``prompts/get``) or ``params.uri``
+  (``resources/read``); a mismatch is HTTP 400 + ``-32020``. Header values may be
+  ``=?base64?…?=`` encoded. Unknown methods are HTTP 404 + ``-32601`` (the core decides).
+- No ``Mcp-Session-Id`` is minted or required. ``GET``/``DELETE``/``PUT`` -> 405 with ``Allow``.
+- Notifications and client responses -> 202 with an empty body.
+- The answer is ``application/json``, or ``text/event-stream`` when the client accepts it and
+  the call sends notifications (progress, log messages, server requests) before its result —
+  the stream then ends after the result. A client that only accepts ``text/event-stream`` always
+  gets a stream.
+- Closing the response (client disconnect) cancels the call: its cancel scope ends, no more
+  work is done, nothing more is written.
+"""
+
+import base64
+import binascii
+import math
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import msgspec
+import trio
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
+from msgspec import UNSET, UnsetType
+
+from coremetry.mcp import (
+    ANONYMOUS_VIEWER,
+    Caller,
+    Connection,
+    PendingBatch,
+    PendingCall,
+    Reply,
+    Server,
+    codes,
+    versions,
+)
+from coremetry.mcp.wire import JsonObject
+
+from ._http import (
+    SSE_HEADERS,
+    BodyTooLarge,
+    ClientGone,
+    Headers,
+    HttpPolicy,
+    accepts,
+    cors_headers,
+    is_json_content_type,
+    jsonrpc_error_body,
+    read_body,
+    send_preflight,
+    send_response,
+    sse_event,
+)
+
+ALLOWED_METHODS: Final = b"POST, OPTIONS"
+
+Authenticate = Callable[[Headers], Awaitable[Caller]]
+"""Resolves the caller of a request (the auth layer plugs in here); raising refuses it."""
+
+
+async def anonymous(headers: Headers) -> Caller:
+    """The authenticator used until the auth layer is configured: everyone is a viewer."""
+    return ANONYMOUS_VIEWER
+
+
+class _PeekMeta(msgspec.Struct):
+    protocol_version: str | UnsetType = msgspec.field(
+        default=UNSET, name="io.modelcontextprotocol/protocolVersion"
+    )
+
+
+class _PeekParams(msgspec.Struct):
+    name: object = None
+    uri: object = None
+    meta: _PeekMeta | UnsetType = msgspec.field(default=UNSET, name="_meta")
+
+
+class _Peek(msgspec.Struct):
+    """What the transport needs from the body before the core handles it (header checks)."""
+
+    method: object = None
+    params: _PeekParams | UnsetType = UNSET
+
+
+_PEEK: Final = msgspec.json.Decoder(_Peek)
+
+_NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+def decode_header_value(value: str) -> str | None:
+    """Decode an MCP header value; ``=?base64?<b64>?=`` carries UTF-8 (2026-07-28).
+
+    Returns:
+        The decoded text, or ``None`` when the base64 form is malformed.
+    """
+    value = value.strip()
+    if value.startswith("=?base64?") and value.endswith("?="):
+        try:
+            return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
+        except (binascii.Error, ValueError):
+            return None
+    return value
+
+
+class StreamableHttp:
+    """The ASGI handler of ``/api/mcp`` (stateless Streamable HTTP, both eras).
+
+    Args:
+        server: the dispatcher.
+        policy: Origin/Host/body-size rules.
+        authenticate: resolves the caller from the request headers.
+        keepalive_interval_s: SSE comment interval on answers that stream, in seconds.
+    """
+
+    def __init__(
+        self,
+        server: Server,
+        policy: HttpPolicy,
+        *,
+        authenticate: Authenticate = anonymous,
+        keepalive_interval_s: float = 15.0,
+    ) -> None:
+        self.server = server
+        self.policy = policy
+        self.authenticate = authenticate
+        self.keepalive_interval_s = keepalive_interval_s
+
+    async def __call__(
+        self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        """Serve one HTTP request (see the module docstring for the rules)."""
+        headers = Headers(scope["headers"])
+        origin = headers.get("origin")
+        if origin is not None and not self.policy.origin_allowed(origin):
+            await send_response(
+                send,
+                403,
+                jsonrpc_error_body(codes.INVALID_REQUEST, f"Origin not allowed: {origin}"),
+            )
+            return
+        if not self.policy.host_allowed(headers.get("host")):
+            await send_response(
+                send,
+                421,
+                jsonrpc_error_body(
+                    codes.INVALID_REQUEST, f"Host not allowed: {headers.get('host', '')}"
+                ),
+            )
+            return
+        method = scope["method"]
+        if method == "OPTIONS":
+            await send_preflight(send, headers, self.policy, ALLOWED_METHODS)
+            return
+        cors = cors_headers(origin, self.policy)
+        if method != "POST":
+            await send_response(
+                send,
+                405,
+                jsonrpc_error_body(
+                    codes.INVALID_REQUEST,
+                    f"Method {method} not allowed: this endpoint is stateless; POST one "
+                    "JSON-RPC message per request",
+                ),
+                headers=[(b"allow", ALLOWED_METHODS), *cors],
+            )
+            return
+        await self._post(headers, receive, send, cors)
+
+    async def _post(
+        self,
+        headers: Headers,
+        receive: ASGIReceiveCallable,
+        send: ASGISendCallable,
+        cors: list[tuple[bytes, bytes]],
+    ) -> None:
+        async def refuse(
+            status: int, code: int, message: str, data: JsonObject | None = None
+        ) -> None:
+            await send_response(send, status, jsonrpc_error_body(code, message, data), headers=cors)
+
+        if not is_json_content_type(headers.get("content-type")):
+            await refuse(
+                415,
+                codes.INVALID_REQUEST,
+                "Unsupported Media Type: send the JSON-RPC message as application/json",
+            )
+            return
+        accept = headers.get("accept")
+        json_ok = accepts(accept, "application/json")
+        sse_ok = accept is not None and accepts(accept, "text/event-stream")
+        if not json_ok and not sse_ok:
+            await refuse(
+                406,
+                codes.INVALID_REQUEST,
+                "Not Acceptable: accept application/json and/or text/event-stream",
+            )
+            return
+        try:
+            caller = await self.authenticate(headers)
+        except Exception:  # the auth layer answers its own errors; never leak them here
+            await refuse(401, codes.INVALID_REQUEST, "Unauthorized")
+            return
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.policy.max_body_bytes:
+            await refuse(
+                413,
+                codes.INVALID_REQUEST,
+                f"Payload Too Large: the body exceeds {self.policy.max_body_bytes} bytes",
+            )
+            return
+        try:
+            body = await read_body(receive, self.policy.max_body_bytes)
+        except BodyTooLarge:
+            await refuse(
+                413,
+                codes.INVALID_REQUEST,
+                f"Payload Too Large: the body exceeds {self.policy.max_body_bytes} bytes",
+            )
+            return
+        except ClientGone:
+            return
+
+        header_version = headers.get("mcp-protocol-version")
+        if header_version is not None:
+            header_version = header_version.strip()
+            if header_version not in versions.ALL_VERSIONS:
+                await refuse(
+                    400,
+                    codes.UNSUPPORTED_PROTOCOL_VERSION,
+                    f"Unsupported MCP-Protocol-Version: {header_version}",
+                    {"supported": list(versions.ALL_VERSIONS), "requested": header_version},
+                )
+                return
+        mismatch = _header_mismatch(headers, body, header_version)
+        if mismatch is not None:
+            await refuse(400, codes.HEADER_MISMATCH, mismatch)
+            return
+
+        stream = _ResponseStream(send, cors, self.keepalive_interval_s)
+        conn = Connection(
+            caller=caller,
+            transport="http",
+            send=stream.send_message if sse_ok else None,
+            protocol_version=header_version or versions.DEFAULT_WITHOUT_HEADER,
+        )
+        outcome = self.server.receive(body, conn)
+        if isinstance(outcome, PendingCall | PendingBatch):
+            outcome = await _run_until_disconnect(outcome, receive, stream)
+            if stream.closed:
+                return
+        if outcome is None:
+            if stream.started:
+                await stream.finish(None)
+            else:
+                await send_response(send, 202, headers=cors, content_type=None)
+            return
+        if stream.started or (not json_ok and outcome.http_status == 200):
+            await stream.finish(outcome.body)
+            return
+        await send_response(send, outcome.http_status, outcome.body, headers=cors)
+
+
+def _header_mismatch(headers: Headers, body: bytes, header_version: str | None) -> str | None:
+    """The 2026-07-28 header/body consistency rules; a message when they are broken."""
+    try:
+        peek = _PEEK.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None  # not decodable: the core answers with the right JSON-RPC error
+    params = peek.params
+    if isinstance(params, UnsetType) or isinstance(params.meta, UnsetType):
+        return None
+    meta_version = params.meta.protocol_version
+    if isinstance(meta_version, UnsetType):
+        return None
+    if header_version is None:
+        return "Header mismatch: MCP-Protocol-Version is required for a 2026-07-28 request"
+    if header_version != meta_version:
+        return (
+            f"Header mismatch: MCP-Protocol-Version {header_version!r} differs from "
+            f"_meta protocolVersion {meta_version!r}"
+        )
+    if not isinstance(peek.method, str):
+        return None
+    method_header = headers.get("mcp-method")
+    if method_header is None:
+        return "Header mismatch: Mcp-Method is required"
+    if decode_header_value(method_header) != peek.method:
+        return f"Header mismatch: Mcp-Method {method_header!r} differs from method {peek.method!r}"
+    key = _NAME_PARAM.get(peek.method)
+    if key is not None:
+        expected = params.name if key == "name" else params.uri
+        name_header = headers.get("mcp-name")
+        if not isinstance(expected, str):
+            return None  # the core rejects the params themselves
+        if name_header is None:
+            return f"Header mismatch: Mcp-Name is required for {peek.method}"
+        if decode_header_value(name_header) != expected:
+            return f"Header mismatch: Mcp-Name differs from params.{key}"
+    return None
+
+
+class _ResponseStream:
+    """Starts an SSE response lazily, on the first notification a call sends."""
+
+    def __init__(
+        self, send: ASGISendCallable, cors: list[tuple[bytes, bytes]], keepalive_s: float
+    ) -> None:
+        self._send = send
+        self._cors = cors
+        self._lock = trio.Lock()
+        self.keepalive_s = keepalive_s
+        self.started = False
+        self.closed = False
+
+    async def _start(self) -> None:
+        if not self.started:
+            self.started = True
+            await self._send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [*SSE_HEADERS, *self._cors],
+                    "trailers": False,
+                }
+            )
+
+    async def send_message(self, message: bytes) -> None:
+        """Send one JSON-RPC message as an SSE ``message`` event (starting the stream)."""
+        async with self._lock:
+            if self.closed:
+                raise trio.ClosedResourceError("the response has ended")
+            await self._start()
+            await self._send(
+                {"type": "http.response.body", "body": sse_event(message), "more_body": True}
+            )
+
+    async def keepalive(self) -> None:
+        """Send ``: ping`` comments while the stream is open and idle."""
+        while True:
+            await trio.sleep(self.keepalive_s)
+            async with self._lock:
+                if self.started and not self.closed:
+                    await self._send(
+                        {"type": "http.response.body", "body": b": ping\n\n", "more_body": True}
+                    )
+
+    async def finish(self, last: bytes | None) -> None:
+        """Send the final message (if any) and end the stream."""
+        async with self._lock:
+            await self._start()
+            body = sse_event(last) if last is not None else b""
+            self.closed = True
+            await self._send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _run_until_disconnect(
+    pending: PendingCall | PendingBatch, receive: ASGIReceiveCallable, stream: _ResponseStream
+) -> Reply | None:
+    """Run a call; a client disconnect cancels it and marks the stream closed."""
+    reply: Reply | None = None
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            while True:
+                event = await receive()
+                if event["type"] == "http.disconnect":
+                    stream.closed = True
+                    if isinstance(pending, PendingCall):
+                        pending.cancel()
+                    nursery.cancel_scope.cancel()
+                    return
+
+        nursery.start_soon(watch)
+        if stream.keepalive_s > 0 and math.isfinite(stream.keepalive_s):
+            nursery.start_soon(stream.keepalive)
+        reply = await pending.run()
+        nursery.cancel_scope.cancel()
+    return reply
