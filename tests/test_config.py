@@ -1,0 +1,114 @@
+"""The typed configuration: defaults, TOML, environment overrides, flags, errors naming keys."""
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from coremetry.config import Config, ConfigError, load_config, render_config
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "coremetry.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_are_loopback_and_documented_limits() -> None:
+    config = load_config(environ={})
+    assert config.http.host == "127.0.0.1"
+    assert config.http.port == 8080
+    assert config.sse.keepalive_interval_s == 15.0
+    assert config.mcp.max_budget_s == 60.0
+
+
+def test_toml_file_sets_values(tmp_path: Path) -> None:
+    path = write(tmp_path, '[http]\nport = 9001\nallowed_origins = ["https://app.example"]\n')
+    config = load_config(path, environ={})
+    assert config.http.port == 9001
+    assert config.http.allowed_origins == ["https://app.example"]
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[htp]\nport = 1\n", "htp"),
+        ("[http]\nprot = 1\n", "prot"),
+        ("bogus = 1\n", "bogus"),
+    ],
+    ids=["unknown-section", "unknown-key", "unknown-top-level"],
+)
+def test_unknown_keys_are_errors_that_name_the_key(tmp_path: Path, text: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_config(write(tmp_path, text), environ={})
+
+
+def test_wrong_type_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"\$\.http\.port"):
+        load_config(write(tmp_path, '[http]\nport = "eighty"\n'), environ={})
+
+
+def test_invalid_toml_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "[http\n"), environ={})
+
+
+def test_missing_file_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "absent.toml", environ={})
+
+
+def test_environment_overrides_file_and_flags_override_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, "[http]\nport = 9001\n[sse]\nkeepalive_interval_s = 30.0\n")
+    env = {
+        "COREMETRY_HTTP_PORT": "9002",
+        "COREMETRY_SSE_KEEPALIVE_INTERVAL_S": "5",
+        "COREMETRY_HTTP_ALLOWED_HOSTS": "a.example,b.example:*",
+        "COREMETRY_DATA_DIR": "/tmp/x",
+        "PATH": "/usr/bin",
+    }
+    config = load_config(path, environ=env)
+    assert config.http.port == 9002
+    assert config.sse.keepalive_interval_s == 5.0
+    assert config.http.allowed_hosts == ["a.example", "b.example:*"]
+    assert config.data_dir == "/tmp/x"
+    flagged = load_config(path, environ=env, overrides={"http": {"port": 0}})
+    assert flagged.http.port == 0
+    assert flagged.sse.keepalive_interval_s == 5.0
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "match"),
+    [
+        ("COREMETRY_HTTP_PROT", "1", "PROT"),
+        ("COREMETRY_NOPE", "1", "NOPE"),
+        ("COREMETRY_HTTP_PORT", "eighty", r"\$\.http\.port"),
+    ],
+)
+def test_bad_environment_variables_are_named(name: str, value: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(environ={name: value})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"http": {"port": 70000}}, "http.port"),
+        ({"http": {"max_body_bytes": 0}}, "http.max_body_bytes"),
+        ({"mcp": {"max_budget_s": 0}}, "mcp.max_budget_s"),
+        ({"sse": {"keepalive_interval_s": -1}}, "sse.keepalive_interval_s"),
+        ({"http": {"root_path": "no-slash"}}, "root_path"),
+    ],
+)
+def test_out_of_range_values_are_refused(overrides: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(environ={}, overrides=overrides)
+
+
+def test_render_round_trips_as_toml() -> None:
+    config = load_config(environ={}, overrides={"http": {"allowed_origins": ["https://x.example"]}})
+    text = render_config(config)
+    parsed = tomllib.loads(text)
+    assert parsed["http"]["allowed_origins"] == ["https://x.example"]
+    assert parsed["http"]["port"] == 8080
+    assert isinstance(load_config(environ={}), Config)
