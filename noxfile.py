@@ -39,7 +39,29 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def conformance(session: nox.Session) -> None:
+    """Official MCP conformance suite, 2025-11-25 and 2026-07-28, against the fixture server.
+
+    Needs ``../shared/tools/run-conformance.sh`` (it fetches Node 22 and the suite itself);
+    arguments after ``--`` go to ``tests/conformance/run.py`` (e.g. ``--revision 2026-07-28``).
+    """
+    _install(session)
+    session.run("python", "tests/conformance/run.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Run the benchmarks under bench/ (figures and ratios to an in-run baseline)."""
     _install(session)
     session.run("python", "bench/dispatch_cost.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_http(session: nox.Session) -> None:
+    """tools/call echo over Streamable HTTP vs a bare-ASGI floor and the mcp SDK (wrk, taskset).
+
+    Needs ``wrk`` and ``taskset`` on PATH and two cores; arguments after ``--`` go to
+    ``bench/http_echo.py`` (e.g. ``--duration 3 --connections 1,16,64 --repeat 3``).
+    """
+    _install(session, "test")  # the mcp SDK reference server comes with the test extra
+    session.run("python", "bench/http_echo.py", *session.posargs)

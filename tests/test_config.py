@@ -112,3 +112,9 @@ def test_render_round_trips_as_toml() -> None:
     assert parsed["http"]["allowed_origins"] == ["https://x.example"]
     assert parsed["http"]["port"] == 8080
     assert isinstance(load_config(environ={}), Config)
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf"])
+def test_non_finite_numbers_are_refused(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"mcp\.max_budget_s"):
+        load_config(environ={"COREMETRY_MCP_MAX_BUDGET_S": value})

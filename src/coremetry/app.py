@@ -76,6 +76,28 @@ class CoremetryApp:
         )
         for path in MCP_PATHS:
             self.http_routes[path] = streamable
+        from coremetry.transports.sse import LegacySse  # the legacy HTTP+SSE routes
+
+        self.legacy_sse = LegacySse(
+            mcp,
+            self.policy,
+            authenticate=authenticate,
+            shutting_down=self.shutting_down,
+            keepalive_interval_s=config.sse.keepalive_interval_s,
+            max_sessions=config.sse.max_sessions,
+            session_idle_s=config.sse.session_idle_s,
+        )
+        self.http_routes.update(self.legacy_sse.routes())
+        from coremetry.transports.websocket import WebSocketTransport  # /api/mcp/ws
+
+        self.websocket_routes["/api/mcp/ws"] = WebSocketTransport(
+            mcp,
+            self.policy,
+            authenticate=authenticate,
+            shutting_down=self.shutting_down,
+            max_message_bytes=config.websocket.max_message_bytes,
+            max_connections=config.websocket.max_connections,
+        )
         self.quart = _quart_app()
 
     async def __call__(

@@ -25,7 +25,7 @@ import trio
 
 from coremetry import __version__
 from coremetry.config import Config, ConfigError, load_config, render_config
-from coremetry.mcp import ROLES, Caller
+from coremetry.mcp import ROLES, Caller, Server
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,6 +84,7 @@ def _log_level_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level",
         default="WARNING",
+        type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="stderr log level (default: WARNING)",
     )
@@ -141,20 +142,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         if args.command == "stdio":
-            from coremetry.transports.stdio import serve_stdio
-
             caller = Caller(subject="local", role=str(args.role), kind="local")
-            trio.run(lambda: serve_stdio(mcp, caller=caller))
+            trio.run(_stdio, mcp, caller, config.http.graceful_shutdown_s)
             return 0
         if args.command == "conformance-fixture":
             return _conformance_fixture(args)
         trio.run(lambda: serve(config, mcp, install_signal_handlers=True))
         return 0
-    except KeyboardInterrupt:
-        return 130
-    except OSError as exc:
-        print(f"coremetry: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+    except BaseException as exc:  # mapped to exit codes below, re-raised otherwise
+        # trio reports errors from inside nurseries as (nested) exception groups.
+        leaf = _single_leaf(exc)
+        if isinstance(leaf, KeyboardInterrupt):
+            return 130
+        if isinstance(leaf, OSError):
+            print(f"coremetry: {leaf.strerror or leaf}", file=sys.stderr)
+            return 1
+        raise
+
+
+def _single_leaf(exc: BaseException) -> BaseException:
+    """The one exception inside nested single-member groups (else ``exc`` itself)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+async def _stdio(mcp: Server, caller: Caller, grace_s: float) -> None:
+    """Serve stdio; SIGINT/SIGTERM stop reading and let calls in flight answer first."""
+    from coremetry.server import watch_signals
+    from coremetry.transports.stdio import serve_stdio
+
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch_signals, stop)
+        await serve_stdio(mcp, caller=caller, stop=stop, grace_s=grace_s)
+        nursery.cancel_scope.cancel()
 
 
 def _conformance_fixture(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ Every limit carries its unit in its name (``_s`` seconds, ``_ms`` milliseconds, 
 ``coremetry config show`` prints the effective configuration as TOML with secrets redacted.
 """
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -211,6 +212,20 @@ def _check(config: Config) -> None:
     for ok, message in checks:
         if not ok:
             raise ConfigError(f"invalid configuration: {message}")
+    sections: dict[str, msgspec.Struct] = {
+        "http": config.http,
+        "mcp": config.mcp,
+        "sse": config.sse,
+        "websocket": config.websocket,
+    }
+    for name, section in sections.items():
+        for info in msgspec.structs.fields(section):
+            value = getattr(section, info.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(
+                    f"invalid configuration: {name}.{info.name} must be a finite number, "
+                    f"got {value}"
+                )
     if config.http.root_path and not config.http.root_path.startswith("/"):
         raise ConfigError("invalid configuration: http.root_path must start with '/'")
 

@@ -63,7 +63,7 @@ def build_mcp_server(
     )
 
     async def server_info(uri: str, ctx: CallContext) -> str:
-        static, templates = server.resource_count()
+        # Counts are what this caller's role can see, never entries hidden from it.
         return msgspec.json.encode(
             {
                 "name": "coremetry",
@@ -71,10 +71,7 @@ def build_mcp_server(
                 "protocol_versions": list(versions.ALL_VERSIONS),
                 "protocol_version_in_use": ctx.protocol_version,
                 "caller": {"subject": ctx.caller.subject, "role": ctx.caller.role},
-                "tools": server.tool_count(),
-                "resources": static,
-                "resource_templates": templates,
-                "prompts": server.prompt_count(),
+                **server.visible_counts(ctx.caller.role),
             }
         ).decode()
 
@@ -84,8 +81,8 @@ def build_mcp_server(
             "server",
             server_info,
             title="Coremetry server",
-            description="What this server is: version, protocol revisions, registry sizes, "
-            "and the identity the caller is seen as.",
+            description="What this server is: version, protocol revisions, how many tools, "
+            "resources and prompts the caller can use, and the identity it is seen as.",
         )
     )
     if fixture:
@@ -137,10 +134,11 @@ async def serve(
     async def trigger() -> None:
         await stop.wait()
         app.shutting_down.set()
+        mcp.end_subscriptions()
 
     async with trio.open_nursery() as nursery:
         if install_signal_handlers:
-            nursery.start_soon(_on_signals, stop)
+            nursery.start_soon(watch_signals, stop)
         binds: list[str] = await nursery.start(
             partial(hypercorn_serve, app, hypercorn_config(config), shutdown_trigger=trigger)
         )
@@ -150,11 +148,17 @@ async def serve(
         task_status.started(url)
         await stop.wait()
         app.shutting_down.set()
+        mcp.end_subscriptions()
         # hypercorn drains within graceful_timeout and then returns; stop the signal watcher.
         nursery.cancel_scope.deadline = trio.current_time() + config.http.graceful_shutdown_s + 5
 
 
-async def _on_signals(stop: trio.Event) -> None:
+async def watch_signals(stop: trio.Event) -> None:
+    """Set ``stop`` on the first SIGINT or SIGTERM (then stop watching).
+
+    While this runs, trio receives those signals instead of Python raising KeyboardInterrupt,
+    so the process drains and exits cleanly.
+    """
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
             stop.set()

@@ -357,18 +357,20 @@ async def test_empty_batch_at_2025_03_26_is_single_invalid_request() -> None:
     assert status == 400
 
 
-async def test_batched_initialize_at_2025_03_26_is_an_error_for_that_element() -> None:
+async def test_batched_initialize_at_2025_03_26_refuses_the_whole_batch() -> None:
+    # 2025-03-26 basic/lifecycle: initialize MUST NOT be part of a batch. The whole batch is
+    # refused before anything in it runs (field-failures B08: no partial execution).
     data = (
         b'[{"jsonrpc":"2.0","id":5,"method":"initialize",'
         b'"params":{"protocolVersion":"2025-06-18","capabilities":{}}},'
         b'{"jsonrpc":"2.0","id":6,"method":"ping"}]'
     )
-    session, items, _status = await _batch_2025_03_26(data)
+    session, items, status = await _batch_2025_03_26(data)
     assert items is not None
-    by_id = {item["id"]: item for item in items}
-    assert set(by_id) == {5, 6}
-    assert error_of(by_id[5])["code"] == INVALID_REQUEST
-    assert result_of(by_id[6]) == {}
+    assert len(items) == 1
+    assert items[0]["id"] is None
+    assert error_of(items[0])["code"] == INVALID_REQUEST
+    assert status == 400
     assert session.conn.protocol_version == "2025-03-26"  # the batched initialize did nothing
 
 

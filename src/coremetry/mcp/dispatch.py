@@ -198,6 +198,11 @@ class Connection:
         initialized: ``notifications/initialized`` was received.
         log_level: threshold set by ``logging/setLevel`` (handshake era); ``None`` = server
             default.
+        client_capabilities: what the client declared in ``initialize`` on this connection.
+        capabilities_declared: an ``initialize`` was received on this connection, so
+            ``client_capabilities`` is what the client declared. False on a transport that keeps
+            no session (stateless HTTP serving a handshake-era request): the server then cannot
+            know the client's capabilities.
     """
 
     def __init__(
@@ -215,6 +220,7 @@ class Connection:
         self.initialized = False
         self.log_level: LogLevel | None = None
         self.client_capabilities: JsonObject = {}
+        self.capabilities_declared = False
         self.client_info: JsonObject = {}
         self.in_flight: dict[RequestId, PendingCall] = {}
 
@@ -246,6 +252,11 @@ class CallContext:
         stateless: the request is served in the 2026-07-28 era.
         client_capabilities: what the client declared (``initialize`` or the request's
             ``_meta``); a handler must not use a client feature missing here.
+        client_capabilities_known: ``client_capabilities`` really is the client's declaration
+            (from the request's ``_meta``, or an ``initialize`` on this connection). False for a
+            handshake-era request on a transport without sessions (stateless HTTP): the
+            declaration was made on another request and is unknown here, so an empty
+            ``client_capabilities`` does not mean "declared nothing".
         input_responses: 2026-07-28 MRTR: the client's answers to an earlier
             :class:`~coremetry.mcp.registry.InputRequired`, by key (empty on a first attempt).
         request_state: 2026-07-28 MRTR: the ``requestState`` echoed by the client, as sent
@@ -266,6 +277,7 @@ class CallContext:
         server: "Server",
         stateless: bool = False,
         client_capabilities: JsonObject | None = None,
+        client_capabilities_known: bool = True,
         input_responses: JsonObject | None = None,
         request_state: str | None = None,
     ) -> None:
@@ -276,6 +288,7 @@ class CallContext:
         self.budget_s = budget_s
         self.stateless = stateless
         self.client_capabilities: JsonObject = client_capabilities or {}
+        self.client_capabilities_known = client_capabilities_known
         self.input_responses: JsonObject = input_responses or {}
         self.request_state = request_state
         self._server = server
@@ -513,11 +526,18 @@ def _error_reply(
     return Reply(ENCODER.encode(ErrorResponse(id=request_id, error=error)), http_status)
 
 
+class _MethodOnly(Struct):
+    method: object = None
+
+
+_BATCH_PEEK: Final = msgspec.json.Decoder(_MethodOnly)
+
+
 def _looks_like_response(data: bytes) -> bool:
     """Whether an envelope that failed validation is a JSON-RPC response (never answered)."""
     try:
         obj = msgspec.json.decode(data, type=dict[str, Raw])
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return False
     return "method" not in obj and ("result" in obj or "error" in obj)
 
@@ -525,13 +545,15 @@ def _looks_like_response(data: bytes) -> bool:
 _MISSING_FIELD = re.compile(r"Object missing required field `([^`]+)`(?: - at `\$([^`]*)`)?")
 
 
-def _arguments_message(exc: msgspec.MsgspecError) -> str:
+def _arguments_message(exc: Exception) -> str:
     """Word a decode failure of tool ``arguments`` so that it names the field's JSON path.
 
     msgspec names the path for a wrong type (``- at `$.text```) but, for a missing top-level
     field, only the field: make both say where, e.g. "missing required argument `text` at
     `$.text`".
     """
+    if isinstance(exc, RecursionError):
+        return "Invalid arguments: JSON nested too deeply"
     text = str(exc)
     missing = _MISSING_FIELD.fullmatch(text)
     if missing is not None:
@@ -548,7 +570,7 @@ def _readable_id(data: bytes) -> RequestId | None:
         if raw_id is None:
             return None
         return msgspec.json.decode(raw_id, type=RequestId)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
 
 
@@ -607,6 +629,11 @@ class Server:
             and ``resourceSubscriptions`` on ``subscriptions/listen``; advertise
             ``resources.subscribe``.
         state_key: the HMAC key sealing MRTR ``requestState`` (default: random per process).
+        list_changed: advertise ``listChanged`` for tools, prompts and resources in the
+            2026-07-28 capabilities — set it when the application calls
+            :meth:`notify_list_changed` whenever a list changes (the notifications reach
+            ``subscriptions/listen`` streams). Handshake-era capabilities keep
+            ``listChanged: false``: those connections get no list-changed notifications.
 
     Raises:
         ValueError: a non-positive budget or page size.
@@ -626,6 +653,7 @@ class Server:
         default_log_level: LogLevel = "info",
         resource_subscriptions: bool = False,
         state_key: bytes | None = None,
+        list_changed: bool = False,
     ) -> None:
         if max_budget_s <= 0:
             raise ValueError("max_budget_s must be positive")
@@ -642,6 +670,7 @@ class Server:
         self.read_ttl_ms = read_ttl_ms
         self.default_log_level: LogLevel = default_log_level
         self.resource_subscriptions = resource_subscriptions
+        self.list_changed = list_changed
         self._tools: dict[str, Tool[Struct]] = {}
         self._resources: dict[str, Resource] = {}
         self._templates: dict[str, ResourceTemplate] = {}
@@ -654,6 +683,7 @@ class Server:
         self._max_changes = 1024
         self._change_seq = 0
         self._change_event = trio.Event()
+        self._subscriptions_ended = False
         self._server_meta: JsonObject = {META_SERVER_INFO: msgspec.to_builtins(self.info)}
 
     # -- registries --------------------------------------------------------------------------
@@ -701,6 +731,19 @@ class Server:
         """The registered tools, in registration order."""
         return tuple(self._tools.values())
 
+    def visible_counts(self, role: str) -> dict[str, int]:
+        """How many entries of each kind a caller with ``role`` sees in the list methods.
+
+        Returns:
+            ``{"tools": n, "resources": n, "resource_templates": n, "prompts": n}``.
+        """
+        return {
+            "tools": sum(_role_ok(role, t.min_role) for t in self._tools.values()),
+            "resources": sum(_role_ok(role, r.min_role) for r in self._resources.values()),
+            "resource_templates": sum(_role_ok(role, t.min_role) for t in self._templates.values()),
+            "prompts": sum(_role_ok(role, p.min_role) for p in self._prompts.values()),
+        }
+
     def set_call_gate(self, gate: CallGate) -> None:
         """Replace the call gate.
 
@@ -744,12 +787,28 @@ class Server:
         Returns:
             See :data:`Outcome`. Never raises for any input.
         """
+        if not data.isascii():
+            # msgspec validates the UTF-8 of what it decodes into str, not of what it skips or
+            # keeps as Raw; JSON text must be UTF-8 throughout (RFC 8259 §8.1).
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                return _error_reply(
+                    None,
+                    codes.PARSE_ERROR,
+                    "Parse error: the message is not valid UTF-8",
+                    http_status=400,
+                )
         try:
             msg = INBOUND_DECODER.decode(data)
         except msgspec.ValidationError as exc:
             return self._invalid_message(data, conn, exc, in_batch=in_batch)
         except msgspec.DecodeError as exc:
             return _error_reply(None, codes.PARSE_ERROR, f"Parse error: {exc}", http_status=400)
+        except RecursionError:
+            return _error_reply(
+                None, codes.PARSE_ERROR, "Parse error: JSON nested too deeply", http_status=400
+            )
         try:
             return self._route(msg, conn, in_batch=in_batch)
         except ProtocolError as exc:
@@ -782,7 +841,11 @@ class Server:
     def _batch(self, data: bytes, conn: Connection, *, in_batch: bool) -> Outcome:
         try:
             items = msgspec.json.decode(data, type=list[Raw])
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:  # pragma: no cover
+        except (
+            msgspec.DecodeError,
+            msgspec.ValidationError,
+            RecursionError,
+        ) as exc:  # pragma: no cover
             return _error_reply(None, codes.PARSE_ERROR, f"Parse error: {exc}", http_status=400)
         if in_batch or conn.protocol_version != V2025_03_26:
             return _error_reply(
@@ -796,6 +859,20 @@ class Server:
             return _error_reply(
                 None, codes.INVALID_REQUEST, "Invalid Request: empty batch", http_status=400
             )
+        for item in items:
+            try:
+                method = _BATCH_PEEK.decode(item).method
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                continue  # answered per element
+            if method == "initialize":
+                # 2025-03-26 basic/lifecycle: initialize MUST NOT be part of a batch. Refuse the
+                # whole batch before anything in it runs.
+                return _error_reply(
+                    None,
+                    codes.INVALID_REQUEST,
+                    "Invalid Request: initialize must not be part of a JSON-RPC batch",
+                    http_status=400,
+                )
         return PendingBatch(self, items, conn)
 
     # -- routing ---------------------------------------------------------------------------------
@@ -830,7 +907,7 @@ class Server:
         elif method == "notifications/cancelled":
             try:
                 cancelled = msgspec.json.decode(params, type=CancelledParams)
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 return  # invalid cancellations SHOULD be ignored
             call = conn.in_flight.get(cancelled.request_id)
             if call is not None:
@@ -858,7 +935,7 @@ class Server:
             )
         try:
             decoded = _decode_params(method, params)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
             if not route.stateless and self._is_stateless(_meta_of(params), conn):
                 # A method the stateless era removed stays "not found", whatever its params.
                 raise ProtocolError(
@@ -941,15 +1018,18 @@ class Server:
         """The capabilities advertised at ``version`` (``basic/lifecycle`` "Capabilities").
 
         ``completions`` exists from 2025-03-26 (2024-11-05 had the method but no capability).
-        ``resources.subscribe`` only in the handshake era and only when enabled.
+        ``resources.subscribe`` only in the handshake era and only when enabled; ``listChanged``
+        only in the stateless era and only when enabled (see ``list_changed``).
         """
+        stateless = is_stateless(version)
+        list_changed = self.list_changed and stateless
         caps = ServerCapabilities(
-            tools=ListChangedCapability(list_changed=False),
+            tools=ListChangedCapability(list_changed=list_changed),
             resources=ResourcesCapability(
-                subscribe=self.resource_subscriptions and not is_stateless(version),
-                list_changed=False,
+                subscribe=self.resource_subscriptions and not stateless,
+                list_changed=list_changed,
             ),
-            prompts=ListChangedCapability(list_changed=False),
+            prompts=ListChangedCapability(list_changed=list_changed),
             logging={},
         )
         if at_least(version, V2025_03_26):
@@ -960,6 +1040,7 @@ class Server:
         version = negotiate(params.protocol_version)
         conn.protocol_version = version
         conn.client_capabilities = params.capabilities
+        conn.capabilities_declared = True
         if not isinstance(params.client_info, UnsetType):
             conn.client_info = params.client_info
         result = InitializeResult(
@@ -1115,14 +1196,14 @@ class Server:
         if error is not None:
             try:
                 detail = msgspec.json.decode(error, type=ErrorObject)
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 raise ClientRequestError(
                     codes.INTERNAL_ERROR, "malformed error from client"
                 ) from None
             raise ClientRequestError(detail.code, detail.message)
         try:
             return msgspec.json.decode(result or b"{}", type=JsonObject)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             raise ClientRequestError(codes.INTERNAL_ERROR, "malformed result from client") from None
 
     def _deliver_response(
@@ -1163,6 +1244,17 @@ class Server:
         """Tell every listen stream subscribed to ``uri`` that the resource changed."""
         self._publish(("resource", uri))
 
+    def end_subscriptions(self) -> None:
+        """End every ``subscriptions/listen`` stream gracefully (call when shutting down).
+
+        Each open listen call answers ``SubscriptionsListenResult`` (``resultType: complete``,
+        ``_meta`` carrying its subscription id), which the transport sends before ending the
+        stream; listens started afterwards end at once the same way.
+        """
+        self._subscriptions_ended = True
+        event, self._change_event = self._change_event, trio.Event()
+        event.set()
+
     def _publish(self, change: tuple[str, str]) -> None:
         self._changes.append(change)
         del self._changes[: -self._max_changes]
@@ -1183,8 +1275,9 @@ class Server:
                 else UNSET
             ),
         )
-        subscription_id = str(request.id)
-        meta: JsonObject = {META_SUBSCRIPTION_ID: subscription_id}
+        # The subscription id is the listen request's own id, JSON type kept (schema:
+        # SubscriptionsAcknowledgedNotification, "io.modelcontextprotocol/subscriptionId").
+        meta: JsonObject = {META_SUBSCRIPTION_ID: request.id}
         send = conn.send
         if send is None:
             raise ProtocolError(
@@ -1211,6 +1304,11 @@ class Server:
             )
             seen = self._change_seq
             while True:
+                if self._subscriptions_ended:
+                    # Graceful teardown (server shutdown): SubscriptionsListenResult.
+                    ended = EmptyResult(result_type="complete")
+                    ended.meta = {**self._server_meta, **meta}
+                    return Reply(ENCODER.encode(ResultResponse(id=request.id, result=ended)))
                 event = self._change_event
                 await event.wait()
                 missed = self._change_seq - seen
@@ -1262,6 +1360,9 @@ class Server:
             stateless=request.stateless,
             client_capabilities=(
                 conn.client_capabilities if isinstance(capabilities, UnsetType) else capabilities
+            ),
+            client_capabilities_known=(
+                conn.capabilities_declared or not isinstance(capabilities, UnsetType)
             ),
             input_responses=None if isinstance(retry, UnsetType) else retry.input_responses or None,
             request_state=(
@@ -1320,7 +1421,7 @@ class Server:
                 return refusal
             try:
                 run = tool.bind(arguments)
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
                 bad = classify_tool_error(msgspec.ValidationError(_arguments_message(exc)))
                 return self._ok(request, _tool_error_result(bad, request.version))
             try:
@@ -1501,7 +1602,7 @@ class Server:
 def _meta_of(params: bytes) -> RequestMeta:
     try:
         decoded = msgspec.json.decode(params, type=EmptyParams)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return RequestMeta()
     return decoded.meta if not isinstance(decoded.meta, UnsetType) else RequestMeta()
 

@@ -6,7 +6,10 @@ the entries its role may use (``shared/DESIGN.md`` §3).
 
 Tools declare their arguments as a msgspec Struct; the ``inputSchema`` that ``tools/list`` serves
 is generated from that Struct (one source of truth), and a request's ``arguments`` are decoded
-with it (a failure is a ``bad_args`` tool error that names the field).
+with it (a failure is a ``bad_args`` tool error that names the field). When a schema needs
+keywords msgspec cannot generate (``if``/``then``/``else``, ``allOf``, ``$anchor``, ...), a tool
+may pass an explicit ``input_schema``: it is served verbatim, and the arguments are still
+decoded with the Struct.
 """
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -128,9 +131,15 @@ class Tool(Generic[ArgsT]):
         annotations: behaviour hints; tools default to ``readOnlyHint: true``.
         title: a human-readable title (2025-06-18+).
         output_schema: a JSON Schema for ``structuredContent``, if the tool guarantees one.
+        input_schema: an explicit JSON Schema served as ``inputSchema`` instead of the one
+            generated from ``args`` — for keywords msgspec cannot generate (conditionals,
+            composition, ``$anchor``, a ``$schema`` dialect). It must be an object schema
+            (``"type": "object"``). ``arguments`` are still decoded with ``args``, so the Struct
+            must accept every value the schema accepts (and should reject what it rejects).
 
     Raises:
-        ValueError: an empty name or description, or a non-positive budget.
+        ValueError: an empty name or description, a non-positive budget, or an
+            ``input_schema`` whose ``type`` is not ``"object"``.
     """
 
     def __init__(
@@ -146,6 +155,7 @@ class Tool(Generic[ArgsT]):
         annotations: ToolAnnotations | None = None,
         title: str | None = None,
         output_schema: JsonObject | None = None,
+        input_schema: JsonObject | None = None,
     ) -> None:
         if not name:
             raise ValueError("tool name must not be empty")
@@ -153,6 +163,8 @@ class Tool(Generic[ArgsT]):
             raise ValueError(f"tool {name!r}: description must not be empty")
         if read_budget_s <= 0:
             raise ValueError(f"tool {name!r}: read_budget_s must be positive")
+        if input_schema is not None and input_schema.get("type") != "object":
+            raise ValueError(f'tool {name!r}: input_schema must have "type": "object"')
         self.name = name
         self.description = description
         self.args = args
@@ -164,7 +176,9 @@ class Tool(Generic[ArgsT]):
             annotations if annotations is not None else ToolAnnotations(read_only_hint=True)
         )
         self.title = title
-        self.input_schema: JsonObject = schema_for(args)
+        self.input_schema: JsonObject = (
+            schema_for(args) if input_schema is None else dict(input_schema)
+        )
         self.output_schema = output_schema
         self.decoder: msgspec.json.Decoder[ArgsT] = msgspec.json.Decoder(args)
         self.input_schema_json: bytes = msgspec.json.encode(self.input_schema)

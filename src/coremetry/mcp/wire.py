@@ -543,6 +543,52 @@ class CompleteResult(Result, kw_only=True):
 
 
 # --------------------------------------------------------------------------------------------
+# Client results (inbound): answers to server requests
+# --------------------------------------------------------------------------------------------
+# What :meth:`CallContext.request` returns and what a 2026-07-28 retry carries in
+# ``inputResponses``, for the three requests a server may make of a client. Tolerant readers:
+# decode a value with ``msgspec.convert(value, type=ElicitResult)`` and treat a
+# ``msgspec.ValidationError`` as "the client did not answer this request".
+
+
+class ElicitResult(_Wire, kw_only=True):
+    """The client's answer to ``elicitation/create`` (``client/elicitation``).
+
+    ``content`` holds the submitted form values when ``action`` is ``"accept"`` (form mode).
+    """
+
+    action: Literal["accept", "decline", "cancel"]
+    content: JsonObject | UnsetType = UNSET
+
+
+class CreateMessageResult(_Wire, kw_only=True):
+    """The client's answer to ``sampling/createMessage`` (``client/sampling``).
+
+    ``content`` is one content block, or (2025-11-25+, with tools) a list of them; blocks stay
+    raw JSON objects because sampling allows block types (``tool_use``, ``tool_result``) that
+    tool results do not.
+    """
+
+    role: Literal["user", "assistant"]
+    content: JsonObject | list[JsonObject]
+    model: str
+    stop_reason: str | UnsetType = UNSET
+
+
+class Root(_Wire, kw_only=True):
+    """One root of ``roots/list`` (``client/roots``)."""
+
+    uri: str
+    name: str | UnsetType = UNSET
+
+
+class ListRootsResult(_Wire, kw_only=True):
+    """The client's answer to ``roots/list``."""
+
+    roots: list[Root]
+
+
+# --------------------------------------------------------------------------------------------
 # Notifications (outbound)
 # --------------------------------------------------------------------------------------------
 
@@ -582,6 +628,27 @@ class LoggingMessageParams(_Wire, kw_only=True):
     level: LogLevel
     data: object
     logger: str | UnsetType = UNSET
+
+
+_LINE_BREAKS: Final[tuple[tuple[bytes, bytes], ...]] = (
+    ("\u2028".encode(), b"\\u2028"),
+    ("\u2029".encode(), b"\\u2029"),
+    ("\u0085".encode(), b"\\u0085"),
+)
+
+
+def line_safe(message: bytes) -> bytes:
+    """Escape U+0085, U+2028 and U+2029 in an encoded JSON message (meaning unchanged).
+
+    msgspec writes these code points raw inside strings (valid JSON), but line-oriented readers
+    such as Python's ``str.splitlines`` and some SSE parsers split on them. The stdio and SSE
+    transports frame messages by line, so they send this form. UTF-8 lead bytes never occur
+    inside another character, so byte replacement is exact.
+    """
+    for raw, escaped in _LINE_BREAKS:
+        if raw in message:
+            message = message.replace(raw, escaped)
+    return message
 
 
 ENCODER: Final = msgspec.json.Encoder()

@@ -196,12 +196,26 @@ async def read_body(receive: ASGIReceiveCallable, limit_bytes: int) -> bytes:
             return b"".join(chunks)
 
 
-def jsonrpc_error_body(code: int, message: str, data: wire.JsonObject | None = None) -> bytes:
-    """A JSON-RPC error object with ``id: null`` for HTTP-level refusals."""
+def jsonrpc_error_body(
+    code: int,
+    message: str,
+    data: wire.JsonObject | None = None,
+    *,
+    request_id: wire.RequestId | None = None,
+) -> bytes:
+    """A JSON-RPC error object for HTTP-level refusals.
+
+    Args:
+        code: the JSON-RPC error code.
+        message: the error message.
+        data: optional ``error.data``.
+        request_id: the refused request's id when it could be read (JSON-RPC 2.0 §5: an error
+            carries the request's id; ``null`` only when it could not be determined).
+    """
     error = wire.ErrorObject(code=code, message=message)
     if data is not None:
         error.data = data
-    return wire.ENCODER.encode(wire.ErrorResponse(id=None, error=error))
+    return wire.ENCODER.encode(wire.ErrorResponse(id=request_id, error=error))
 
 
 async def send_response(
@@ -288,3 +302,24 @@ SSE_HEADERS: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 )
+
+
+_PREFIX_CHARS: Final = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@%/"
+)
+
+
+def public_prefix(headers: Headers, policy: HttpPolicy) -> str:
+    """The path prefix clients reach the server under, for URIs we announce to them.
+
+    A sane ``X-Forwarded-Prefix`` (set by a reverse proxy) wins over ``policy.root_path``. Sane
+    means: starts with ``/``, holds no ``//`` (a protocol-relative URI would name another
+    host), and only RFC 3986 path characters (so no CR/LF, spaces, ``?``, ``#`` or a backslash).
+    An insane value is ignored. The result never ends with ``/`` (``""`` for the root).
+    """
+    value = headers.get("x-forwarded-prefix")
+    if value is not None:
+        value = value.strip()
+        if value.startswith("/") and "//" not in value and _PREFIX_CHARS.issuperset(value):
+            return value.rstrip("/")
+    return policy.root_path

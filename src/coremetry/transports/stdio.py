@@ -1,7 +1,8 @@
 """The stdio transport: newline-delimited JSON-RPC on stdin/stdout (MCP ``basic/transports``).
 
-- One JSON-RPC message per line, UTF-8; our messages never contain a raw newline (msgspec
-  escapes newlines inside strings).
+- One JSON-RPC message per line, UTF-8; our messages never contain a raw line break: msgspec
+  escapes CR/LF inside strings and :func:`~coremetry.mcp.wire.line_safe` escapes U+0085,
+  U+2028 and U+2029, which some line splitters (Python's ``str.splitlines``) also break on.
 - Nothing but MCP messages is written to stdout; logs go to stderr.
 - Requests are served concurrently (see :func:`coremetry.mcp.serve_connection`), so
   ``notifications/cancelled`` reaches a running call. When stdin closes, in-flight calls are
@@ -18,7 +19,7 @@ from typing import Final
 import trio
 
 from coremetry.mcp import Caller, Connection, Server, codes, serve_connection
-from coremetry.mcp.wire import ENCODER, ErrorObject, ErrorResponse
+from coremetry.mcp.wire import ENCODER, ErrorObject, ErrorResponse, line_safe
 
 MAX_LINE_BYTES: Final = 16 * 1024 * 1024
 """Default cap on one inbound line, in bytes (16 MiB)."""
@@ -69,6 +70,8 @@ async def serve_stdio(
     stdin: trio.abc.ReceiveStream | None = None,
     stdout: trio.abc.SendStream | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
+    stop: trio.Event | None = None,
+    grace_s: float = 5.0,
 ) -> None:
     """Serve one MCP session on a pair of byte streams until the input ends.
 
@@ -78,9 +81,13 @@ async def serve_stdio(
         stdin: where messages come from (default: the process's fd 0).
         stdout: where answers go (default: the process's fd 1).
         max_line_bytes: the longest accepted line, in bytes.
+        stop: when set (e.g. on SIGINT/SIGTERM), stop reading as if stdin had closed.
+        grace_s: after ``stop``, how long in-flight calls may take to answer, in seconds;
+            then they are cancelled.
 
-    Blocks until ``stdin`` reaches end-of-file and every in-flight call has answered. A broken
-    ``stdout`` (the client went away) cancels the in-flight calls and returns.
+    Blocks until ``stdin`` reaches end-of-file (or ``stop`` is set) and every in-flight call
+    has answered. A broken ``stdout`` (the client went away) cancels the in-flight calls and
+    returns.
     """
     owned: list[trio.lowlevel.FdStream] = []
     if stdin is None:
@@ -97,7 +104,7 @@ async def serve_stdio(
     async def writer() -> None:
         async with out_recv:
             async for message in out_recv:
-                await output.send_all(message + b"\n")
+                await output.send_all(line_safe(message) + b"\n")
 
     async def send(message: bytes) -> None:
         await out_send.send(message)
@@ -116,16 +123,45 @@ async def serve_stdio(
         await send(too_long_error)
 
     conn = Connection(caller=caller, transport="stdio", send=send)
+    # Lines flow reader -> channel -> serve_connection, so that a stop request can end the
+    # input early (as EOF does) while the calls in flight drain within ``grace_s``.
+    line_send, line_recv = trio.open_memory_channel[bytes](0)
+    drain = trio.CancelScope()
+    source = stdin
+
+    reading = trio.CancelScope()
+
+    async def reader() -> None:
+        with reading:
+            async with line_send:
+                lines = _lines(source, max_line_bytes, report_too_long)
+                try:
+                    async for line in lines:
+                        await line_send.send(line)
+                finally:
+                    await lines.aclose()
+
+    watching = trio.CancelScope()
+
+    async def on_stop(stop_event: trio.Event) -> None:
+        with watching:
+            await stop_event.wait()
+            reading.cancel()  # stop reading stdin; the channel closes as on EOF
+            drain.deadline = trio.current_time() + grace_s
+
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer)
-            lines = _lines(stdin, max_line_bytes, report_too_long)
-            try:
-                await serve_connection(server, conn, lines, drain_on_eof=True)
-            finally:
-                await lines.aclose()
+            nursery.start_soon(reader)
+            if stop is not None:
+                nursery.start_soon(on_stop, stop)
+            with drain:
+                await serve_connection(server, conn, line_recv, drain_on_eof=True)
+            reading.cancel()
+            watching.cancel()
             # serve_connection has drained every call; let the writer flush and stop.
             await out_send.aclose()
+            nursery.cancel_scope.deadline = trio.current_time() + grace_s
     except* (trio.BrokenResourceError, trio.ClosedResourceError):
         conn.cancel_all()
     finally:

@@ -18,7 +18,16 @@ Both eras on one endpoint (``shared/reference/mcp-spec.md`` §2; 2025-11-25 and 
   the stream then ends after the result. A client that only accepts ``text/event-stream`` always
   gets a stream.
 - Closing the response (client disconnect) cancels the call: its cancel scope ends, no more
-  work is done, nothing more is written.
+  work is done, nothing more is written. (That is the 2026-07-28 cancellation; it is also what
+  the SDK client does there.) A handshake-era ``notifications/cancelled`` comes on a POST of
+  its own, which shares no session with the call's POST: it is accepted (202) and cannot reach
+  the call, which ends at its deadline or when its POST is closed. Matching it by request id
+  alone is deliberately not done: without sessions, two clients of one principal (or any two
+  anonymous clients) reuse the same small ids, and one would cancel the other's call.
+- When the server starts draining, ``Server.end_subscriptions()`` makes every
+  ``subscriptions/listen`` call answer ``SubscriptionsListenResult``, which ends its stream
+  cleanly (they have no natural end; every other call is left to finish within the
+  graceful-shutdown budget).
 """
 
 import base64
@@ -43,7 +52,7 @@ from coremetry.mcp import (
     codes,
     versions,
 )
-from coremetry.mcp.wire import JsonObject
+from coremetry.mcp.wire import JsonObject, RequestId
 
 from ._http import (
     SSE_HEADERS,
@@ -87,11 +96,39 @@ class _PeekParams(msgspec.Struct):
 class _Peek(msgspec.Struct):
     """What the transport needs from the body before the core handles it (header checks)."""
 
+    id: object = None
     method: object = None
     params: _PeekParams | UnsetType = UNSET
 
+    @property
+    def request_id(self) -> RequestId | None:
+        """The request's id when it is a valid JSON-RPC id (string or integer), else ``None``."""
+        value = self.id
+        return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+    @property
+    def meta_version(self) -> str | None:
+        """The ``_meta`` protocol version (``io.modelcontextprotocol/protocolVersion``), if any."""
+        params = self.params
+        if isinstance(params, UnsetType) or isinstance(params.meta, UnsetType):
+            return None
+        version = params.meta.protocol_version
+        return None if isinstance(version, UnsetType) else version
+
 
 _PEEK: Final = msgspec.json.Decoder(_Peek)
+
+
+def _peek(body: bytes) -> _Peek | None:
+    """Decode what the header checks need; ``None`` when the body is not a JSON-RPC object.
+
+    An undecodable body is left to the core, which answers it with the right JSON-RPC error.
+    """
+    try:
+        return _PEEK.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
 
 _NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
@@ -195,7 +232,10 @@ class StreamableHttp:
             )
             return
         accept = headers.get("accept")
+        if accept is not None and not accept.strip():
+            accept = None  # a blank Accept is an absent one (RFC 9110 §12.5.1)
         json_ok = accepts(accept, "application/json")
+        # No Accept: the client never said it reads SSE, so it gets plain JSON answers.
         sse_ok = accept is not None and accepts(accept, "text/event-stream")
         if not json_ok and not sse_ok:
             await refuse(
@@ -229,20 +269,35 @@ class StreamableHttp:
         except ClientGone:
             return
 
+        peek = _peek(body)
+        request_id = peek.request_id if peek is not None else None
         header_version = headers.get("mcp-protocol-version")
         if header_version is not None:
             header_version = header_version.strip()
-            if header_version not in versions.ALL_VERSIONS:
-                await refuse(
-                    400,
+        # A 2026-07-28 request whose headers disagree with its body is a mismatch first (the
+        # client disagrees with itself), whatever the header says; only then is the header's
+        # revision judged on its own.
+        mismatch = _header_mismatch(headers, peek, header_version)
+        if mismatch is not None:
+            await send_response(
+                send,
+                400,
+                jsonrpc_error_body(codes.HEADER_MISMATCH, mismatch, request_id=request_id),
+                headers=cors,
+            )
+            return
+        if header_version is not None and header_version not in versions.ALL_VERSIONS:
+            await send_response(
+                send,
+                400,
+                jsonrpc_error_body(
                     codes.UNSUPPORTED_PROTOCOL_VERSION,
                     f"Unsupported MCP-Protocol-Version: {header_version}",
                     {"supported": list(versions.ALL_VERSIONS), "requested": header_version},
-                )
-                return
-        mismatch = _header_mismatch(headers, body, header_version)
-        if mismatch is not None:
-            await refuse(400, codes.HEADER_MISMATCH, mismatch)
+                    request_id=request_id,
+                ),
+                headers=cors,
+            )
             return
 
         stream = _ResponseStream(send, cors, self.keepalive_interval_s)
@@ -269,18 +324,20 @@ class StreamableHttp:
         await send_response(send, outcome.http_status, outcome.body, headers=cors)
 
 
-def _header_mismatch(headers: Headers, body: bytes, header_version: str | None) -> str | None:
-    """The 2026-07-28 header/body consistency rules; a message when they are broken."""
-    try:
-        peek = _PEEK.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None  # not decodable: the core answers with the right JSON-RPC error
+def _header_mismatch(
+    headers: Headers, peek: _Peek | None, header_version: str | None
+) -> str | None:
+    """The 2026-07-28 header/body consistency rules; a message when they are broken.
+
+    Only requests (and notifications) whose ``_meta`` names a protocol version are checked; a
+    body the transport cannot peek into is left to the core.
+    """
+    if peek is None:
+        return None
+    meta_version = peek.meta_version
+    if meta_version is None or isinstance(peek.params, UnsetType):
+        return None
     params = peek.params
-    if isinstance(params, UnsetType) or isinstance(params.meta, UnsetType):
-        return None
-    meta_version = params.meta.protocol_version
-    if isinstance(meta_version, UnsetType):
-        return None
     if header_version is None:
         return "Header mismatch: MCP-Protocol-Version is required for a 2026-07-28 request"
     if header_version != meta_version:
@@ -363,9 +420,20 @@ class _ResponseStream:
 
 
 async def _run_until_disconnect(
-    pending: PendingCall | PendingBatch, receive: ASGIReceiveCallable, stream: _ResponseStream
+    pending: PendingCall | PendingBatch,
+    receive: ASGIReceiveCallable,
+    stream: _ResponseStream,
 ) -> Reply | None:
-    """Run a call; a client disconnect cancels it and marks the stream closed."""
+    """Run a call; a client disconnect cancels it and marks the stream closed.
+
+    Args:
+        pending: the call (or 2025-03-26 batch) to run.
+        receive: the request's ASGI ``receive`` (watched for ``http.disconnect``).
+        stream: the response stream the call's notifications go to.
+
+    Returns:
+        The call's reply, or ``None`` when a disconnect cancelled it.
+    """
     reply: Reply | None = None
     async with trio.open_nursery() as nursery:
 
