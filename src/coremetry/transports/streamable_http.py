@@ -247,7 +247,13 @@ class StreamableHttp:
         try:
             caller = await self.authenticate(headers)
         except Exception:  # the auth layer answers its own errors; never leak them here
-            await refuse(401, codes.INVALID_REQUEST, "Unauthorized")
+            # RFC 9110 §11.6.1: a 401 carries WWW-Authenticate (DESIGN.md §4).
+            await send_response(
+                send,
+                401,
+                jsonrpc_error_body(codes.INVALID_REQUEST, "Unauthorized"),
+                headers=[(b"www-authenticate", b'Bearer realm="coremetry"'), *cors],
+            )
             return
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.policy.max_body_bytes:
