@@ -6,8 +6,8 @@ Routing, by path:
   served by a lean ASGI handler in front of Quart: per-request Quart machinery (request
   context, response objects, timeouts) is not on the MCP hot path, while every route shares
   the same policy and authentication hook. (The benchmarks in ``bench/`` measure the choice.)
-- ``/api/mcp/sse`` + ``/api/mcp/messages`` — legacy HTTP+SSE (2024-11-05), when registered.
-- ``/api/mcp/ws`` — WebSocket, when registered.
+- ``/api/mcp/sse`` + ``/api/mcp/messages`` — legacy HTTP+SSE (2024-11-05).
+- ``/api/mcp/ws`` — WebSocket (subprotocol ``mcp``).
 - everything else — the QuartTrio app: ``GET /healthz`` (unauthenticated, no data) and, later,
   the REST API.
 """
@@ -29,8 +29,10 @@ from quart_trio import QuartTrio
 from coremetry import __version__
 from coremetry.config import Config
 from coremetry.mcp import Server
-from coremetry.transports._http import HttpPolicy
-from coremetry.transports.streamable_http import Authenticate, StreamableHttp, anonymous
+from coremetry.transports._http import Authenticate, HttpPolicy, anonymous
+from coremetry.transports.sse import LegacySse
+from coremetry.transports.streamable_http import StreamableHttp
+from coremetry.transports.websocket import WebSocketTransport
 
 HttpHandler = Callable[[HTTPScope, ASGIReceiveCallable, ASGISendCallable], Awaitable[None]]
 WebsocketHandler = Callable[
@@ -76,8 +78,6 @@ class CoremetryApp:
         )
         for path in MCP_PATHS:
             self.http_routes[path] = streamable
-        from coremetry.transports.sse import LegacySse  # the legacy HTTP+SSE routes
-
         self.legacy_sse = LegacySse(
             mcp,
             self.policy,
@@ -88,8 +88,6 @@ class CoremetryApp:
             session_idle_s=config.sse.session_idle_s,
         )
         self.http_routes.update(self.legacy_sse.routes())
-        from coremetry.transports.websocket import WebSocketTransport  # /api/mcp/ws
-
         self.websocket_routes["/api/mcp/ws"] = WebSocketTransport(
             mcp,
             self.policy,

@@ -425,7 +425,7 @@ async def test_stream_authentication_failure_is_401() -> None:
     with trio.fail_after(LIMIT_S):
         response = await request(sse.open_stream, "GET", SSE_PATH, headers=[SSE_ACCEPT])
     assert response.status == 401
-    assert response.header(b"www-authenticate") == b"Bearer"
+    assert response.header(b"www-authenticate") == b'Bearer realm="coremetry"'
     assert "no token" not in response.body.decode()
     assert sse.sessions == {}
 

@@ -600,7 +600,7 @@ async def test_session_is_bound_to_the_identity_that_opened_it() -> None:
                 own = await client.post(endpoint, json=PING, headers=alice)
                 answer = await events.next_message("ping")
     assert anonymous.status_code == 401
-    assert anonymous.headers["www-authenticate"] == "Bearer"
+    assert anonymous.headers["www-authenticate"] == 'Bearer realm="coremetry"'
     assert stolen.status_code == 404
     assert own.status_code == 202
     assert answer["id"] == 1

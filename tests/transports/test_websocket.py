@@ -612,7 +612,7 @@ async def test_refused_authentication_gets_401() -> None:
         async with app_server(app) as url:
             refusal = await upgrade_by_hand(url)
     assert refusal.status == 401
-    assert refusal.headers["www-authenticate"] == "Bearer"
+    assert refusal.headers["www-authenticate"] == 'Bearer realm="coremetry"'
     assert b"no token" not in refusal.body
     assert as_object(refusal.json()["error"])["message"] == "Unauthorized"
 

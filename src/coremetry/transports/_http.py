@@ -15,12 +15,12 @@ B15):
 """
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Final
 
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable
 
-from coremetry.mcp import wire
+from coremetry.mcp import ANONYMOUS_VIEWER, Caller, wire
 
 JSON_TYPE: Final = b"application/json"
 SSE_TYPE: Final = b"text/event-stream"
@@ -109,6 +109,21 @@ class HttpPolicy:
             return True
         return _host_name(authority) in _LOOPBACK_NAMES
 
+    def refusal(self, headers: "Headers") -> tuple[int, str] | None:
+        """The one admission decision every HTTP transport applies before anything else.
+
+        Returns:
+            ``(403, message)`` for a present, disallowed ``Origin``; ``(421, message)`` for a
+            ``Host`` outside the allow-list; ``None`` when the request may proceed.
+        """
+        origin = headers.get("origin")
+        if origin is not None and not self.origin_allowed(origin):
+            return 403, f"Origin not allowed: {origin}"
+        host = headers.get("host")
+        if not self.host_allowed(host):
+            return 421, f"Host not allowed: {host or ''}"
+        return None
+
     def host_allowed(self, host: str | None) -> bool:
         """Whether the ``Host`` header is acceptable (always true when not checking)."""
         if not self.check_host:
@@ -123,6 +138,20 @@ class HttpPolicy:
             or name in self.allowed_hosts
             or f"{name}:*" in self.allowed_hosts
         )
+
+
+Authenticate = Callable[[Headers], Awaitable[Caller]]
+"""Resolves the caller of an HTTP request or WebSocket handshake (the auth layer plugs in
+here); raising refuses it with 401 and :data:`AUTH_CHALLENGE`, without leaking the reason."""
+
+
+async def anonymous(headers: Headers) -> Caller:
+    """The authenticator used until the auth layer is configured: everyone is a viewer."""
+    return ANONYMOUS_VIEWER
+
+
+AUTH_CHALLENGE: Final = (b"www-authenticate", b'Bearer realm="coremetry"')
+"""The ``WWW-Authenticate`` header every 401 carries (RFC 9110 §11.6.1; DESIGN.md §4)."""
 
 
 def media_types(header: str | None) -> list[tuple[str, float]]:

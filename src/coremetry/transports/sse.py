@@ -46,12 +46,15 @@ from coremetry.mcp import Caller, Connection, Server, codes, serve_connection
 from coremetry.mcp.wire import JsonObject
 
 from ._http import (
+    AUTH_CHALLENGE,
     SSE_HEADERS,
+    Authenticate,
     BodyTooLarge,
     ClientGone,
     Headers,
     HttpPolicy,
     accepts,
+    anonymous,
     cors_headers,
     is_json_content_type,
     jsonrpc_error_body,
@@ -61,7 +64,6 @@ from ._http import (
     send_response,
     sse_event,
 )
-from .streamable_http import Authenticate, anonymous
 
 SSE_PATH: Final = "/api/mcp/sse"
 """Where a client opens a session (``GET``)."""
@@ -173,23 +175,12 @@ class LegacySse:
         self, scope: HTTPScope, send: ASGISendCallable, headers: Headers, method: str, allow: bytes
     ) -> list[tuple[bytes, bytes]] | None:
         """Origin, Host, preflight and method checks; the CORS headers, or ``None`` if answered."""
+        refused = self.policy.refusal(headers)
+        if refused is not None:
+            status, message = refused
+            await send_response(send, status, jsonrpc_error_body(codes.INVALID_REQUEST, message))
+            return None
         origin = headers.get("origin")
-        if origin is not None and not self.policy.origin_allowed(origin):
-            await send_response(
-                send,
-                403,
-                jsonrpc_error_body(codes.INVALID_REQUEST, f"Origin not allowed: {origin}"),
-            )
-            return None
-        if not self.policy.host_allowed(headers.get("host")):
-            await send_response(
-                send,
-                421,
-                jsonrpc_error_body(
-                    codes.INVALID_REQUEST, f"Host not allowed: {headers.get('host', '')}"
-                ),
-            )
-            return None
         if scope["method"] == "OPTIONS":
             await send_preflight(send, headers, self.policy, allow)
             return None
@@ -217,7 +208,7 @@ class LegacySse:
                 send,
                 401,
                 jsonrpc_error_body(codes.INVALID_REQUEST, "Unauthorized"),
-                headers=[(b"www-authenticate", b"Bearer"), *cors],
+                headers=[AUTH_CHALLENGE, *cors],
             )
             return None
 

@@ -33,7 +33,6 @@ Both eras on one endpoint (``shared/reference/mcp-spec.md`` §2; 2025-11-25 and 
 import base64
 import binascii
 import math
-from collections.abc import Awaitable, Callable
 from typing import Final
 
 import msgspec
@@ -42,8 +41,6 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 from msgspec import UNSET, UnsetType
 
 from coremetry.mcp import (
-    ANONYMOUS_VIEWER,
-    Caller,
     Connection,
     PendingBatch,
     PendingCall,
@@ -55,12 +52,15 @@ from coremetry.mcp import (
 from coremetry.mcp.wire import JsonObject, RequestId
 
 from ._http import (
+    AUTH_CHALLENGE,
     SSE_HEADERS,
+    Authenticate,
     BodyTooLarge,
     ClientGone,
     Headers,
     HttpPolicy,
     accepts,
+    anonymous,
     cors_headers,
     is_json_content_type,
     jsonrpc_error_body,
@@ -71,14 +71,6 @@ from ._http import (
 )
 
 ALLOWED_METHODS: Final = b"POST, OPTIONS"
-
-Authenticate = Callable[[Headers], Awaitable[Caller]]
-"""Resolves the caller of a request (the auth layer plugs in here); raising refuses it."""
-
-
-async def anonymous(headers: Headers) -> Caller:
-    """The authenticator used until the auth layer is configured: everyone is a viewer."""
-    return ANONYMOUS_VIEWER
 
 
 class _PeekMeta(msgspec.Struct):
@@ -176,23 +168,12 @@ class StreamableHttp:
     ) -> None:
         """Serve one HTTP request (see the module docstring for the rules)."""
         headers = Headers(scope["headers"])
+        refused = self.policy.refusal(headers)
+        if refused is not None:
+            status, message = refused
+            await send_response(send, status, jsonrpc_error_body(codes.INVALID_REQUEST, message))
+            return
         origin = headers.get("origin")
-        if origin is not None and not self.policy.origin_allowed(origin):
-            await send_response(
-                send,
-                403,
-                jsonrpc_error_body(codes.INVALID_REQUEST, f"Origin not allowed: {origin}"),
-            )
-            return
-        if not self.policy.host_allowed(headers.get("host")):
-            await send_response(
-                send,
-                421,
-                jsonrpc_error_body(
-                    codes.INVALID_REQUEST, f"Host not allowed: {headers.get('host', '')}"
-                ),
-            )
-            return
         method = scope["method"]
         if method == "OPTIONS":
             await send_preflight(send, headers, self.policy, ALLOWED_METHODS)
@@ -252,7 +233,7 @@ class StreamableHttp:
                 send,
                 401,
                 jsonrpc_error_body(codes.INVALID_REQUEST, "Unauthorized"),
-                headers=[(b"www-authenticate", b'Bearer realm="coremetry"'), *cors],
+                headers=[AUTH_CHALLENGE, *cors],
             )
             return
         length = headers.get("content-length")

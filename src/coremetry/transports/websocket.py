@@ -60,8 +60,7 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, WebsocketSco
 
 from coremetry.mcp import Connection, Server, codes, serve_connection
 
-from ._http import Headers, HttpPolicy, jsonrpc_error_body
-from .streamable_http import Authenticate, anonymous
+from ._http import AUTH_CHALLENGE, Authenticate, Headers, HttpPolicy, anonymous, jsonrpc_error_body
 
 log = logging.getLogger("coremetry.transports.websocket")
 
@@ -125,17 +124,14 @@ class WebSocketTransport:
         if event["type"] != "websocket.connect":
             return  # the client went away before the handshake reached us
         headers = Headers(scope["headers"])
-        origin = headers.get("origin")
-        if origin is not None and not self.policy.origin_allowed(origin):
-            await _deny(scope, send, 403, f"Origin not allowed: {origin}")
-            return
-        if not self.policy.host_allowed(headers.get("host")):
-            await _deny(scope, send, 421, f"Host not allowed: {headers.get('host', '')}")
+        refused = self.policy.refusal(headers)
+        if refused is not None:
+            await _deny(scope, send, *refused)
             return
         try:
             caller = await self.authenticate(headers)
         except Exception:  # the auth layer answers its own errors; never leak them here
-            await _deny(scope, send, 401, "Unauthorized", [(b"www-authenticate", b"Bearer")])
+            await _deny(scope, send, 401, "Unauthorized", [AUTH_CHALLENGE])
             return
         retry = [(b"retry-after", str(RETRY_AFTER_S).encode())]
         if self.shutting_down.is_set():
