@@ -488,12 +488,18 @@ class PendingBatch:
         self._server = server
         self._items = items
         self._conn = conn
+        self._scope = trio.CancelScope()
+
+    def cancel(self) -> None:
+        """Cancel every call of the batch (the client went away): ``run()`` answers nothing."""
+        self._scope.cancel()
 
     async def run(self) -> Reply | None:
         """Answer every request of the batch, concurrently; notifications get no entry.
 
         Returns:
-            A JSON array of the responses, or ``None`` when the batch held only notifications.
+            A JSON array of the responses, or ``None`` when the batch held only notifications
+            or was cancelled.
         """
         results: list[Raw | None] = [None] * len(self._items)
 
@@ -502,9 +508,12 @@ class PendingBatch:
             if reply is not None:
                 results[index] = Raw(reply.body)
 
-        async with trio.open_nursery() as nursery:
-            for index, item in enumerate(self._items):
-                nursery.start_soon(one, index, item)
+        with self._scope:
+            async with trio.open_nursery() as nursery:
+                for index, item in enumerate(self._items):
+                    nursery.start_soon(one, index, item)
+        if self._scope.cancel_called:
+            return None
         answers = [r for r in results if r is not None]
         if not answers:
             return None
