@@ -8,6 +8,8 @@ Routing, by path:
   the same policy and authentication hook. (The benchmarks in ``bench/`` measure the choice.)
 - ``/api/mcp/sse`` + ``/api/mcp/messages`` — legacy HTTP+SSE (2024-11-05).
 - ``/api/mcp/ws`` — WebSocket (subprotocol ``mcp``).
+- ``/api/tools`` and ``/api/tools/<name>`` — the tools over REST, through the same gate
+  (:mod:`coremetry.rest`).
 - everything else — the QuartTrio app: ``GET /healthz`` (unauthenticated, no data) and, later,
   the REST API.
 """
@@ -29,6 +31,7 @@ from quart_trio import QuartTrio
 from coremetry import __version__
 from coremetry.config import Config
 from coremetry.mcp import Server
+from coremetry.rest import RestTools
 from coremetry.transports._http import Authenticate, HttpPolicy, anonymous
 from coremetry.transports.sse import LegacySse
 from coremetry.transports.streamable_http import StreamableHttp
@@ -96,6 +99,7 @@ class CoremetryApp:
             max_message_bytes=config.websocket.max_message_bytes,
             max_connections=config.websocket.max_connections,
         )
+        self.rest = RestTools(mcp, self.policy, authenticate=authenticate)
         self.quart = _quart_app()
 
     async def __call__(
@@ -106,6 +110,9 @@ class CoremetryApp:
             handler = self.http_routes.get(scope["path"])
             if handler is not None:
                 await handler(scope, receive, send)
+                return
+            if self.rest.matches(scope["path"]):
+                await self.rest(scope, receive, send)
                 return
         elif scope["type"] == "websocket":
             ws_handler = self.websocket_routes.get(scope["path"])

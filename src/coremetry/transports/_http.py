@@ -153,6 +153,21 @@ async def anonymous(headers: Headers) -> Caller:
 AUTH_CHALLENGE: Final = (b"www-authenticate", b'Bearer realm="coremetry"')
 """The ``WWW-Authenticate`` header every 401 carries (RFC 9110 §11.6.1; DESIGN.md §4)."""
 
+INVALID_TOKEN_CHALLENGE: Final = (
+    b"www-authenticate",
+    b'Bearer realm="coremetry", error="invalid_token"',
+)
+"""The challenge when a credential was presented but refused (RFC 6750 §3.1)."""
+
+
+def challenge_for(refusal: BaseException) -> tuple[bytes, bytes]:
+    """The ``WWW-Authenticate`` header for an :data:`Authenticate` refusal.
+
+    An exception with a true ``token_sent`` attribute (the auth layer's errors carry one) means
+    a credential was presented and failed: ``error="invalid_token"`` is added.
+    """
+    return INVALID_TOKEN_CHALLENGE if getattr(refusal, "token_sent", False) else AUTH_CHALLENGE
+
 
 def media_types(header: str | None) -> list[tuple[str, float]]:
     """Parse an ``Accept``-style header into ``(type, q)`` pairs, lower-cased."""

@@ -46,7 +46,6 @@ from coremetry.mcp import Caller, Connection, Server, codes, serve_connection
 from coremetry.mcp.wire import JsonObject
 
 from ._http import (
-    AUTH_CHALLENGE,
     SSE_HEADERS,
     Authenticate,
     BodyTooLarge,
@@ -55,6 +54,7 @@ from ._http import (
     HttpPolicy,
     accepts,
     anonymous,
+    challenge_for,
     cors_headers,
     is_json_content_type,
     jsonrpc_error_body,
@@ -203,12 +203,12 @@ class LegacySse:
     ) -> Caller | None:
         try:
             return await self.authenticate(headers)
-        except Exception:  # the auth layer answers its own errors; never leak them here
+        except Exception as refusal:  # the auth layer's reason is logged there, never sent
             await send_response(
                 send,
                 401,
                 jsonrpc_error_body(codes.INVALID_REQUEST, "Unauthorized"),
-                headers=[AUTH_CHALLENGE, *cors],
+                headers=[challenge_for(refusal), *cors],
             )
             return None
 

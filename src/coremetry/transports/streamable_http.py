@@ -53,7 +53,6 @@ from coremetry.mcp import (
 from coremetry.mcp.wire import JsonObject, RequestId
 
 from ._http import (
-    AUTH_CHALLENGE,
     SSE_HEADERS,
     Authenticate,
     BodyTooLarge,
@@ -62,6 +61,7 @@ from ._http import (
     HttpPolicy,
     accepts,
     anonymous,
+    challenge_for,
     cors_headers,
     is_json_content_type,
     jsonrpc_error_body,
@@ -229,13 +229,13 @@ class StreamableHttp:
             return
         try:
             caller = await self.authenticate(headers)
-        except Exception:  # the auth layer answers its own errors; never leak them here
+        except Exception as refusal:  # the auth layer's reason is logged there, never sent
             # RFC 9110 §11.6.1: a 401 carries WWW-Authenticate (DESIGN.md §4).
             await send_response(
                 send,
                 401,
                 jsonrpc_error_body(codes.INVALID_REQUEST, "Unauthorized"),
-                headers=[AUTH_CHALLENGE, *cors],
+                headers=[challenge_for(refusal), *cors],
             )
             return
         length = headers.get("content-length")

@@ -60,7 +60,7 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, WebsocketSco
 
 from coremetry.mcp import Connection, Server, codes, serve_connection
 
-from ._http import AUTH_CHALLENGE, Authenticate, Headers, HttpPolicy, anonymous, jsonrpc_error_body
+from ._http import Authenticate, Headers, HttpPolicy, anonymous, challenge_for, jsonrpc_error_body
 
 log = logging.getLogger("coremetry.transports.websocket")
 
@@ -130,8 +130,8 @@ class WebSocketTransport:
             return
         try:
             caller = await self.authenticate(headers)
-        except Exception:  # the auth layer answers its own errors; never leak them here
-            await _deny(scope, send, 401, "Unauthorized", [AUTH_CHALLENGE])
+        except Exception as refusal:  # the auth layer's reason is logged there, never sent
+            await _deny(scope, send, 401, "Unauthorized", [challenge_for(refusal)])
             return
         retry = [(b"retry-after", str(RETRY_AFTER_S).encode())]
         if self.shutting_down.is_set():

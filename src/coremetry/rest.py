@@ -1,0 +1,247 @@
+"""The REST face of the tools: ``POST /api/tools/<name>`` and ``GET /api/tools``.
+
+REST parity by construction (issue "Every call authenticated and gated"): a REST call is turned
+into the very ``tools/call`` the MCP endpoint would run — same registry, same gate (role, then
+rate), same deadline, same audit — and only the answer's shape differs. REST conventions apply:
+
+==============================  ===========================================================
+MCP answer                      REST answer
+==============================  ===========================================================
+result                          200, the ``structuredContent`` (else ``{"content": [...]}``)
+``isError``, ``bad_args``       400, the tool-error object
+``isError``, ``not_found``      404
+``isError``, ``timeout``        504
+``isError``, ``backend_…``      503
+``isError``, ``internal``       500
+``-32001`` (role)               403
+``-32000`` (rate)               429 with ``Retry-After`` (seconds, rounded up)
+``-32602`` unknown tool         404
+other ``-32602``                400
+==============================  ===========================================================
+
+The request body is the tool's arguments as a JSON object (empty body = ``{}``).
+"""
+
+import math
+from typing import Final
+
+import msgspec
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
+
+from coremetry.mcp import Connection, PendingBatch, PendingCall, Server, codes, versions
+from coremetry.mcp.wire import JsonObject
+from coremetry.transports._http import (
+    Authenticate,
+    BodyTooLarge,
+    ClientGone,
+    Headers,
+    HttpPolicy,
+    anonymous,
+    challenge_for,
+    cors_headers,
+    is_json_content_type,
+    read_body,
+    send_preflight,
+    send_response,
+)
+
+TOOLS_PATH: Final = "/api/tools"
+"""``GET`` lists the caller's tools; ``POST {TOOLS_PATH}/<name>`` calls one."""
+
+_STATUS_BY_CLASS: Final = {
+    "bad_args": 400,
+    "not_found": 404,
+    "timeout": 504,
+    "backend_unavailable": 503,
+    "internal": 500,
+}
+
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+class _Answer(msgspec.Struct):
+    result: JsonObject | None = None
+    error: JsonObject | None = None
+
+
+_DECODER: Final = msgspec.json.Decoder(_Answer)
+
+
+def _error(message: str) -> bytes:
+    return _ENCODER.encode({"error": "bad_request", "detail": message})
+
+
+class RestTools:
+    """ASGI handler for ``/api/tools`` and ``/api/tools/<name>``.
+
+    Args:
+        server: the dispatcher whose registry and gate the calls go through.
+        policy: Origin/Host/body-size rules (the same as the MCP transports).
+        authenticate: resolves the caller (the same hook as the MCP transports).
+    """
+
+    def __init__(
+        self, server: Server, policy: HttpPolicy, *, authenticate: Authenticate = anonymous
+    ) -> None:
+        self.server = server
+        self.policy = policy
+        self.authenticate = authenticate
+
+    def matches(self, path: str) -> bool:
+        """Whether ``path`` is one of this handler's routes."""
+        return path == TOOLS_PATH or path.startswith(TOOLS_PATH + "/")
+
+    async def __call__(
+        self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        """Serve one REST request (see the module docstring)."""
+        headers = Headers(scope["headers"])
+        refused = self.policy.refusal(headers)
+        if refused is not None:
+            status, message = refused
+            await send_response(send, status, _error(message))
+            return
+        path = scope["path"]
+        method = scope["method"]
+        allow = b"GET, OPTIONS" if path == TOOLS_PATH else b"POST, OPTIONS"
+        if method == "OPTIONS":
+            await send_preflight(send, headers, self.policy, allow)
+            return
+        cors = cors_headers(headers.get("origin"), self.policy)
+        expected = "GET" if path == TOOLS_PATH else "POST"
+        if method != expected:
+            await send_response(
+                send,
+                405,
+                _error(f"method {method} not allowed (allowed: {allow.decode()})"),
+                headers=[(b"allow", allow), *cors],
+            )
+            return
+        try:
+            caller = await self.authenticate(headers)
+        except Exception as exc:  # the auth layer's reason is never sent
+            await send_response(
+                send,
+                401,
+                _ENCODER.encode({"error": "unauthorized"}),
+                headers=[challenge_for(exc), *cors],
+            )
+            return
+        conn = Connection(caller=caller, transport="rest", protocol_version=versions.V2025_11_25)
+        if path == TOOLS_PATH:
+            await self._list(conn, send, cors)
+            return
+        name = path[len(TOOLS_PATH) + 1 :]
+        await self._call(name, headers, conn, receive, send, cors)
+
+    async def _list(
+        self, conn: Connection, send: ASGISendCallable, cors: list[tuple[bytes, bytes]]
+    ) -> None:
+        tools: list[object] = []
+        cursor: str | None = None
+        while True:
+            params: JsonObject = {} if cursor is None else {"cursor": cursor}
+            message = _ENCODER.encode(
+                {"jsonrpc": "2.0", "id": 0, "method": "tools/list", "params": params}
+            )
+            reply = await self.server.handle(message, conn)
+            answer = _DECODER.decode(reply.body) if reply is not None else _Answer()
+            result = answer.result or {}
+            page = result.get("tools")
+            if isinstance(page, list):
+                tools.extend(page)
+            next_cursor = result.get("nextCursor")
+            if not isinstance(next_cursor, str):
+                break
+            cursor = next_cursor
+        await send_response(send, 200, _ENCODER.encode({"tools": tools}), headers=cors)
+
+    async def _call(
+        self,
+        name: str,
+        headers: Headers,
+        conn: Connection,
+        receive: ASGIReceiveCallable,
+        send: ASGISendCallable,
+        cors: list[tuple[bytes, bytes]],
+    ) -> None:
+        if not name or "/" in name:
+            await send_response(send, 404, _error(f"no tool at {TOOLS_PATH}/{name}"), headers=cors)
+            return
+        try:
+            body = await read_body(receive, self.policy.max_body_bytes)
+        except BodyTooLarge:
+            await send_response(
+                send,
+                413,
+                _error(f"the body exceeds {self.policy.max_body_bytes} bytes"),
+                headers=cors,
+            )
+            return
+        except ClientGone:
+            return
+        if body.strip() and not is_json_content_type(headers.get("content-type")):
+            await send_response(
+                send, 415, _error("send the arguments as application/json"), headers=cors
+            )
+            return
+        try:
+            arguments = msgspec.json.decode(body or b"{}", type=JsonObject)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            await send_response(
+                send, 400, _error(f"the body must be a JSON object: {exc}"), headers=cors
+            )
+            return
+        message = _ENCODER.encode(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "tools/call",
+                "params": {"name": name, "arguments": arguments},
+            }
+        )
+        outcome = self.server.receive(message, conn)
+        if isinstance(outcome, PendingCall | PendingBatch):
+            reply = await outcome.run()
+        else:
+            reply = outcome
+        if reply is None:
+            return  # cancelled: the client went away
+        status, payload, extra = _rest_answer(_DECODER.decode(reply.body))
+        await send_response(send, status, payload, headers=[*extra, *cors])
+
+
+def _rest_answer(answer: _Answer) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    """Map a JSON-RPC answer of ``tools/call`` to (status, body, extra headers)."""
+    if answer.error is not None:
+        code = answer.error.get("code")
+        data = answer.error.get("data")
+        body = _ENCODER.encode(
+            {"error": "refused", "code": code, "detail": answer.error.get("message", "")}
+        )
+        if code == codes.FORBIDDEN:
+            return 403, body, []
+        if code == codes.RATE_LIMITED:
+            retry_ms = data.get("retry_after_ms") if isinstance(data, dict) else None
+            extra: list[tuple[bytes, bytes]] = []
+            if isinstance(retry_ms, int | float):
+                extra.append((b"retry-after", str(max(1, math.ceil(retry_ms / 1000))).encode()))
+            return 429, body, extra
+        if code == codes.INVALID_PARAMS:
+            unknown = isinstance(answer.error.get("message"), str) and str(
+                answer.error.get("message")
+            ).startswith("Unknown tool")
+            return (404 if unknown else 400), body, []
+        return 500, body, []
+    result = answer.result or {}
+    structured = result.get("structuredContent")
+    if result.get("isError") is True:
+        kind = structured.get("error") if isinstance(structured, dict) else None
+        status = _STATUS_BY_CLASS.get(kind if isinstance(kind, str) else "", 500)
+        return status, _ENCODER.encode(structured if structured is not None else result), []
+    if structured is not None:
+        return 200, _ENCODER.encode(structured), []
+    return 200, _ENCODER.encode({"content": result.get("content", [])}), []
+
+
+__all__ = ["TOOLS_PATH", "RestTools"]
