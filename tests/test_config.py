@@ -118,3 +118,46 @@ def test_render_round_trips_as_toml() -> None:
 def test_non_finite_numbers_are_refused(value: str) -> None:
     with pytest.raises(ConfigError, match=r"mcp\.max_budget_s"):
         load_config(environ={"COREMETRY_MCP_MAX_BUDGET_S": value})
+
+
+def test_rate_limit_and_audit_defaults() -> None:
+    config = load_config(environ={})
+    assert (config.rate_limit.per_second, config.rate_limit.burst) == (20.0, 40)
+    assert config.rate_limit.per_kind is False
+    assert config.audit.retention_days == 30
+
+
+def test_section_names_with_an_underscore_map_from_the_environment(tmp_path: Path) -> None:
+    # ``rate_limit`` contains the separator: COREMETRY_RATE_LIMIT_PER_SECOND is section
+    # ``rate_limit``, key ``per_second`` (not section ``rate``, key ``limit_per_second``).
+    toml = "[rate_limit]\nper_second = 1.0\nburst = 2\n[audit]\nretention_days = 9\n"
+    path = write(tmp_path, toml)
+    env = {
+        "COREMETRY_RATE_LIMIT_PER_SECOND": "2.5",
+        "COREMETRY_RATE_LIMIT_BURST": "7",
+        "COREMETRY_RATE_LIMIT_PER_KIND": "true",
+        "COREMETRY_AUDIT_RETENTION_DAYS": "0",
+    }
+    config = load_config(path, environ=env)
+    assert (config.rate_limit.per_second, config.rate_limit.burst) == (2.5, 7)
+    assert config.rate_limit.per_kind is True
+    assert config.audit.retention_days == 0
+    with pytest.raises(ConfigError, match="'per_minute' in section \\[rate_limit\\]"):
+        load_config(environ={"COREMETRY_RATE_LIMIT_PER_MINUTE": "1"})
+    parsed = tomllib.loads(render_config(config))
+    assert parsed["rate_limit"]["burst"] == 7
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"rate_limit": {"per_second": 0}}, "rate_limit.per_second"),
+        ({"rate_limit": {"burst": 0}}, "rate_limit.burst"),
+        ({"rate_limit": {"per_second": float("nan")}}, "rate_limit.per_second"),
+        ({"audit": {"retention_days": -1}}, "audit.retention_days"),
+        ({"audit": {"queue_size": 0}}, "audit.queue_size"),
+    ],
+)
+def test_rate_limit_and_audit_ranges(overrides: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(environ={}, overrides=overrides)

@@ -82,6 +82,34 @@ class WebSocketConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Concurrent WebSocket connections (refused above)."""
 
 
+class RateLimitConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The call gate's rate limit: a token bucket per identity (``sub``).
+
+    See :mod:`coremetry.access`. Env: ``COREMETRY_RATE_LIMIT_PER_SECOND``, ``..._BURST``.
+    """
+
+    per_second: float = 20.0
+    """Sustained calls per second per identity (the bucket's refill rate)."""
+    burst: int = 40
+    """Calls an identity with a full bucket may make at once (the bucket's size)."""
+    per_kind: bool = False
+    """False: tools, resources and prompts share one budget per identity. True: each kind has
+    its own bucket with the same ``per_second`` and ``burst``."""
+    max_identities: int = 10_000
+    """Identities whose buckets are kept in memory; beyond this the least recently seen one is
+    evicted (it starts again with a full bucket)."""
+
+
+class AuditConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The audit log of gated calls (table ``audit_log`` in ``<data_dir>/coremetry.db``)."""
+
+    retention_days: int = 30
+    """Records older than this many days are deleted by the writer; 0 keeps them forever."""
+    queue_size: int = 10_000
+    """Records waiting for the writer; when full, new records are dropped, counted and
+    warned about (a call is never slowed down by the audit log)."""
+
+
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The whole configuration; see the module docstring for how it is assembled."""
 
@@ -89,6 +117,8 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     mcp: McpConfig = msgspec.field(default_factory=McpConfig)
     sse: SseConfig = msgspec.field(default_factory=SseConfig)
     websocket: WebSocketConfig = msgspec.field(default_factory=WebSocketConfig)
+    rate_limit: RateLimitConfig = msgspec.field(default_factory=RateLimitConfig)
+    audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     data_dir: str = "~/.local/share/coremetry"
     """Where the embedded store and secrets live."""
 
@@ -208,6 +238,11 @@ def _check(config: Config) -> None:
         (config.sse.session_idle_s > 0, "sse.session_idle_s must be positive"),
         (config.websocket.max_message_bytes > 0, "websocket.max_message_bytes must be positive"),
         (config.websocket.max_connections > 0, "websocket.max_connections must be positive"),
+        (config.rate_limit.per_second > 0, "rate_limit.per_second must be positive"),
+        (config.rate_limit.burst >= 1, "rate_limit.burst must be at least 1"),
+        (config.rate_limit.max_identities >= 1, "rate_limit.max_identities must be at least 1"),
+        (config.audit.retention_days >= 0, "audit.retention_days must not be negative"),
+        (config.audit.queue_size >= 1, "audit.queue_size must be at least 1"),
     ]
     for ok, message in checks:
         if not ok:
@@ -217,6 +252,8 @@ def _check(config: Config) -> None:
         "mcp": config.mcp,
         "sse": config.sse,
         "websocket": config.websocket,
+        "rate_limit": config.rate_limit,
+        "audit": config.audit,
     }
     for name, section in sections.items():
         for info in msgspec.structs.fields(section):

@@ -11,7 +11,11 @@ answers.
 from . import codes as codes
 from . import versions as versions
 from . import wire as wire
+from .dispatch import CALL_OUTCOMES as CALL_OUTCOMES
 from .dispatch import CallContext as CallContext
+from .dispatch import CallObserver as CallObserver
+from .dispatch import CallOutcome as CallOutcome
+from .dispatch import CallRecord as CallRecord
 from .dispatch import ClientRequestError as ClientRequestError
 from .dispatch import Connection as Connection
 from .dispatch import PendingBatch as PendingBatch
@@ -24,6 +28,7 @@ from .gate import ANONYMOUS_VIEWER as ANONYMOUS_VIEWER
 from .gate import ROLES as ROLES
 from .gate import Caller as Caller
 from .gate import CallGate as CallGate
+from .gate import CallKind as CallKind
 from .gate import Denied as Denied
 from .gate import GateCall as GateCall
 from .gate import GateError as GateError
@@ -56,8 +61,13 @@ __all__ = [
     "ANONYMOUS_VIEWER",
     "BackendUnavailable",
     "BadArgs",
+    "CALL_OUTCOMES",
     "CallContext",
     "CallGate",
+    "CallKind",
+    "CallObserver",
+    "CallOutcome",
+    "CallRecord",
     "Caller",
     "ClientRequestError",
     "Connection",

@@ -29,6 +29,34 @@ Guarantees:
   reads, ``-32022``/``-32602`` for a bad or missing ``_meta`` (HTTP 400), removed methods
   ``-32601`` (HTTP 404). Otherwise the handshake era applies: ``initialize`` negotiates the
   revision of the connection.
+
+Call observer (the audit hook):
+
+- :meth:`Server.set_call_observer` installs one synchronous :data:`CallObserver`. It receives
+  exactly one :class:`CallRecord` per gated call — every ``tools/call``, ``resources/read`` and
+  ``prompts/get`` request, however it ends — and nothing for any other method (``initialize``,
+  ``ping``, the lists, completion, listen) nor for a notification.
+- The outcome: ``ok`` (a result, including a 2026-07-28 ``input_required`` result); for an
+  ``isError`` result or a resource/prompt failure its class (``timeout``,
+  ``backend_unavailable``, ``bad_args``, ``not_found``, ``internal``); ``denied`` (gate -32001)
+  and ``rate_limited`` (any other gate refusal, -32000); ``bad_args`` for other JSON-RPC errors
+  (undecodable params, a missing prompt argument, a bad ``_meta``, an id already in flight);
+  ``not_found`` for an unknown tool, prompt or resource; ``timeout`` when the deadline expired;
+  ``cancelled`` when the client cancelled (no answer is sent) or the call's task was torn down.
+- Calls refused before they run (unknown name, undecodable params) are recorded from
+  :meth:`Server.receive` with ``duration_ms == 0.0``; every other call when
+  :meth:`PendingCall.run` ends (``time.perf_counter`` for the duration, ``time.time_ns`` for the
+  start). A :class:`PendingCall` that is never run records nothing.
+- ``name`` identifies the entry (a templated read is recorded under its URI template, not the
+  expanded URI) and ``arguments_sha256`` is a digest, never the arguments: SHA-256 of the raw
+  ``arguments`` JSON bytes as sent (``{}`` when absent) for tools, of the URI (UTF-8) for
+  resources, of the canonical JSON (sorted keys, compact) of the arguments for prompts, and of
+  the raw ``params`` when they could not be decoded at all.
+- The observer runs on the trio loop, in the call's task, just before the answer is handed to
+  the transport: it must not block (queue the record and return). An exception out of it is
+  logged and never changes the call's answer.
+- Cost: without an observer a call pays a few ``is None`` tests (no allocation, no clock read);
+  the clock reads, the digest and the record are paid only when an observer is set.
 """
 
 import base64
@@ -40,6 +68,7 @@ import logging
 import math
 import re
 import secrets
+import time
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from typing import Final, Literal, TypeVar
 
@@ -181,6 +210,153 @@ class ProtocolError(Exception):
         self.message = message
         self.data = data
         self.http_status = http_status
+
+
+CallOutcome = Literal[
+    "ok",
+    "timeout",
+    "backend_unavailable",
+    "bad_args",
+    "not_found",
+    "internal",
+    "denied",
+    "rate_limited",
+    "cancelled",
+]
+"""How a gated call ended, as the call observer (and the audit log) records it."""
+
+CALL_OUTCOMES: Final[tuple[CallOutcome, ...]] = (
+    "ok",
+    "timeout",
+    "backend_unavailable",
+    "bad_args",
+    "not_found",
+    "internal",
+    "denied",
+    "rate_limited",
+    "cancelled",
+)
+"""Every :data:`CallOutcome`, successful first, then the five tool-error classes, then refusals."""
+
+
+class CallRecord(Struct, frozen=True, kw_only=True):
+    """What the call observer learns about one gated call once it has ended.
+
+    Attributes:
+        kind: ``"tool"``, ``"resource"`` or ``"prompt"``.
+        name: the tool or prompt name; for a resource, the static URI, the URI *template* of a
+            templated read (its variables are arguments: only their digest is recorded), or the
+            URI as requested when no entry matches; ``""`` when the params could not be
+            decoded.
+        caller: who called (the connection's identity).
+        transport: the connection's transport (``"stdio"``, ``"http"``, ``"sse"``, ``"ws"``...).
+        outcome: how it ended; see the module docstring.
+        duration_ms: from the start of the call to its end (monotonic ``time.perf_counter``),
+            in milliseconds; ``0.0`` for a call refused before it ran.
+        arguments_sha256: hex SHA-256 of the arguments (see the module docstring) — never the
+            arguments themselves.
+        started_at_unix_nano: wall-clock start of the call, in ns since the Unix epoch.
+        request_id: the JSON-RPC id as the client sent it.
+    """
+
+    kind: CallKind
+    name: str
+    caller: Caller
+    transport: str
+    outcome: CallOutcome
+    duration_ms: float
+    arguments_sha256: str
+    started_at_unix_nano: int
+    request_id: RequestId
+
+
+CallObserver = Callable[[CallRecord], None]
+"""Receives one :class:`CallRecord` per gated call. Synchronous and called on the trio loop: it
+must not block or await anything (queue the record and return); exceptions are logged and
+ignored."""
+
+
+class _CallAudit:
+    """Internal: what a gated call's body tells the observer (the outcome) and how to digest."""
+
+    __slots__ = ("kind", "name", "outcome", "payload")
+
+    def __init__(self, kind: CallKind, name: str, payload: bytes | str | dict[str, str]) -> None:
+        self.kind: CallKind = kind
+        self.name = name
+        self.payload = payload
+        self.outcome: CallOutcome = "ok"
+
+
+_UNOBSERVED: Final = _CallAudit("tool", "", b"")
+"""Shared stand-in written to by calls nobody observes (its content is never read): it saves
+an allocation per call on the path without an observer."""
+
+
+def _audit_name(entry: Resource | ResourceTemplate) -> str:
+    # A templated read is recorded under its template: the variables are arguments, which the
+    # record carries only as a digest (of the whole URI).
+    return entry.uri if isinstance(entry, Resource) else entry.uri_template
+
+
+def _digest(payload: bytes | str | dict[str, str]) -> str:
+    """Hex SHA-256 of the raw bytes, the UTF-8 text, or the canonical JSON of a prompt's args."""
+    if isinstance(payload, str):
+        data = payload.encode("utf-8", "surrogatepass")
+    elif isinstance(payload, dict):
+        data = msgspec.json.encode(payload, order="sorted")
+    else:
+        data = payload
+    return hashlib.sha256(data).hexdigest()
+
+
+def _notify_observer(observer: CallObserver, record: CallRecord) -> None:
+    # The observer is the app's audit hook: its failure must never break or change the call.
+    try:
+        observer(record)
+    except Exception:
+        log.exception(
+            "call observer failed for %s %r (outcome %s)", record.kind, record.name, record.outcome
+        )
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is trio's cancellation (alone or as every leaf of a group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        _, rest = exc.split(trio.Cancelled)
+        return rest is None
+    return isinstance(exc, trio.Cancelled)
+
+
+def _outcome_for_code(code: int) -> CallOutcome:
+    """The outcome class of a JSON-RPC error answering a gated call."""
+    if code == codes.FORBIDDEN:
+        return "denied"
+    if code == codes.RATE_LIMITED:
+        return "rate_limited"
+    if code == codes.RESOURCE_NOT_FOUND:
+        return "not_found"
+    if code == codes.INTERNAL_ERROR:
+        return "internal"
+    return "bad_args"
+
+
+_ERROR_OUTCOMES: Final[Mapping[str, CallOutcome]] = {
+    ToolErrorKind.TIMEOUT: "timeout",
+    ToolErrorKind.BACKEND_UNAVAILABLE: "backend_unavailable",
+    ToolErrorKind.BAD_ARGS: "bad_args",
+    ToolErrorKind.NOT_FOUND: "not_found",
+    ToolErrorKind.INTERNAL: "internal",
+}
+
+
+def _outcome_for_error(err: ToolError) -> CallOutcome:
+    """The outcome class of a classified failure (one of the five tool-error classes)."""
+    return _ERROR_OUTCOMES.get(err.error, "internal")
+
+
+class _UnknownEntry(ProtocolError):
+    """Internal: raised when a gated call names a tool, prompt or resource we do not serve."""
 
 
 class Connection:
@@ -432,6 +608,10 @@ class PendingCall:
     handler and the encoding all run inside it. ``await run()`` returns the :class:`Reply`; the
     timeout reply when the deadline expired first; or ``None`` when the client cancelled it
     (``notifications/cancelled``, or the transport called :meth:`cancel`). Run it once.
+
+    For ``tools/call``, ``resources/read`` and ``prompts/get``, when the server has a call
+    observer, ``run()`` hands it one :class:`CallRecord` as the call ends, however it ends (also
+    when the task is cancelled from outside or the body raises).
     """
 
     def __init__(
@@ -443,6 +623,8 @@ class PendingCall:
         deadline: float = math.inf,
         on_timeout: Callable[[], Reply] | None = None,
         context: "CallContext | None" = None,
+        audit: _CallAudit | None = None,
+        observer: CallObserver | None = None,
     ) -> None:
         self.conn = conn
         self.request_id = request_id
@@ -450,6 +632,8 @@ class PendingCall:
         self._on_timeout = on_timeout
         self._context = context
         self._client_cancelled = False
+        self._audit = _UNOBSERVED if audit is None else audit
+        self._observer = None if audit is None or audit is _UNOBSERVED else observer
         self.scope = trio.CancelScope(deadline=deadline)
 
     def cancel(self) -> None:
@@ -464,11 +648,14 @@ class PendingCall:
             The answer (a timeout answer if the deadline expired first), or ``None`` if the
             call was cancelled by the client.
         """
+        if self._observer is not None:
+            return await self._run_observed(self._observer)
         reply: Reply | None = None
         try:
             with self.scope:
                 reply = await self._body()
         finally:
+            # Inlined _finish(): this is the hot path of every gated call.
             if self._context is not None:
                 self._context.close()
             if self.conn.in_flight.get(self.request_id) is self:
@@ -479,6 +666,53 @@ class PendingCall:
             # Only the deadline can end the scope without a reply or a client cancel.
             return self._on_timeout() if self._on_timeout is not None else None
         return reply
+
+    async def _run_observed(self, observer: CallObserver) -> Reply | None:
+        """:meth:`run` plus one :class:`CallRecord` for ``observer`` (off the plain path)."""
+        started_ns = time.time_ns()
+        started = time.perf_counter()
+        reply: Reply | None = None
+        try:
+            with self.scope:
+                reply = await self._body()
+        except BaseException as exc:
+            self._finish()
+            # Torn down from outside (connection closed, server shutdown), or a bug.
+            outcome: CallOutcome = "cancelled" if _is_cancellation(exc) else "internal"
+            self._observe(observer, outcome, started_ns, started)
+            raise
+        self._finish()
+        if self._client_cancelled:
+            self._observe(observer, "cancelled", started_ns, started)
+            return None
+        if reply is None:
+            self._observe(observer, "timeout", started_ns, started)
+            return self._on_timeout() if self._on_timeout is not None else None
+        self._observe(observer, self._audit.outcome, started_ns, started)
+        return reply
+
+    def _finish(self) -> None:
+        if self._context is not None:
+            self._context.close()
+        if self.conn.in_flight.get(self.request_id) is self:
+            del self.conn.in_flight[self.request_id]
+
+    def _observe(
+        self, observer: CallObserver, outcome: CallOutcome, started_ns: int, started: float
+    ) -> None:
+        audit = self._audit
+        record = CallRecord(
+            kind=audit.kind,
+            name=audit.name,
+            caller=self.conn.caller,
+            transport=self.conn.transport,
+            outcome=outcome,
+            duration_ms=(time.perf_counter() - started) * 1000.0,
+            arguments_sha256=_digest(audit.payload),
+            started_at_unix_nano=started_ns,
+            request_id=self.request_id,
+        )
+        _notify_observer(observer, record)
 
 
 class PendingBatch:
@@ -685,6 +919,7 @@ class Server:
         self._templates: dict[str, ResourceTemplate] = {}
         self._prompts: dict[str, Prompt] = {}
         self._gate: CallGate = role_gate
+        self._observer: CallObserver | None = None
         self._state_key = secrets.token_bytes(32) if state_key is None else state_key
         self._outbound: dict[RequestId, trio.MemorySendChannel[tuple[Raw | None, Raw | None]]] = {}
         self._outbound_seq = 0
@@ -761,6 +996,17 @@ class Server:
         """
         self._gate = gate
 
+    def set_call_observer(self, observer: CallObserver | None) -> None:
+        """Install (or, with ``None``, remove) the call observer — the audit hook.
+
+        ``observer(record)`` is called once per ``tools/call``, ``resources/read`` and
+        ``prompts/get``, when the call ends, with a :class:`CallRecord` (see the module
+        docstring for the outcomes). It runs synchronously on the trio loop and must not block;
+        an exception out of it is logged and does not affect the call. Calls already in flight
+        keep the observer they started with.
+        """
+        self._observer = observer
+
     # -- entry points --------------------------------------------------------------------------
 
     async def handle(
@@ -824,6 +1070,11 @@ class Server:
             request_id = msg.id if not isinstance(msg.id, UnsetType) else None
             if request_id is None:
                 return None
+            if self._observer is not None:
+                outcome: CallOutcome = (
+                    "not_found" if isinstance(exc, _UnknownEntry) else _outcome_for_code(exc.code)
+                )
+                self._observe_refusal(msg, conn, request_id, outcome)
             return _error_reply(request_id, exc.code, exc.message, exc.data, exc.http_status)
         except Exception:
             incident = secrets.token_hex(4)
@@ -831,9 +1082,51 @@ class Server:
             request_id = msg.id if not isinstance(msg.id, UnsetType) else None
             if request_id is None:
                 return None
+            if self._observer is not None:
+                self._observe_refusal(msg, conn, request_id, "internal")
             return _error_reply(
                 request_id, codes.INTERNAL_ERROR, f"Internal error (incident {incident})"
             )
+
+    def _observe_refusal(
+        self, msg: InboundMessage, conn: Connection, request_id: RequestId, outcome: CallOutcome
+    ) -> None:
+        """Record a gated call answered with an error before it could run (error path only)."""
+        observer = self._observer
+        kind = _OBSERVED.get(msg.method) if isinstance(msg.method, str) else None
+        if observer is None or kind is None:
+            return
+        raw = _EMPTY_OBJECT if isinstance(msg.params, UnsetType) else bytes(msg.params)
+        name = ""
+        payload: bytes | str | dict[str, str] = raw
+        try:
+            decoded = _decode_params(str(msg.method), raw)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            decoded = None
+        if isinstance(decoded, CallToolParams):
+            name = decoded.name
+            payload = (
+                _EMPTY_OBJECT
+                if isinstance(decoded.arguments, UnsetType)
+                else bytes(decoded.arguments)
+            )
+        elif isinstance(decoded, ReadResourceParams):
+            name = payload = decoded.uri
+        elif isinstance(decoded, GetPromptParams):
+            name = decoded.name
+            payload = dict(decoded.arguments or {})
+        record = CallRecord(
+            kind=kind,
+            name=name,
+            caller=conn.caller,
+            transport=conn.transport,
+            outcome=outcome,
+            duration_ms=0.0,
+            arguments_sha256=_digest(payload),
+            started_at_unix_nano=time.time_ns(),
+            request_id=request_id,
+        )
+        _notify_observer(observer, record)
 
     def _invalid_message(
         self, data: bytes, conn: Connection, exc: msgspec.ValidationError, *, in_batch: bool
@@ -1166,11 +1459,12 @@ class Server:
         return self._ok(request, result, cache=self.list_ttl_ms)
 
     def _input_required(
-        self, request: _Request, output: InputRequired, kind: str, name: str
+        self, request: _Request, output: InputRequired, kind: str, name: str, audit: _CallAudit
     ) -> Reply:
         if not request.stateless or (
             output.input_requests is None and output.request_state is None
         ):
+            audit.outcome = "internal"
             err = _classify_logged(
                 RuntimeError(
                     "handler asked for client input outside the 2026-07-28 era, or with "
@@ -1382,9 +1676,18 @@ class Server:
         )
 
     async def _pass_gate(
-        self, request: _Request, conn: Connection, kind: CallKind, name: str, min_role: str
+        self,
+        request: _Request,
+        conn: Connection,
+        kind: CallKind,
+        name: str,
+        min_role: str,
+        audit: _CallAudit,
     ) -> Reply | None:
-        """Ask the gate; return the refusal to send, or ``None`` when the call may go on."""
+        """Ask the gate; return the refusal to send, or ``None`` when the call may go on.
+
+        A refusal also sets ``audit.outcome`` (``denied`` or ``rate_limited``).
+        """
         call = GateCall(
             kind=kind, name=name, min_role=min_role, caller=conn.caller, transport=conn.transport
         )
@@ -1395,8 +1698,10 @@ class Server:
             message = (
                 exc.message if needed in exc.message else f"{exc.message} (requires role {needed})"
             )
+            audit.outcome = "denied"
             return _error_reply(request.id, codes.FORBIDDEN, message, {"required_role": needed})
         except Exception as exc:
+            audit.outcome = "rate_limited"
             retry = getattr(exc, "retry_after_ms", None)
             data: JsonObject | None = (
                 {"retry_after_ms": int(retry)} if isinstance(retry, int | float) else None
@@ -1415,7 +1720,7 @@ class Server:
     ) -> PendingCall:
         tool = self._tools.get(params.name)
         if tool is None:
-            raise ProtocolError(
+            raise _UnknownEntry(
                 codes.INVALID_PARAMS, f"Unknown tool: {params.name}", {"name": params.name}
             )
         arguments = (
@@ -1423,32 +1728,43 @@ class Server:
         )
 
         ctx = self._context(request, conn, tool.read_budget_s, params)
+        audit = _UNOBSERVED if self._observer is None else _CallAudit("tool", tool.name, arguments)
 
         async def body() -> Reply:
-            refusal = await self._pass_gate(request, conn, "tool", tool.name, tool.min_role)
+            refusal = await self._pass_gate(request, conn, "tool", tool.name, tool.min_role, audit)
             if refusal is not None:
                 return refusal
             try:
                 run = tool.bind(arguments)
             except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
                 bad = classify_tool_error(msgspec.ValidationError(_arguments_message(exc)))
+                audit.outcome = "bad_args"
                 return self._ok(request, _tool_error_result(bad, request.version))
             try:
                 output = await run(ctx)
             except ProtocolError as exc:
+                audit.outcome = _outcome_for_code(exc.code)
                 return _error_reply(request.id, exc.code, exc.message, exc.data, exc.http_status)
             except Exception as exc:
                 err = _classify_logged(exc, "tool", tool.name)
+                audit.outcome = _outcome_for_error(err)
                 return self._ok(request, _tool_error_result(err, request.version))
             if isinstance(output, InputRequired):
-                return self._input_required(request, output, "tool", tool.name)
+                return self._input_required(request, output, "tool", tool.name, audit)
             return self._ok(request, _tool_result(output, request.version))
 
         def on_timeout() -> Reply:
             return self._ok(request, _tool_error_result(_budget_error(ctx), request.version))
 
         return PendingCall(
-            conn, request.id, body, deadline=ctx.deadline, on_timeout=on_timeout, context=ctx
+            conn,
+            request.id,
+            body,
+            deadline=ctx.deadline,
+            on_timeout=on_timeout,
+            context=ctx,
+            audit=audit,
+            observer=self._observer,
         )
 
     def _find_resource(
@@ -1465,7 +1781,7 @@ class Server:
 
     def _resource_not_found(self, request: _Request, uri: str) -> ProtocolError:
         code = codes.INVALID_PARAMS if request.stateless else codes.RESOURCE_NOT_FOUND
-        return ProtocolError(code, f"Resource not found: {uri}", {"uri": uri})
+        return _UnknownEntry(code, f"Resource not found: {uri}", {"uri": uri})
 
     def _read_resource(
         self, request: _Request, params: ReadResourceParams, conn: Connection
@@ -1477,15 +1793,21 @@ class Server:
         entry, variables = found
 
         ctx = self._context(request, conn, entry.read_budget_s, params)
+        audit = (
+            _UNOBSERVED
+            if self._observer is None
+            else _CallAudit("resource", _audit_name(entry), uri)
+        )
 
         def failure(err: ToolError) -> Reply:
+            audit.outcome = _outcome_for_error(err)
             if err.error == ToolErrorKind.NOT_FOUND:
                 missing = self._resource_not_found(request, uri)
                 return _error_reply(request.id, missing.code, missing.message, missing.data)
             return _rpc_error_for(request.id, err, {"uri": uri})
 
         async def body() -> Reply:
-            refusal = await self._pass_gate(request, conn, "resource", uri, entry.min_role)
+            refusal = await self._pass_gate(request, conn, "resource", uri, entry.min_role, audit)
             if refusal is not None:
                 return refusal
             try:
@@ -1494,11 +1816,12 @@ class Server:
                 else:
                     output = await entry.handler(uri, variables, ctx)
             except ProtocolError as exc:
+                audit.outcome = _outcome_for_code(exc.code)
                 return _error_reply(request.id, exc.code, exc.message, exc.data, exc.http_status)
             except Exception as exc:
                 return failure(_classify_logged(exc, "resource", uri))
             if isinstance(output, InputRequired):
-                return self._input_required(request, output, "resource", uri)
+                return self._input_required(request, output, "resource", uri, audit)
             contents = _resource_contents(uri, entry.mime_type, output)
             if not contents:
                 empty = RuntimeError(f"resource handler for {uri!r} returned no contents")
@@ -1509,7 +1832,14 @@ class Server:
             return failure(_budget_error(ctx))
 
         return PendingCall(
-            conn, request.id, body, deadline=ctx.deadline, on_timeout=on_timeout, context=ctx
+            conn,
+            request.id,
+            body,
+            deadline=ctx.deadline,
+            on_timeout=on_timeout,
+            context=ctx,
+            audit=audit,
+            observer=self._observer,
         )
 
     def _get_prompt(
@@ -1517,19 +1847,25 @@ class Server:
     ) -> PendingCall:
         prompt = self._prompts.get(params.name)
         if prompt is None:
-            raise ProtocolError(
+            raise _UnknownEntry(
                 codes.INVALID_PARAMS, f"Unknown prompt: {params.name}", {"name": params.name}
             )
         arguments = dict(params.arguments or {})
 
         ctx = self._context(request, conn, prompt.read_budget_s, params)
+        audit = (
+            _UNOBSERVED if self._observer is None else _CallAudit("prompt", prompt.name, arguments)
+        )
 
         async def body() -> Reply:
-            refusal = await self._pass_gate(request, conn, "prompt", prompt.name, prompt.min_role)
+            refusal = await self._pass_gate(
+                request, conn, "prompt", prompt.name, prompt.min_role, audit
+            )
             if refusal is not None:
                 return refusal
             missing = [a.name for a in prompt.arguments if a.required and not arguments.get(a.name)]
             if missing:
+                audit.outcome = "bad_args"
                 return _error_reply(
                     request.id,
                     codes.INVALID_PARAMS,
@@ -1540,19 +1876,28 @@ class Server:
             try:
                 output = await prompt.handler(arguments, ctx)
             except ProtocolError as exc:
+                audit.outcome = _outcome_for_code(exc.code)
                 return _error_reply(request.id, exc.code, exc.message, exc.data, exc.http_status)
             except Exception as exc:
                 err = _classify_logged(exc, "prompt", prompt.name)
+                audit.outcome = _outcome_for_error(err)
                 return _rpc_error_for(request.id, err, {"name": prompt.name})
             if isinstance(output, InputRequired):
-                return self._input_required(request, output, "prompt", prompt.name)
+                return self._input_required(request, output, "prompt", prompt.name, audit)
             return self._ok(request, _prompt_result(output, prompt.description))
 
         def on_timeout() -> Reply:
             return _rpc_error_for(request.id, _budget_error(ctx), {"name": prompt.name})
 
         return PendingCall(
-            conn, request.id, body, deadline=ctx.deadline, on_timeout=on_timeout, context=ctx
+            conn,
+            request.id,
+            body,
+            deadline=ctx.deadline,
+            on_timeout=on_timeout,
+            context=ctx,
+            audit=audit,
+            observer=self._observer,
         )
 
     def _complete(self, request: _Request, params: CompleteParams, conn: Connection) -> PendingCall:
@@ -1762,6 +2107,13 @@ for _method, _type in _PARAM_TYPES.items():
 def _decode_params(method: str, params: bytes) -> _Decoded:
     return _DECODERS[method].decode(params)
 
+
+_OBSERVED: Final[Mapping[str, CallKind]] = {
+    "tools/call": "tool",
+    "resources/read": "resource",
+    "prompts/get": "prompt",
+}
+"""The gated methods the call observer hears about, and their :data:`CallKind`."""
 
 _GATED: Final = frozenset(
     {"tools/call", "resources/read", "prompts/get", "completion/complete", "subscriptions/listen"}

@@ -1,0 +1,552 @@
+"""The audit log: one row per gated call, kept in the embedded database.
+
+Every ``tools/call``, ``resources/read`` and ``prompts/get`` — allowed or refused — ends in one
+:class:`~coremetry.mcp.CallRecord` from the dispatcher's call observer
+(:meth:`~coremetry.mcp.Server.set_call_observer`); :meth:`AuditLog.observe` is that observer.
+Issue 4 "Audit log"; ``shared/DESIGN.md`` §3.
+
+Storage:
+
+- Table ``audit_log`` in ``<data_dir>/coremetry.db``, created here with
+  ``CREATE TABLE IF NOT EXISTS`` plus its indexes; other modules own other tables in the same
+  file. The file is put in WAL mode and every connection sets ``PRAGMA busy_timeout``
+  (:data:`BUSY_TIMEOUT_MS`), so the writer, readers (``coremetry audit tail``) and the other
+  tables' owners do not fail on each other's locks.
+- Columns: ``at_unix_nano`` (the call's wall-clock start), ``sub``, ``token_name``, ``kind``
+  (how the caller authenticated: ``jwt``, ``service_token``, ...), ``role``, ``transport``,
+  ``call_kind`` (``tool``/``resource``/``prompt``), ``name``, ``arguments_sha256`` (a digest;
+  the arguments themselves are never stored, nor logged), ``outcome``, ``duration_ms`` and
+  ``source`` (``"mcp"``).
+- Append-only from the server's point of view: there is no update or delete API; the only rows
+  ever removed are those older than the retention period.
+
+Writing — never on the call's path:
+
+- :meth:`AuditLog.observe` only puts the record in a bounded in-memory queue (``queue_size``)
+  and returns; it never blocks and never raises. When the queue is full (the disk cannot keep
+  up) or the log is closed, the record is **dropped**: the drop is counted
+  (:meth:`AuditLog.statistics`) and a warning is logged once per episode, then a summary with
+  the number dropped once the writer catches up. Calls are never slowed down or refused because
+  of the audit log.
+- :meth:`AuditLog.run_writer` (a long-running task) takes what is queued in batches of up to
+  ``batch_size`` records and writes each batch in one transaction in a worker thread
+  (:func:`trio.to_thread.run_sync`). A batch that fails to write (``sqlite3.Error``) is logged
+  and counted as failed; the writer goes on.
+- Retention: when ``retention_days > 0`` the writer deletes rows older than that when it starts
+  and then every ``retention_interval_s`` seconds (trio's clock).
+- Shutdown: :meth:`AuditLog.aclose` stops accepting records and waits until everything queued
+  is written; if the writer task is cancelled instead, it still writes what is queued (shielded)
+  before it returns.
+
+Reading: :meth:`AuditLog.tail` (synchronous, blocking; call it from a worker thread inside trio)
+returns the newest rows first; records still queued are not visible yet.
+:func:`register_audit_resource` exposes the newest :data:`RECENT_LIMIT` rows as the admin-only
+MCP resource :data:`RECENT_URI`.
+"""
+
+import logging
+import math
+import os
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+import trio
+
+from coremetry.mcp import CallContext, CallRecord, Resource, Server
+
+if TYPE_CHECKING:
+    from coremetry.config import Config
+
+log = logging.getLogger("coremetry.audit")
+
+DB_FILENAME: Final = "coremetry.db"
+"""The embedded database's file name inside the data directory (shared with other tables)."""
+
+BUSY_TIMEOUT_MS: Final = 5000
+"""How long a statement waits for another connection's lock before failing, in ms."""
+
+SOURCE: Final = "mcp"
+"""The ``source`` of every row written by the MCP server."""
+
+RECENT_URI: Final = "coremetry://audit/recent"
+"""The admin-only MCP resource listing the newest audit rows."""
+
+RECENT_LIMIT: Final = 100
+"""How many rows :data:`RECENT_URI` returns, newest first."""
+
+NANOS_PER_DAY: Final = 86_400 * 1_000_000_000
+
+_SCHEMA: Final[tuple[str, ...]] = (
+    """
+    CREATE TABLE IF NOT EXISTS audit_log (
+        id INTEGER PRIMARY KEY,
+        at_unix_nano INTEGER NOT NULL,
+        sub TEXT NOT NULL,
+        token_name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        role TEXT NOT NULL,
+        transport TEXT NOT NULL,
+        call_kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        arguments_sha256 TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        duration_ms REAL NOT NULL,
+        source TEXT NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS audit_log_at ON audit_log (at_unix_nano)",
+    "CREATE INDEX IF NOT EXISTS audit_log_sub_at ON audit_log (sub, at_unix_nano)",
+)
+
+_COLUMNS: Final = (
+    "at_unix_nano, sub, token_name, kind, role, transport, call_kind, name, "
+    "arguments_sha256, outcome, duration_ms, source"
+)
+_INSERT: Final = f"INSERT INTO audit_log ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+_PURGE: Final = (
+    "DELETE FROM audit_log WHERE id IN "
+    "(SELECT id FROM audit_log WHERE at_unix_nano < ? ORDER BY at_unix_nano LIMIT ?)"
+)
+_PURGE_BATCH: Final = 5000
+"""Most rows deleted per retention transaction."""
+
+_Row = tuple[int, str, str, str, str, str, str, str, str, str, float, str]
+
+
+class AuditEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of the audit log, as :meth:`AuditLog.tail` returns it.
+
+    Attributes:
+        at_unix_nano: when the call started (wall clock), in ns since the Unix epoch.
+        sub: the caller's identity.
+        token_name: the service token's name, or ``""``.
+        kind: how the caller authenticated (``jwt``, ``service_token``, ``local``, ...).
+        role: the caller's role at the time of the call.
+        transport: ``stdio``, ``http``, ``sse``, ``ws``, ...
+        call_kind: ``tool``, ``resource`` or ``prompt``.
+        name: the tool or prompt name, or the resource URI (a template's, for a templated read).
+        arguments_sha256: hex SHA-256 of the arguments (never the arguments).
+        outcome: ``ok``, one of the five tool-error classes, ``denied``, ``rate_limited`` or
+            ``cancelled``.
+        duration_ms: how long the call took, in milliseconds.
+        source: who wrote the row (``"mcp"``).
+    """
+
+    at_unix_nano: int
+    sub: str
+    token_name: str
+    kind: str
+    role: str
+    transport: str
+    call_kind: str
+    name: str
+    arguments_sha256: str
+    outcome: str
+    duration_ms: float
+    source: str
+
+
+class AuditStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of an :class:`AuditLog`'s counters.
+
+    Attributes:
+        queued: records waiting for the writer.
+        written_total: records written since creation.
+        dropped_total: records dropped because the queue was full or the log closed.
+        failed_total: records lost because their batch could not be written.
+        purged_total: rows deleted by retention since creation.
+    """
+
+    queued: int
+    written_total: int
+    dropped_total: int
+    failed_total: int
+    purged_total: int
+
+
+def _row(record: CallRecord) -> _Row:
+    caller = record.caller
+    return (
+        record.started_at_unix_nano,
+        caller.subject,
+        caller.token_name,
+        caller.kind,
+        caller.role,
+        record.transport,
+        record.kind,
+        record.name,
+        record.arguments_sha256,
+        record.outcome,
+        record.duration_ms,
+        SOURCE,
+    )
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """Open the database with our pragmas and make sure our table exists (blocking)."""
+    conn = sqlite3.connect(path, check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        with conn:
+            for statement in _SCHEMA:
+                conn.execute(statement)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class AuditLog:
+    """The audit log of gated calls: a queue in memory, a writer task, a table on disk.
+
+    Args:
+        path: the database file (normally ``<data_dir>/coremetry.db``); its directory is
+            created when missing.
+        retention_days: rows older than this many days are deleted by the writer; 0 keeps
+            everything.
+        queue_size: records that may wait for the writer before new ones are dropped.
+        batch_size: most records written in one transaction.
+        retention_interval_s: how often the writer enforces retention, in seconds.
+
+    Raises:
+        ValueError: a negative retention, or a queue, batch or interval that is not positive.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        retention_days: int = 30,
+        queue_size: int = 10_000,
+        batch_size: int = 500,
+        retention_interval_s: float = 3600.0,
+    ) -> None:
+        if retention_days < 0:
+            raise ValueError(f"retention_days must not be negative, got {retention_days}")
+        if queue_size < 1 or batch_size < 1:
+            raise ValueError("queue_size and batch_size must be at least 1")
+        if not retention_interval_s > 0:
+            raise ValueError("retention_interval_s must be positive")
+        self.path = Path(path)
+        self.retention_days = retention_days
+        self.batch_size = batch_size
+        self.retention_interval_s = retention_interval_s
+        self._send, self._receive = trio.open_memory_channel[CallRecord](queue_size)
+        self._conn: sqlite3.Connection | None = None
+        self._writer_started = False
+        self._writer_done = trio.Event()
+        self._progress = trio.Event()
+        self._accepted = 0
+        self._written = 0
+        self._dropped = 0
+        self._dropped_reported = 0
+        self._failed = 0
+        self._purged = 0
+
+    @classmethod
+    def from_config(cls, config: "Config") -> "AuditLog":
+        """The audit log of a configured server: ``<data_dir>/coremetry.db`` and ``[audit]``."""
+        return cls(
+            Path(config.data_dir).expanduser() / DB_FILENAME,
+            retention_days=config.audit.retention_days,
+            queue_size=config.audit.queue_size,
+        )
+
+    # -- the observer (trio loop, never blocks) ---------------------------------------------
+
+    def observe(self, record: CallRecord) -> None:
+        """Queue one record for the writer (the :data:`~coremetry.mcp.CallObserver`).
+
+        Never blocks and never raises: when the queue is full or the log is closed the record
+        is dropped and counted, with a warning (see the module docstring). Call it from the
+        trio loop.
+        """
+        try:
+            self._send.send_nowait(record)
+            self._accepted += 1
+        except (trio.WouldBlock, trio.ClosedResourceError) as exc:
+            first = self._dropped == self._dropped_reported
+            self._dropped += 1
+            if first:
+                reason = "the queue is full" if isinstance(exc, trio.WouldBlock) else "it is closed"
+                log.warning(
+                    "audit log: dropping records because %s (%s %r by %r, outcome %s)",
+                    reason,
+                    record.kind,
+                    record.name,
+                    record.caller.subject,
+                    record.outcome,
+                )
+
+    # -- the writer ----------------------------------------------------------------------------
+
+    async def run_writer(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Write queued records until :meth:`aclose` (run it in a nursery; runs once).
+
+        Opens the database (creating the directory, the table and its indexes), reports
+        ``started``, enforces retention, then writes batches as records arrive. Blocking work
+        runs in worker threads. Cancelled, it still writes what is queued (shielded) before it
+        returns, so records are not lost on shutdown; a batch being written when the
+        cancellation arrives is completed, never half-written.
+
+        Raises:
+            OSError: the data directory cannot be created.
+            sqlite3.Error: the database cannot be opened or its table created (before
+                ``started``: a server fails at boot, not later).
+            RuntimeError: the writer was already started.
+        """
+        if self._writer_started:
+            raise RuntimeError("the audit writer is already running")
+        self._writer_started = True
+        try:
+            self._conn = await trio.to_thread.run_sync(self._open)
+            task_status.started()
+            await self._write_loop()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._drain()
+                await trio.to_thread.run_sync(self._close_connection)
+            self._writer_done.set()
+            self._notify_progress()
+
+    async def aclose(self) -> None:
+        """Stop accepting records and wait until every queued record is written.
+
+        Blocks until the writer has flushed (or, when no writer was ever started, writes the
+        queue itself in a worker thread). Idempotent. Records observed afterwards are dropped
+        and counted.
+        """
+        self._send.close()
+        if self._writer_started:
+            await self._writer_done.wait()
+            return
+        if self._receive.statistics().current_buffer_used:
+            self._conn = await trio.to_thread.run_sync(self._open)
+            try:
+                await self._drain()
+            finally:
+                await trio.to_thread.run_sync(self._close_connection)
+
+    async def wait_flushed(self) -> None:
+        """Block until every record accepted before this call is written (or its batch failed).
+
+        Needs a running writer (or one started later); returns at once when nothing is
+        pending, e.g. after :meth:`aclose`. Cancellable; cancelling it affects nothing else.
+        """
+        target = self._accepted
+        while self._written + self._failed < target and not self._writer_done.is_set():
+            await self._progress.wait()
+
+    async def _write_loop(self) -> None:
+        receive = self._receive
+        retention = self.retention_days > 0
+        next_purge = trio.current_time()
+        while True:
+            if retention and trio.current_time() >= next_purge:
+                await self._purge()
+                next_purge = trio.current_time() + self.retention_interval_s
+            batch: list[CallRecord] = []
+            with trio.move_on_at(next_purge if retention else math.inf):
+                try:
+                    batch.append(await receive.receive())
+                except trio.EndOfChannel:
+                    return
+            if batch:
+                self._take_queued(batch)
+                await self._flush(batch)
+
+    def _take_queued(self, batch: list[CallRecord]) -> None:
+        while len(batch) < self.batch_size:
+            try:
+                batch.append(self._receive.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return
+
+    async def _drain(self) -> None:
+        while True:
+            batch: list[CallRecord] = []
+            self._take_queued(batch)
+            if not batch:
+                return
+            await self._flush(batch)
+
+    async def _flush(self, batch: Sequence[CallRecord]) -> None:
+        try:
+            await trio.to_thread.run_sync(self._write, batch)
+        except sqlite3.Error as exc:
+            self._failed += len(batch)
+            log.error("audit log: could not write %d records: %s", len(batch), exc)
+        else:
+            self._written += len(batch)
+            if self._dropped > self._dropped_reported:
+                log.warning(
+                    "audit log: %d records were dropped (queue full or closed); writing again",
+                    self._dropped - self._dropped_reported,
+                )
+                self._dropped_reported = self._dropped
+        self._notify_progress()
+
+    def _notify_progress(self) -> None:
+        progress, self._progress = self._progress, trio.Event()
+        progress.set()
+
+    async def _purge(self) -> None:
+        try:
+            purged = await trio.to_thread.run_sync(self.purge_expired)
+        except sqlite3.Error as exc:
+            log.error("audit log: retention failed: %s", exc)
+            return
+        self._purged += purged
+        if purged:
+            log.info("audit log: retention deleted %d rows", purged)
+
+    # -- blocking helpers (worker threads) -------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return _connect(self.path)
+
+    def _close_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _write(self, batch: Sequence[CallRecord]) -> None:
+        conn = self._conn
+        if conn is None:
+            raise sqlite3.OperationalError("the audit log is not open")
+        rows = [_row(record) for record in batch]
+        with conn:  # one transaction per batch: committed whole or rolled back
+            conn.executemany(_INSERT, rows)
+
+    def purge_expired(self, now_unix_nano: int | None = None) -> int:
+        """Delete the rows older than the retention period (blocking; retention only).
+
+        The writer calls it periodically; it uses its own connection, so it may also be called
+        from any thread (e.g. a CLI) while the writer runs.
+
+        Args:
+            now_unix_nano: the current wall-clock time, in ns since the epoch (default: now).
+
+        Returns:
+            The number of rows deleted (0 when ``retention_days`` is 0: keep forever).
+
+        Raises:
+            sqlite3.Error: the database could not be written.
+        """
+        if self.retention_days <= 0:
+            return 0
+        now = time.time_ns() if now_unix_nano is None else now_unix_nano
+        cutoff = now - self.retention_days * NANOS_PER_DAY
+        deleted = 0
+        conn = self._open()
+        try:
+            while True:
+                # Bounded transactions: the file is shared with other tables' owners, so never
+                # hold the write lock for one huge delete.
+                with conn:
+                    count: int = conn.execute(_PURGE, (cutoff, _PURGE_BATCH)).rowcount
+                deleted += count
+                if count < _PURGE_BATCH:
+                    return deleted
+        finally:
+            conn.close()
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def tail(self, limit: int = 50, *, sub: str | None = None) -> list[AuditEntry]:
+        """The newest rows, newest first (synchronous and blocking).
+
+        Opens its own short-lived connection, so it is safe from any thread and while the
+        writer runs; inside trio call it through :func:`trio.to_thread.run_sync`. Records
+        still queued in memory are not included.
+
+        Args:
+            limit: at most this many rows (``<= 0`` returns nothing).
+            sub: only rows of this identity.
+
+        Returns:
+            A list of :class:`AuditEntry`, newest call start first (ties: last written first);
+            empty when the database does not exist yet.
+
+        Raises:
+            sqlite3.Error: the database could not be read.
+        """
+        if limit <= 0 or not self.path.exists():
+            return []
+        where, params = ("WHERE sub = ?", (sub, limit)) if sub is not None else ("", (limit,))
+        conn = _connect(self.path)
+        try:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM audit_log {where} "
+                "ORDER BY at_unix_nano DESC, id DESC LIMIT ?",
+                params,
+            ).fetchall()
+        finally:
+            conn.close()
+        return [
+            AuditEntry(
+                at_unix_nano=row[0],
+                sub=row[1],
+                token_name=row[2],
+                kind=row[3],
+                role=row[4],
+                transport=row[5],
+                call_kind=row[6],
+                name=row[7],
+                arguments_sha256=row[8],
+                outcome=row[9],
+                duration_ms=row[10],
+                source=row[11],
+            )
+            for row in rows
+        ]
+
+    def statistics(self) -> AuditStatistics:
+        """A snapshot of the counters and the queue's length."""
+        return AuditStatistics(
+            queued=self._receive.statistics().current_buffer_used,
+            written_total=self._written,
+            dropped_total=self._dropped,
+            failed_total=self._failed,
+            purged_total=self._purged,
+        )
+
+
+_ENTRIES_ENCODER: Final = msgspec.json.Encoder()
+
+
+def register_audit_resource(server: Server, audit: AuditLog) -> None:
+    """Register the admin-only resource :data:`RECENT_URI` on ``server``.
+
+    Reading it returns a JSON array of the newest :data:`RECENT_LIMIT` rows (objects with the
+    fields of :class:`AuditEntry`), newest first. ``min_role="admin"``: the list methods hide it
+    from other roles and the gate refuses their reads with ``-32001``.
+    """
+
+    async def recent(uri: str, ctx: CallContext) -> str:
+        # Blocking sqlite read of at most RECENT_LIMIT rows through an index: off the loop.
+        entries = await trio.to_thread.run_sync(audit.tail, RECENT_LIMIT)
+        return _ENTRIES_ENCODER.encode(entries).decode()
+
+    server.register_resource(
+        Resource(
+            RECENT_URI,
+            "audit-recent",
+            recent,
+            title="Audit log (recent)",
+            description=f"The newest {RECENT_LIMIT} audited calls (tools, resources, prompts), "
+            "newest first: who, when, over which transport, what, the outcome and the duration. "
+            "Arguments appear only as a SHA-256 digest. Admins only.",
+            min_role="admin",
+        )
+    )

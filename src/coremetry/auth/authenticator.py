@@ -1,0 +1,218 @@
+"""Resolve the caller of an HTTP request or WebSocket handshake from its headers.
+
+:class:`Authenticator` is what the HTTP transports call (their ``Authenticate`` hook): headers in,
+:class:`~coremetry.mcp.Caller` out, or an :class:`~coremetry.auth.AuthError` that the transport
+turns into ``401`` with ``WWW-Authenticate: Bearer realm="coremetry"`` (plus
+``error="invalid_token"`` when :attr:`~coremetry.auth.AuthError.token_sent` is true).
+
+Accepted credentials (``shared/DESIGN.md`` §5), first match wins:
+
+1. ``Authorization: Bearer <token>`` (RFC 6750 §2.1). The scheme is case-insensitive (RFC 9110
+   §11.1) and surrounding or repeated whitespace is tolerated. ``<token>`` is a session JWT, or a
+   service token when it starts with ``cmk_``. It must be an RFC 6750 ``b64token``.
+2. The session cookie :data:`SESSION_COOKIE`, holding a JWT (never a service token).
+
+Refused:
+
+- ``Authorization`` with another scheme (``Basic ...``) or a bare token with no scheme:
+  :class:`~coremetry.auth.MissingCredentials` with ``token_sent`` false (RFC 6750 §3.1: an
+  unsupported method gets a challenge without an error code).
+- ``Bearer`` with nothing after it, with two tokens (two ``Authorization`` headers arrive
+  joined by a comma), or with characters outside ``b64token``:
+  :class:`~coremetry.auth.InvalidToken`.
+- Tokens in the query string (RFC 6750 §2.3 allows them but warns they leak into logs and
+  histories): this class only ever sees headers, so such a token is simply absent. Transports
+  must not copy query parameters into headers.
+- Every token the verifiers refuse (``alg: none``, other algorithms, tampered, expired, not yet
+  valid, wrong issuer or audience, unknown role, unknown, revoked or expired service token).
+
+Service-token cache: a verified service token is remembered for :attr:`Authenticator.cache_ttl_s`
+(5 s by default) so a busy client does not cost a thread hop and a database read per request.
+Revocation still takes effect immediately, in every process: each request compares the store's
+:meth:`~coremetry.auth.IdentityStore.revocation_stamp` (one ``stat`` of a marker file, no SQL)
+with the one recorded when the entry was cached, and any revocation anywhere empties the hit.
+Expiry is checked on every hit too. ``cache_ttl_s=0`` turns the cache off.
+
+Logging: refusals are logged with their ``reason`` (DEBUG when nothing was presented, INFO
+otherwise); a token, a cookie or a header value is never logged.
+"""
+
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Final, Literal, Protocol
+
+import msgspec
+import trio
+
+from coremetry.mcp import Caller
+
+from .identity_store import TOKEN_PREFIX, IdentityStore, RevocationStamp
+from .jwt_verifier import JwtIssuer
+from .principal import AuthError, Claims, InvalidToken, MissingCredentials
+
+_log: Final = logging.getLogger(__name__)
+
+SESSION_COOKIE: Final = "coremetry_session"
+"""Name of the cookie that carries a browser's session JWT."""
+
+DEFAULT_CACHE_TTL_S: Final = 5.0
+"""How long a verified service token is served from memory, in seconds."""
+
+DEFAULT_CACHE_MAX_ENTRIES: Final = 1024
+"""Most service tokens remembered at once (the oldest entry goes first)."""
+
+# RFC 6750 §2.1: b64token = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="
+_B64TOKEN: Final = re.compile(r"[A-Za-z0-9._~+/-]+=*")
+# RFC 6265 §4.2.1: cookie pairs are separated by ";"; Headers joins repeated Cookie headers (as
+# HTTP/2 sends them) with ",", which never occurs in a cookie value either (cookie-octet).
+_COOKIE_SEPARATOR: Final = re.compile(r"[;,]")
+
+CredentialSource = Literal["authorization", "cookie"]
+"""Where a credential was found."""
+
+
+class HeaderSource(Protocol):
+    """Anything with a header lookup by lower-case name (the transports' ``Headers``)."""
+
+    def get(self, name: str, /) -> str | None:
+        """The header's value (repeated headers joined by ``", "``), or ``None`` if absent."""
+        ...
+
+
+def extract_credential(headers: HeaderSource) -> tuple[str, CredentialSource]:
+    """Find the bearer credential in request headers (see the module docstring for the rules).
+
+    Returns:
+        ``(token, source)``; the token is not verified yet.
+
+    Raises:
+        MissingCredentials: no credential, or an ``Authorization`` scheme other than Bearer
+            (``token_sent`` false).
+        InvalidToken: a malformed Bearer value, several different session cookies, or a
+            service token in the cookie (``token_sent`` true).
+    """
+    authorization = headers.get("authorization")
+    if authorization is not None and authorization.strip():
+        parts = authorization.split()
+        if parts[0].lower() != "bearer":
+            # Never put parts[0] in the reason: for a bare token it *is* the token.
+            raise MissingCredentials("Authorization header without the Bearer scheme")
+        if len(parts) != 2:
+            raise InvalidToken("Bearer credentials missing or not a single token")
+        token = parts[1]
+        if not _B64TOKEN.fullmatch(token):
+            raise InvalidToken("Bearer token has characters outside RFC 6750 b64token")
+        return token, "authorization"
+    cookie_header = headers.get("cookie")
+    if cookie_header is not None:
+        found: set[str] = set()
+        for pair in _COOKIE_SEPARATOR.split(cookie_header):
+            name, sep, value = pair.partition("=")
+            value = value.strip().removeprefix('"').removesuffix('"')
+            if sep and name.strip() == SESSION_COOKIE and value:
+                found.add(value)
+        if len(found) > 1:
+            raise InvalidToken(f"{len(found)} different {SESSION_COOKIE} cookies")
+        if found:
+            token = found.pop()
+            if token.startswith(TOKEN_PREFIX):
+                raise InvalidToken("a service token in the session cookie")
+            return token, "cookie"
+    raise MissingCredentials("no Authorization header and no session cookie")
+
+
+class _CacheEntry(msgspec.Struct, frozen=True):
+    claims: Claims
+    cached_at: float  # trio clock, seconds
+    stamp: RevocationStamp
+
+
+class Authenticator:
+    """The ``Authenticate`` hook of the HTTP transports: headers to :class:`~coremetry.mcp.Caller`.
+
+    Args:
+        store: verifies service tokens (called through ``trio.to_thread``).
+        issuer: verifies session JWTs (inline; pure CPU).
+        cache_ttl_s: how long a verified service token is served from memory, in seconds; ``0``
+            disables the cache. Revocations bypass it at once (module docstring).
+        cache_max_entries: most service tokens remembered at once.
+        clock: wall clock in unix seconds, for expiry checks on cache hits (tests inject one).
+    """
+
+    def __init__(
+        self,
+        store: IdentityStore,
+        issuer: JwtIssuer,
+        *,
+        cache_ttl_s: float = DEFAULT_CACHE_TTL_S,
+        cache_max_entries: int = DEFAULT_CACHE_MAX_ENTRIES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._issuer = issuer
+        self.cache_ttl_s: Final = cache_ttl_s
+        """Service-token cache lifetime, in seconds (``0``: no cache)."""
+        self._cache_max_entries = cache_max_entries
+        self._clock = clock
+        self._cache: dict[bytes, _CacheEntry] = {}
+
+    async def __call__(self, headers: HeaderSource) -> Caller:
+        """Authenticate a request; see :meth:`authenticate`.
+
+        Returns:
+            The caller (``subject``, ``role``, ``kind``, ``token_name`` from the claims).
+        """
+        return (await self.authenticate(headers)).to_caller()
+
+    async def authenticate(self, headers: HeaderSource) -> Claims:
+        """Authenticate a request from its headers.
+
+        A JWT is verified inline (microseconds). A service token is served from the cache or
+        verified in a worker thread (a database read); cancellation waits for that read, which
+        is short, and leaves nothing behind.
+
+        Returns:
+            The verified claims.
+
+        Raises:
+            MissingCredentials: nothing usable was presented (``token_sent`` false).
+            InvalidToken: a malformed, tampered, foreign or unknown token.
+            ExpiredToken: an expired JWT or service token.
+            RevokedToken: a revoked service token.
+        """
+        try:
+            token, _source = extract_credential(headers)
+            if token.startswith(TOKEN_PREFIX):
+                return await self._verify_service_token(token)
+            return self._issuer.verify(token)
+        except AuthError as refusal:
+            level = logging.INFO if refusal.token_sent else logging.DEBUG
+            _log.log(
+                level, "authentication refused (%s): %s", type(refusal).__name__, refusal.reason
+            )
+            raise
+
+    async def _verify_service_token(self, token: str) -> Claims:
+        key = hashlib.sha256(token.encode("utf-8")).digest()
+        # Taken before verifying: a revocation that lands while we read makes this entry stale.
+        stamp = self._store.revocation_stamp()
+        now = trio.current_time()
+        entry = self._cache.get(key)
+        if entry is not None:
+            expires_at = entry.claims.expires_at
+            if (
+                entry.stamp == stamp
+                and now - entry.cached_at < self.cache_ttl_s
+                and (expires_at is None or self._clock() < expires_at)
+            ):
+                return entry.claims
+            del self._cache[key]
+        claims = await trio.to_thread.run_sync(self._store.verify_token, token)
+        if self.cache_ttl_s > 0:
+            if len(self._cache) >= self._cache_max_entries:
+                del self._cache[next(iter(self._cache))]
+            self._cache[key] = _CacheEntry(claims, now, stamp)
+        return claims

@@ -1,0 +1,681 @@
+"""Users and service tokens, kept in the embedded database (``<data_dir>/coremetry.db``).
+
+One :class:`IdentityStore` owns one :mod:`sqlite3` connection guarded by a lock. Every public
+method is **synchronous and blocking** (file I/O, and scrypt for the password methods); the app
+calls them through ``trio.to_thread.run_sync``, and the CLI calls them directly. Many processes
+may open the same data dir at once (``serve`` plus the CLI): the database runs in WAL mode, with
+a busy timeout of :data:`BUSY_TIMEOUT_S`.
+
+Schema (forward-only migrations, numbered by ``PRAGMA user_version``; tables prefixed ``auth_``
+because other subsystems share the file):
+
+- ``auth_users(name, role, password_hash, created_at, password_changed_at)``: the password is
+  stored only as an scrypt hash (:mod:`coremetry.auth.passwords`).
+- ``auth_service_tokens(name, role, token_sha256, created_at, expires_at, last_used_at,
+  revoked_at)``: the token itself is never stored, only its SHA-256.
+
+Why a fast, unsalted hash is right for service tokens (unlike passwords): a token is
+``cmk_`` + 32 random bytes (256 bits). Nobody can guess it, whatever the hash speed, so a slow
+hash would add nothing but cost on every request; and with no dictionary to precompute, a salt
+would add nothing either, while the unsalted digest lets us find the row by an indexed equality
+lookup. Someone who reads the database learns no usable token.
+
+``PRAGMA user_version`` is one number per database file. This module's :data:`SCHEMA_VERSION`
+owns it; another subsystem that shares ``coremetry.db`` must add its migrations to the same
+numbered list (or keep its own file), or the two will misread each other's versions.
+
+Revocation is immediate across processes. The database is the truth; in addition, every
+revocation replaces the marker file ``<data_dir>/token-revocations``, and
+:meth:`IdentityStore.revocation_stamp` (one ``stat``, no SQL) changes whenever any process
+revoked a token, so in-memory caches of verified tokens (the authenticator's) can check for
+revocations on every request without a database read.
+
+Timestamps are unix seconds (``*_at: int``); durations are seconds (``*_s``).
+"""
+
+import hashlib
+import logging
+import math
+import os
+import re
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Self
+
+import msgspec
+
+from coremetry.mcp import ROLES
+
+from .passwords import (
+    DEFAULT_PARAMS,
+    ScryptParams,
+    check_new_password,
+    hash_password,
+    spend_dummy_hash,
+    verify_password,
+)
+from .principal import Claims, ExpiredToken, InvalidToken, LoginFailed, RevokedToken
+
+_log: Final = logging.getLogger(__name__)
+
+DB_FILENAME: Final = "coremetry.db"
+"""The embedded database inside the data dir."""
+
+REVOCATIONS_FILENAME: Final = "token-revocations"
+"""Marker file replaced on every revocation (see the module docstring)."""
+
+BUSY_TIMEOUT_S: Final = 5.0
+"""How long a statement waits for another process's write lock, in seconds."""
+
+NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
+"""Allowed user and token names (matched in full)."""
+
+TOKEN_PREFIX: Final = "cmk_"
+"""Prefix of every service token, so scanners and people can recognise one."""
+
+TOKEN_RANDOM_BYTES: Final = 32
+"""Random bytes in a service token (encoded as 43 URL-safe base64 characters)."""
+
+TOKEN_PATTERN: Final = re.compile(r"cmk_[A-Za-z0-9_-]{43,128}")
+"""What a service token looks like (matched in full); anything else is refused unread."""
+
+LAST_USED_RESOLUTION_S: Final = 60
+"""``last_used_at`` is written at most once per this many seconds per token, in seconds."""
+
+FIRST_ADMIN_TOKEN_NAME: Final = "first-admin"
+"""Name of the admin token :meth:`IdentityStore.create_first_admin_token` makes."""
+
+RevocationStamp = tuple[int, int, int]
+"""An opaque value that changes whenever a token is revoked (compare with ``==`` only)."""
+
+_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    # 0 -> 1: users and service tokens.
+    (
+        """
+        CREATE TABLE auth_users (
+            name TEXT PRIMARY KEY NOT NULL,
+            role TEXT NOT NULL CHECK (role IN ('viewer', 'editor', 'admin')),
+            password_hash TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            password_changed_at INTEGER NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE auth_service_tokens (
+            name TEXT PRIMARY KEY NOT NULL,
+            role TEXT NOT NULL CHECK (role IN ('viewer', 'editor', 'admin')),
+            token_sha256 BLOB NOT NULL UNIQUE CHECK (length(token_sha256) = 32),
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER,
+            last_used_at INTEGER,
+            revoked_at INTEGER
+        )
+        """,
+    ),
+)
+
+SCHEMA_VERSION: Final = len(_MIGRATIONS)
+"""The ``PRAGMA user_version`` this code migrates to."""
+
+
+class IdentityStoreError(Exception):
+    """Raised by :func:`open_identity_store` when the database cannot be used.
+
+    For instance when its schema is newer than this code understands (a downgrade), or the file
+    is not a database.
+    """
+
+
+class UnknownName(KeyError):
+    """Raised by :meth:`IdentityStore.set_password` or :meth:`~IdentityStore.revoke_token`.
+
+    Raised when no user or token has the given name.
+
+    Attributes:
+        kind: ``"user"`` or ``"token"``.
+        name: the name looked up.
+    """
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(name)
+        self.kind = kind
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"no {self.kind} named {self.name!r}"
+
+
+class UserInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A user as listed (never the password hash).
+
+    Attributes:
+        name: the login name.
+        role: ``viewer``, ``editor`` or ``admin``.
+        created_at: unix seconds.
+        password_changed_at: unix seconds.
+    """
+
+    name: str
+    role: str
+    created_at: int
+    password_changed_at: int
+
+
+class TokenInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A service token as listed (never the token, never its hash).
+
+    Attributes:
+        name: the token's unique name (also in ``Claims.token_name`` and the audit log).
+        role: ``viewer``, ``editor`` or ``admin``.
+        created_at: unix seconds.
+        expires_at: unix seconds, or ``None`` for no expiry.
+        last_used_at: unix seconds of the last successful use, to within
+            :data:`LAST_USED_RESOLUTION_S`; ``None`` if never used.
+        revoked: whether the token was revoked.
+        revoked_at: unix seconds of the revocation, or ``None``.
+    """
+
+    name: str
+    role: str
+    created_at: int
+    expires_at: int | None
+    last_used_at: int | None
+    revoked: bool
+    revoked_at: int | None = None
+
+
+def _check_name(kind: str, name: str) -> None:
+    if not NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"invalid {kind} name {name[:80]!r}: use 1 to 64 of A-Z a-z 0-9 _ . @ -")
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role[:80]!r}; expected one of {', '.join(ROLES)}")
+
+
+def _token_digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+def _optional_int(value: object) -> int | None:
+    return None if value is None else int(str(value))
+
+
+class IdentityStore:
+    """Users and service tokens over one sqlite connection; open with :func:`open_identity_store`.
+
+    All public methods block (see the module docstring); they are safe to call from several
+    threads at once (one lock serialises the connection). Usable as a context manager that
+    closes it.
+
+    Args:
+        connection: an open, migrated connection (``check_same_thread=False``, autocommit).
+        data_dir: the directory holding the database and the revocation marker.
+        password_params: scrypt cost for new password hashes and for the dummy hash spent on
+            unknown users.
+        clock: wall clock in unix seconds; tests inject one to move time.
+    """
+
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        data_dir: Path,
+        *,
+        password_params: ScryptParams = DEFAULT_PARAMS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._connection = connection
+        self._data_dir = data_dir
+        self._params = password_params
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._local_revocations = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def data_dir(self) -> Path:
+        """The data dir this store lives in."""
+        return self._data_dir
+
+    def close(self) -> None:
+        """Close the connection; the store is unusable afterwards. Idempotent."""
+        with self._lock:
+            self._connection.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _now(self) -> int:
+        return int(self._clock())
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        # BEGIN IMMEDIATE takes the write lock up front, so a read-then-write (the first-admin
+        # check) cannot interleave with another process's write.
+        with self._lock:
+            self._connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._connection
+            except BaseException:
+                self._connection.execute("ROLLBACK")
+                raise
+            self._connection.execute("COMMIT")
+
+    # -- users -----------------------------------------------------------------------------------
+
+    def add_user(self, name: str, role: str, password: str) -> UserInfo:
+        """Create a user. Blocks for one scrypt hash plus a write.
+
+        Args:
+            name: the login name (``[A-Za-z0-9_.@-]{1,64}``).
+            role: ``viewer``, ``editor`` or ``admin``.
+            password: the clear-text password (not empty, at most 1024 UTF-8 bytes); only its
+                hash is stored.
+
+        Returns:
+            The new user.
+
+        Raises:
+            ValueError: a bad name or role, an unacceptable password, or a user with that name
+                already exists.
+        """
+        _check_name("user", name)
+        _check_role(role)
+        check_new_password(password)
+        with self._lock:
+            exists = self._connection.execute(
+                "SELECT 1 FROM auth_users WHERE name = ?", (name,)
+            ).fetchone()
+        if exists is not None:
+            raise ValueError(f"a user named {name!r} already exists")
+        hashed = hash_password(password, self._params)  # slow: outside the lock
+        now = self._now()
+        try:
+            with self._transaction() as db:
+                db.execute(
+                    "INSERT INTO auth_users (name, role, password_hash, created_at,"
+                    " password_changed_at) VALUES (?, ?, ?, ?, ?)",
+                    (name, role, hashed, now, now),
+                )
+        except sqlite3.IntegrityError:
+            raise ValueError(f"a user named {name!r} already exists") from None
+        return UserInfo(name=name, role=role, created_at=now, password_changed_at=now)
+
+    def set_password(self, name: str, password: str) -> None:
+        """Replace a user's password. Blocks for one scrypt hash plus a write.
+
+        Sessions (JWTs) issued before keep working until they expire.
+
+        Raises:
+            ValueError: an unacceptable password.
+            UnknownName: no user has that name.
+        """
+        check_new_password(password)
+        hashed = hash_password(password, self._params)
+        with self._transaction() as db:
+            cursor = db.execute(
+                "UPDATE auth_users SET password_hash = ?, password_changed_at = ? WHERE name = ?",
+                (hashed, self._now(), name),
+            )
+            updated = cursor.rowcount
+        if updated == 0:
+            raise UnknownName("user", name)
+
+    def list_users(self) -> list[UserInfo]:
+        """All users, sorted by name, without their password hashes. Blocks for one read."""
+        with self._lock:
+            rows = self._connection.execute(
+                "SELECT name, role, created_at, password_changed_at FROM auth_users ORDER BY name"
+            ).fetchall()
+        return [
+            UserInfo(
+                name=str(name),
+                role=str(role),
+                created_at=int(created_at),
+                password_changed_at=int(changed_at),
+            )
+            for name, role, created_at, changed_at in rows
+        ]
+
+    def check_password(self, name: str, password: str) -> Claims:
+        """Verify a user's password. Blocks for one scrypt hash, whether or not the user exists.
+
+        Args:
+            name: the login name as typed.
+            password: the password as typed.
+
+        Returns:
+            The user's identity for a session: ``kind="jwt"``, ``sub`` the user name,
+            ``issued_at`` now and ``expires_at`` ``None`` (the JWT issuer sets the expiry).
+
+        Raises:
+            LoginFailed: unknown user or wrong password, with the same message and the same
+                cost (a dummy hash is spent for an unknown user); ``reason`` tells them apart
+                for the server log.
+        """
+        row = None
+        if NAME_PATTERN.fullmatch(name):
+            with self._lock:
+                row = self._connection.execute(
+                    "SELECT role, password_hash FROM auth_users WHERE name = ?", (name,)
+                ).fetchone()
+        if row is None:
+            spend_dummy_hash(password, self._params)
+            raise LoginFailed(f"unknown user {name[:80]!r}")
+        role, password_hash = str(row[0]), str(row[1])
+        try:
+            matches = verify_password(password, password_hash)
+        except ValueError:
+            spend_dummy_hash(password, self._params)
+            _log.error("the stored password hash of user %r is malformed", name)
+            raise LoginFailed(f"malformed stored password hash for user {name!r}") from None
+        if not matches:
+            raise LoginFailed(f"wrong password for user {name!r}")
+        return Claims(sub=name, role=role, kind="jwt", issued_at=self._now(), expires_at=None)
+
+    # -- service tokens --------------------------------------------------------------------------
+
+    def _insert_token(
+        self, db: sqlite3.Connection, name: str, role: str, expires_in_s: float | None
+    ) -> tuple[str, TokenInfo]:
+        now = self._now()
+        expires_at = None if expires_in_s is None else now + math.ceil(expires_in_s)
+        token = TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_RANDOM_BYTES)
+        db.execute(
+            "INSERT INTO auth_service_tokens (name, role, token_sha256, created_at, expires_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (name, role, _token_digest(token), now, expires_at),
+        )
+        info = TokenInfo(
+            name=name,
+            role=role,
+            created_at=now,
+            expires_at=expires_at,
+            last_used_at=None,
+            revoked=False,
+        )
+        return token, info
+
+    def create_token(
+        self, name: str, role: str, expires_in_s: float | None
+    ) -> tuple[str, TokenInfo]:
+        """Create a service token. Blocks for one write.
+
+        Args:
+            name: a unique name (``[A-Za-z0-9_.@-]{1,64}``); names of revoked tokens stay taken.
+            role: ``viewer``, ``editor`` or ``admin``.
+            expires_in_s: lifetime in seconds (rounded up to whole seconds), or ``None`` for
+                no expiry.
+
+        Returns:
+            ``(token, info)``. The token (``cmk_`` + 43 URL-safe characters) exists only in this
+            return value: show it once; only its SHA-256 is stored.
+
+        Raises:
+            ValueError: a bad name or role, a non-positive or non-finite ``expires_in_s``, or a
+                token with that name already exists.
+        """
+        _check_name("token", name)
+        _check_role(role)
+        if expires_in_s is not None and not (math.isfinite(expires_in_s) and expires_in_s > 0):
+            raise ValueError(
+                f"expires_in_s must be a positive number of seconds, got {expires_in_s}"
+            )
+        try:
+            with self._transaction() as db:
+                return self._insert_token(db, name, role, expires_in_s)
+        except sqlite3.IntegrityError:
+            raise ValueError(f"a token named {name!r} already exists") from None
+
+    def list_tokens(self) -> list[TokenInfo]:
+        """All service tokens, revoked ones included, sorted by name. Blocks for one read."""
+        return self._select_tokens("ORDER BY name", ())
+
+    def _select_tokens(self, clause: str, parameters: tuple[str, ...]) -> list[TokenInfo]:
+        with self._lock:
+            rows = self._connection.execute(
+                "SELECT name, role, created_at, expires_at, last_used_at, revoked_at"
+                f" FROM auth_service_tokens {clause}",
+                parameters,
+            ).fetchall()
+        return [
+            TokenInfo(
+                name=str(name),
+                role=str(role),
+                created_at=int(created_at),
+                expires_at=_optional_int(expires_at),
+                last_used_at=_optional_int(last_used_at),
+                revoked=revoked_at is not None,
+                revoked_at=_optional_int(revoked_at),
+            )
+            for name, role, created_at, expires_at, last_used_at, revoked_at in rows
+        ]
+
+    def revoke_token(self, name: str) -> TokenInfo:
+        """Revoke a service token, with immediate effect in every process. Blocks for a write.
+
+        Revoking an already revoked token is allowed and keeps the first ``revoked_at``.
+
+        Returns:
+            The token's state after the revocation.
+
+        Raises:
+            UnknownName: no token has that name.
+        """
+        with self._transaction() as db:
+            updated = db.execute(
+                "UPDATE auth_service_tokens SET revoked_at = coalesce(revoked_at, ?)"
+                " WHERE name = ?",
+                (self._now(), name),
+            ).rowcount
+        if updated == 0:
+            raise UnknownName("token", name)
+        self._local_revocations += 1
+        self._touch_revocation_marker()
+        return self._select_tokens("WHERE name = ?", (name,))[0]
+
+    def _touch_revocation_marker(self) -> None:
+        # Write-then-rename gives the marker a new inode every time, so its stat changes even
+        # within one mtime tick. A failure here does not undo the revocation (the database is
+        # the truth); caches then see it when their entries expire.
+        marker = self._data_dir / REVOCATIONS_FILENAME
+        temporary = self._data_dir / f".{REVOCATIONS_FILENAME}.{os.getpid()}.{secrets.token_hex(4)}"
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="ascii") as file:
+                file.write(f"{self._now()}\n")
+            os.replace(temporary, marker)
+        except OSError as exc:
+            _log.warning("could not update the token revocation marker %s: %s", marker, exc)
+
+    def revocation_stamp(self) -> RevocationStamp:
+        """A value that changes whenever any process revokes a token.
+
+        Cheap enough to call on every request: one ``stat`` of a local file, no SQL, no lock.
+        If the marker cannot be read for another reason than its absence, every call returns a
+        different value, so caches keyed on it stop hitting (fail safe).
+        """
+        try:
+            info = os.stat(self._data_dir / REVOCATIONS_FILENAME)
+        except FileNotFoundError:
+            return (self._local_revocations, 0, 0)
+        except OSError:
+            return (self._local_revocations, -1, time.monotonic_ns())
+        return (self._local_revocations, info.st_ino, info.st_mtime_ns)
+
+    def verify_token(self, token: str) -> Claims:
+        """Check a service token. Blocks for one indexed read (plus a write at most once a minute).
+
+        Args:
+            token: the presented ``cmk_…`` string.
+
+        Returns:
+            ``Claims(kind="service_token", sub="token:<name>", token_name=<name>, role=…,
+            issued_at=created_at, expires_at=…)``.
+
+        Raises:
+            InvalidToken: not shaped like a service token, or no such token.
+            RevokedToken: the token was revoked.
+            ExpiredToken: the token is past ``expires_at``.
+        """
+        if not TOKEN_PATTERN.fullmatch(token):
+            raise InvalidToken("not shaped like a service token")
+        with self._lock:
+            row = self._connection.execute(
+                "SELECT name, role, created_at, expires_at, last_used_at, revoked_at"
+                " FROM auth_service_tokens WHERE token_sha256 = ?",
+                (_token_digest(token),),
+            ).fetchone()
+        if row is None:
+            raise InvalidToken("unknown service token")
+        name, role = str(row[0]), str(row[1])
+        created_at, expires_at = int(row[2]), _optional_int(row[3])
+        last_used_at, revoked_at = _optional_int(row[4]), _optional_int(row[5])
+        if revoked_at is not None:
+            raise RevokedToken(f"service token {name!r} was revoked")
+        now = self._now()
+        if expires_at is not None and now >= expires_at:
+            raise ExpiredToken(f"service token {name!r} expired")
+        if last_used_at is None or now - last_used_at >= LAST_USED_RESOLUTION_S:
+            self._record_use(name, now)
+        return Claims(
+            sub=f"token:{name}",
+            role=role,
+            token_name=name,
+            issued_at=created_at,
+            expires_at=expires_at,
+            kind="service_token",
+        )
+
+    def _record_use(self, name: str, now: int) -> None:
+        # A busy database (another process writing) must not fail the request: last_used_at is
+        # bookkeeping, and the next use retries.
+        try:
+            with self._lock:
+                self._connection.execute(
+                    "UPDATE auth_service_tokens SET last_used_at = ? WHERE name = ?", (now, name)
+                )
+        except sqlite3.OperationalError as exc:
+            _log.warning("could not record the use of service token %r: %s", name, exc)
+
+    def has_any_token(self) -> bool:
+        """Whether any service token was ever created (revoked ones count). Blocks for a read."""
+        with self._lock:
+            row = self._connection.execute("SELECT 1 FROM auth_service_tokens LIMIT 1").fetchone()
+        return row is not None
+
+    def create_first_admin_token(self) -> tuple[str, TokenInfo] | None:
+        """On a first start, create the admin service token; otherwise do nothing.
+
+        "First start" means no user and no service token exist at all (revoked tokens count),
+        checked and acted on in one transaction, so two processes starting at once cannot both
+        create one, and revoking every token never makes a restart mint a new admin token.
+        Blocks for one write.
+
+        Returns:
+            ``(token, info)`` for a new admin token named :data:`FIRST_ADMIN_TOKEN_NAME`
+            without expiry (print the token once), or ``None`` when this is not a first start.
+        """
+        with self._transaction() as db:
+            used = db.execute(
+                "SELECT EXISTS (SELECT 1 FROM auth_service_tokens)"
+                " OR EXISTS (SELECT 1 FROM auth_users)"
+            ).fetchone()
+            if used is not None and int(used[0]):
+                return None
+            return self._insert_token(db, FIRST_ADMIN_TOKEN_NAME, "admin", None)
+
+
+def _user_version(connection: sqlite3.Connection) -> int:
+    row = connection.execute("PRAGMA user_version").fetchone()
+    return int(row[0])
+
+
+def _migrate(connection: sqlite3.Connection) -> None:
+    if _user_version(connection) == SCHEMA_VERSION:
+        return
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        version = _user_version(connection)  # another process may have migrated meanwhile
+        if version > SCHEMA_VERSION:
+            raise IdentityStoreError(
+                f"the database has schema version {version}, newer than this Coremetry "
+                f"understands ({SCHEMA_VERSION}); upgrade Coremetry"
+            )
+        for step in _MIGRATIONS[version:]:
+            for statement in step:
+                connection.execute(statement)
+        # PRAGMA takes no parameters; SCHEMA_VERSION is our own int.
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+def open_identity_store(
+    data_dir: str | os.PathLike[str],
+    *,
+    password_params: ScryptParams = DEFAULT_PARAMS,
+    clock: Callable[[], float] = time.time,
+) -> IdentityStore:
+    """Open (creating if needed) the identity store of a data dir. Blocks.
+
+    Synchronous, unlike the async ``open_*`` context managers elsewhere: the store is blocking
+    by design (the CLI uses it directly, the app through ``trio.to_thread``); the returned store
+    is itself a (synchronous) context manager.
+
+    Creates the data dir with mode 0700 and ``coremetry.db`` with mode 0600 when they do not
+    exist (existing ones keep their modes), switches the database to WAL, and applies pending
+    migrations in one transaction.
+
+    Args:
+        data_dir: the data dir (``~`` is expanded).
+        password_params: scrypt cost (tests pass a cheap one).
+        clock: wall clock in unix seconds (tests inject one).
+
+    Returns:
+        The open store; close it with :meth:`IdentityStore.close` or a ``with`` block.
+
+    Raises:
+        IdentityStoreError: the database's schema is newer than this code, or the file is not a
+            usable database.
+        OSError: the directory or the file cannot be created.
+    """
+    directory = Path(data_dir).expanduser()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = directory / DB_FILENAME
+    # Create the file ourselves so it is 0600 from the start; sqlite gives its -wal and -shm
+    # files the database file's permissions.
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    connection = sqlite3.connect(
+        path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+    )
+    try:
+        connection.execute("PRAGMA journal_mode = WAL")
+        # FULL rather than NORMAL: auth writes are rare, and a revocation must survive a crash.
+        connection.execute("PRAGMA synchronous = FULL")
+        _migrate(connection)
+    except sqlite3.DatabaseError as exc:
+        connection.close()
+        raise IdentityStoreError(f"cannot use {path}: {exc}") from exc
+    except BaseException:
+        connection.close()
+        raise
+    return IdentityStore(connection, directory, password_params=password_params, clock=clock)
