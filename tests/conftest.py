@@ -109,3 +109,14 @@ def check_emitted(message: object, revision: str, method: str | None = None) -> 
         assert isinstance(err, dict)
         assert isinstance(err.get("code"), int), message
         assert isinstance(err.get("message"), str), message
+
+
+def stdio_identity(data_dir: Path, role: str = "viewer") -> dict[str, str]:
+    """The environment a ``coremetry stdio`` subprocess needs: a data dir holding a service
+    token of ``role``, and that token in ``COREMETRY_TOKEN`` (the process refuses to start
+    without one). Returns ``os.environ`` plus those two variables."""
+    from coremetry.auth import open_identity_store
+
+    with open_identity_store(data_dir) as store:
+        token, _info = store.create_token(f"test-{role}-{len(store.list_tokens())}", role, None)
+    return {**os.environ, "COREMETRY_DATA_DIR": str(data_dir), "COREMETRY_TOKEN": token}

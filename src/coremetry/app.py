@@ -8,6 +8,7 @@ Routing, by path:
   the same policy and authentication hook. (The benchmarks in ``bench/`` measure the choice.)
 - ``/api/mcp/sse`` + ``/api/mcp/messages`` — legacy HTTP+SSE (2024-11-05).
 - ``/api/mcp/ws`` — WebSocket (subprotocol ``mcp``).
+- ``/api/auth/login`` — a session JWT for a user name and password (:mod:`coremetry.rest`).
 - ``/api/tools`` and ``/api/tools/<name>`` — the tools over REST, through the same gate
   (:mod:`coremetry.rest`).
 - everything else — the QuartTrio app: ``GET /healthz`` (unauthenticated, no data) and, later,
@@ -29,9 +30,10 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from coremetry import __version__
+from coremetry.auth import LoginService
 from coremetry.config import Config
 from coremetry.mcp import Server
-from coremetry.rest import RestTools
+from coremetry.rest import LOGIN_PATH, LoginEndpoint, RestTools
 from coremetry.transports._http import Authenticate, HttpPolicy, anonymous
 from coremetry.transports.sse import LegacySse
 from coremetry.transports.streamable_http import StreamableHttp
@@ -52,13 +54,19 @@ class CoremetryApp:
         config: the effective configuration.
         mcp: the dispatcher every MCP transport feeds.
         authenticate: resolves callers (default: everyone is an anonymous viewer).
+        login: serves ``POST /api/auth/login`` when given.
 
     Attributes:
         shutting_down: set when the server starts draining; long-lived streams end on it.
     """
 
     def __init__(
-        self, config: Config, mcp: Server, *, authenticate: Authenticate = anonymous
+        self,
+        config: Config,
+        mcp: Server,
+        *,
+        authenticate: Authenticate = anonymous,
+        login: LoginService | None = None,
     ) -> None:
         self.config = config
         self.mcp = mcp
@@ -100,6 +108,8 @@ class CoremetryApp:
             max_connections=config.websocket.max_connections,
         )
         self.rest = RestTools(mcp, self.policy, authenticate=authenticate)
+        if login is not None:
+            self.http_routes[LOGIN_PATH] = LoginEndpoint(login, self.policy)
         self.quart = _quart_app()
 
     async def __call__(

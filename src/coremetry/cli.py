@@ -5,8 +5,14 @@ Subcommands:
 - ``coremetry serve [--host H] [--port P] [--data-dir DIR] [--config FILE] [--fixture]`` — the
   HTTP server (Streamable HTTP, legacy SSE, WebSocket, ``/healthz``). Prints ``listening on
   http://HOST:PORT`` to stderr once bound; SIGINT/SIGTERM drain gracefully.
-- ``coremetry stdio [--fixture] [--role ROLE] [--max-budget-s S]`` — MCP on stdin/stdout (for
-  clients that launch a local process, e.g. Claude Desktop). Logs go to stderr.
+- ``coremetry stdio [--fixture] [--max-budget-s S]`` — MCP on stdin/stdout (for clients that
+  launch a local process, e.g. Claude Desktop); the identity comes from the token in
+  ``COREMETRY_TOKEN`` (a ``cmk_`` service token or a session JWT), and it refuses to start
+  without a valid one. Logs go to stderr.
+- ``coremetry user add NAME --role R [--password-stdin]`` / ``user list`` — login users.
+- ``coremetry token create --name N --role R [--expires-in 30d]`` (prints the token alone on
+  stdout, once) / ``token list`` / ``token revoke NAME`` — service tokens.
+- ``coremetry audit tail [-n N] [--sub SUB]`` — the newest audit records.
 - ``coremetry config show [--config FILE]`` — the effective configuration, secrets redacted.
 - ``coremetry conformance-fixture [--port P]`` — the official conformance suite's fixture on
   loopback only, without authentication (a test fixture; never part of ``serve``).
@@ -18,15 +24,23 @@ configuration error.
 
 import argparse
 import gc
+import getpass
 import logging
+import os
+import re
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 
+import msgspec
 import trio
 
 from coremetry import __version__
+from coremetry.auth import TOKEN_PREFIX
 from coremetry.config import Config, ConfigError, load_config, render_config
 from coremetry.mcp import ROLES, Caller, Server
+from coremetry.server import Security, open_security
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,12 +65,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also serve the test fixture tools, resources and prompts",
     )
-    stdio.add_argument(
-        "--role",
-        choices=ROLES,
-        default="viewer",
-        help="the role the local caller is given (default: viewer)",
-    )
+    stdio.add_argument("--data-dir", help="where the identity store lives")
     stdio.add_argument(
         "--max-budget-s",
         type=float,
@@ -65,6 +74,41 @@ def _parser() -> argparse.ArgumentParser:
     )
     stdio.add_argument("--config", help="a TOML configuration file")
     _log_level_option(stdio)
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="a TOML configuration file")
+    common.add_argument("--data-dir", help="where the identity store lives")
+    user = sub.add_parser("user", help="manage login users")
+    user_sub = user.add_subparsers(dest="user_command", required=True, metavar="ACTION")
+    user_add = user_sub.add_parser(
+        "add", help="add a user (password from a prompt or stdin)", parents=[common]
+    )
+    user_add.add_argument("name")
+    user_add.add_argument("--role", choices=ROLES, required=True)
+    user_add.add_argument(
+        "--password-stdin", action="store_true", help="read the password from stdin"
+    )
+    user_sub.add_parser("list", help="list users (never their passwords)", parents=[common])
+    token = sub.add_parser("token", help="manage service tokens")
+    token_sub = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
+    token_create = token_sub.add_parser(
+        "create", help="create a token; printed once on stdout", parents=[common]
+    )
+    token_create.add_argument("--name", required=True)
+    token_create.add_argument("--role", choices=ROLES, required=True)
+    token_create.add_argument(
+        "--expires-in", help="lifetime such as 30d, 12h, 90m or 3600s (default: no expiry)"
+    )
+    token_sub.add_parser("list", help="list tokens (never the tokens themselves)", parents=[common])
+    token_revoke = token_sub.add_parser("revoke", help="revoke a token at once", parents=[common])
+    token_revoke.add_argument("name")
+    audit = sub.add_parser("audit", help="read the audit log")
+    audit_sub = audit.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
+    audit_tail = audit_sub.add_parser(
+        "tail", help="the newest records, newest first", parents=[common]
+    )
+    audit_tail.add_argument("-n", type=int, default=50, help="how many (default 50)")
+    audit_tail.add_argument("--sub", help="only this identity")
 
     config = sub.add_parser("config", help="inspect the configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
@@ -131,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "config":
         sys.stdout.write(render_config(config))
         return 0
+    if args.command in ("user", "token", "audit"):
+        return _admin(args, config)
     _setup_logging(str(args.log_level))
     from coremetry.server import build_mcp_server, serve
 
@@ -143,13 +189,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         if args.command == "stdio":
-            caller = Caller(subject="local", role=str(args.role), kind="local")
-            trio.run(_stdio, mcp, caller, config.http.graceful_shutdown_s)
-            return 0
+            return _run_stdio(mcp, config)
         if args.command == "conformance-fixture":
             return _conformance_fixture(args)
+        security = open_security(config)
+        first = security.store.create_first_admin_token()
         _tune_gc()
-        trio.run(lambda: serve(config, mcp, install_signal_handlers=True))
+        try:
+            trio.run(
+                lambda: serve(
+                    config,
+                    mcp,
+                    install_signal_handlers=True,
+                    security=security,
+                    first_admin_token=first[0] if first is not None else None,
+                )
+            )
+        finally:
+            security.close()
         return 0
     except BaseException as exc:  # mapped to exit codes below, re-raised otherwise
         # trio reports errors from inside nurseries as (nested) exception groups.
@@ -180,7 +237,36 @@ def _single_leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-async def _stdio(mcp: Server, caller: Caller, grace_s: float) -> None:
+def _run_stdio(mcp: Server, config: Config) -> int:
+    """Serve stdio as the identity in ``COREMETRY_TOKEN``; refuse to start without one."""
+    from coremetry.auth import AuthError
+
+    token = os.environ.get("COREMETRY_TOKEN", "").strip()
+    if not token:
+        print(
+            "coremetry: set COREMETRY_TOKEN to a service token "
+            "(create one with: coremetry token create --name NAME --role viewer)",
+            file=sys.stderr,
+        )
+        return 2
+    security = open_security(config)
+    try:
+        try:
+            if token.startswith(TOKEN_PREFIX):
+                claims = security.store.verify_token(token)
+            else:
+                claims = security.issuer.verify(token)
+        except AuthError:
+            print("coremetry: COREMETRY_TOKEN is not a valid token", file=sys.stderr)
+            return 2
+        security.install(mcp)
+        trio.run(_stdio, mcp, claims.to_caller(), security, config.http.graceful_shutdown_s)
+        return 0
+    finally:
+        security.close()
+
+
+async def _stdio(mcp: Server, caller: Caller, security: Security, grace_s: float) -> None:
     """Serve stdio; SIGINT/SIGTERM stop reading and let calls in flight answer first."""
     from coremetry.server import watch_signals
     from coremetry.transports.stdio import serve_stdio
@@ -188,8 +274,82 @@ async def _stdio(mcp: Server, caller: Caller, grace_s: float) -> None:
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watch_signals, stop)
+        await nursery.start(security.audit.run_writer)
         await serve_stdio(mcp, caller=caller, stop=stop, grace_s=grace_s)
+        with trio.CancelScope(shield=True):
+            await security.audit.aclose()
         nursery.cancel_scope.cancel()
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration_s(text: str) -> float:
+    """``"30d"`` -> 2592000.0 seconds (units s, m, h, d).
+
+    Raises:
+        ValueError: not a number followed by one of the units, or not positive.
+    """
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"invalid duration {text!r}: use e.g. 30d, 12h, 90m or 3600s")
+    seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"invalid duration {text!r}: must be positive")
+    return seconds
+
+
+def _when(unix_s: int | None) -> str:
+    if unix_s is None:
+        return "-"
+    return datetime.fromtimestamp(unix_s, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _admin(args: argparse.Namespace, config: Config) -> int:
+    """``coremetry user|token|audit …``: administration against the data dir."""
+    from coremetry.audit import AuditLog
+    from coremetry.auth import UnknownName, open_identity_store
+
+    data_dir = Path(config.data_dir).expanduser()
+    if args.command == "audit":
+        entries = AuditLog.from_config(config).tail(int(args.n), sub=args.sub)
+        for entry in entries:
+            sys.stdout.write(msgspec.json.encode(entry).decode() + "\n")
+        return 0
+    with open_identity_store(data_dir) as store:
+        try:
+            if args.command == "user" and args.user_command == "add":
+                if args.password_stdin:
+                    password = sys.stdin.readline().rstrip("\n")
+                else:
+                    password = getpass.getpass(f"password for {args.name}: ")
+                store.add_user(str(args.name), str(args.role), password)
+                print(f"added user {args.name} ({args.role})", file=sys.stderr)
+            elif args.command == "user":
+                for user in store.list_users():
+                    print(f"{user.name}\t{user.role}\tcreated {_when(user.created_at)}")
+            elif args.token_command == "create":
+                expires = None if args.expires_in is None else parse_duration_s(args.expires_in)
+                secret, _info = store.create_token(str(args.name), str(args.role), expires)
+                sys.stdout.write(secret + "\n")
+            elif args.token_command == "list":
+                for info in store.list_tokens():
+                    state = "revoked" if info.revoked else "active"
+                    print(
+                        f"{info.name}\t{info.role}\t{state}\tcreated {_when(info.created_at)}"
+                        f"\texpires {_when(info.expires_at)}\tlast used {_when(info.last_used_at)}"
+                    )
+            else:
+                store.revoke_token(str(args.name))
+                print(f"revoked token {args.name}", file=sys.stderr)
+        except UnknownName as exc:
+            print(f"coremetry: no such {args.command}: {exc}", file=sys.stderr)
+            return 1
+        except ValueError as exc:
+            print(f"coremetry: {exc}", file=sys.stderr)
+            return 2
+    return 0
 
 
 def _conformance_fixture(args: argparse.Namespace) -> int:

@@ -23,14 +23,17 @@ The request body is the tool's arguments as a JSON object (empty body = ``{}``).
 """
 
 import math
+import time
 from typing import Final
 
 import msgspec
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 
+from coremetry.auth import SESSION_COOKIE, LoginFailed, LoginService, LoginThrottled
 from coremetry.mcp import Connection, PendingBatch, PendingCall, Server, codes, versions
 from coremetry.mcp.wire import JsonObject
 from coremetry.transports._http import (
+    AUTH_CHALLENGE,
     Authenticate,
     BodyTooLarge,
     ClientGone,
@@ -244,4 +247,117 @@ def _rest_answer(answer: _Answer) -> tuple[int, bytes, list[tuple[bytes, bytes]]
     return 200, _ENCODER.encode({"content": result.get("content", [])}), []
 
 
-__all__ = ["TOOLS_PATH", "RestTools"]
+LOGIN_PATH: Final = "/api/auth/login"
+"""``POST {"username": …, "password": …}`` -> a session JWT (JSON and an HttpOnly cookie)."""
+
+
+class _LoginRequest(msgspec.Struct, forbid_unknown_fields=True):
+    username: str
+    password: str
+
+
+_LOGIN_DECODER: Final = msgspec.json.Decoder(_LoginRequest)
+
+
+class LoginEndpoint:
+    """ASGI handler of ``POST /api/auth/login`` (DESIGN.md §5).
+
+    Success: 200 ``{"token", "token_type": "Bearer", "sub", "role", "expires_at"}`` (unix
+    seconds) and ``Set-Cookie: coremetry_session=…; HttpOnly; SameSite=Strict; Path=/`` (plus
+    ``Secure`` over HTTPS) for browsers. A wrong password and an unknown user get the same 401;
+    repeated failures are slowed down and, past the wait the service accepts, refused with 429
+    and ``Retry-After``. The password is never logged or echoed.
+
+    Args:
+        login: the login service (checks passwords, throttles, issues JWTs).
+        policy: Origin/Host/body-size rules (a login from a refused Origin is 403).
+    """
+
+    def __init__(self, login: LoginService, policy: HttpPolicy) -> None:
+        self.login = login
+        self.policy = policy
+
+    async def __call__(
+        self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        """Serve one login request."""
+        headers = Headers(scope["headers"])
+        refused = self.policy.refusal(headers)
+        if refused is not None:
+            status, message = refused
+            await send_response(send, status, _error(message))
+            return
+        if scope["method"] == "OPTIONS":
+            await send_preflight(send, headers, self.policy, b"POST, OPTIONS")
+            return
+        cors = cors_headers(headers.get("origin"), self.policy)
+        if scope["method"] != "POST":
+            await send_response(
+                send,
+                405,
+                _error("POST your credentials"),
+                headers=[(b"allow", b"POST, OPTIONS"), *cors],
+            )
+            return
+        if not is_json_content_type(headers.get("content-type")):
+            await send_response(send, 415, _error("send application/json"), headers=cors)
+            return
+        try:
+            body = await read_body(receive, min(self.policy.max_body_bytes, 64 * 1024))
+            request = _LOGIN_DECODER.decode(body)
+        except BodyTooLarge:
+            await send_response(send, 413, _error("the body is too large"), headers=cors)
+            return
+        except ClientGone:
+            return
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            await send_response(
+                send,
+                400,
+                _error(f"expected {{'username': str, 'password': str}}: {exc}"),
+                headers=cors,
+            )
+            return
+        client = scope.get("client")
+        client_key = client[0] if client else "unknown"
+        try:
+            token, claims = await self.login.login(
+                request.username, request.password, client_key=client_key
+            )
+        except LoginThrottled as exc:
+            retry = str(max(1, math.ceil(exc.retry_after_s))).encode()
+            await send_response(
+                send,
+                429,
+                _ENCODER.encode({"error": "too many failed logins; retry later"}),
+                headers=[(b"retry-after", retry), *cors],
+            )
+            return
+        except LoginFailed:
+            await send_response(
+                send,
+                401,
+                _ENCODER.encode({"error": "invalid username or password"}),
+                headers=[AUTH_CHALLENGE, *cors],
+            )
+            return
+        max_age = max(0, (claims.expires_at or 0) - int(time.time()))
+        cookie = f"{SESSION_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}"
+        if scope["scheme"] == "https":
+            cookie += "; Secure"
+        payload = {
+            "token": token,
+            "token_type": "Bearer",
+            "sub": claims.sub,
+            "role": claims.role,
+            "expires_at": claims.expires_at,
+        }
+        await send_response(
+            send,
+            200,
+            _ENCODER.encode(payload),
+            headers=[(b"set-cookie", cookie.encode()), (b"cache-control", b"no-store"), *cors],
+        )
+
+
+__all__ = ["LOGIN_PATH", "TOOLS_PATH", "LoginEndpoint", "RestTools"]

@@ -11,6 +11,7 @@ import signal
 import sys
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import msgspec
 import trio
@@ -18,6 +19,16 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from coremetry import __version__
+from coremetry.access import RateLimiter, make_call_gate
+from coremetry.audit import AuditLog, register_audit_resource
+from coremetry.auth import (
+    Authenticator,
+    IdentityStore,
+    JwtIssuer,
+    LoginService,
+    load_or_create_secret,
+    open_identity_store,
+)
 from coremetry.config import Config
 from coremetry.mcp import CallContext, Resource, Server, versions
 
@@ -92,6 +103,80 @@ def build_mcp_server(
     return server
 
 
+class Security:
+    """Authentication, the call gate and the audit log of a production server.
+
+    Built by :func:`open_security` from the data dir; :func:`serve` plugs it in: the
+    authenticator behind every HTTP transport and the REST API, ``POST /api/auth/login``, the
+    role-then-rate gate, and one audit record per gated call. Without it, :func:`serve` treats
+    every caller as an anonymous viewer (tests, the conformance fixture).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: IdentityStore,
+        issuer: JwtIssuer,
+        authenticator: Authenticator,
+        login: LoginService,
+        limiter: RateLimiter,
+        audit: AuditLog,
+    ) -> None:
+        self.store = store
+        self.issuer = issuer
+        self.authenticator = authenticator
+        self.login = login
+        self.limiter = limiter
+        self.audit = audit
+
+    def install(self, mcp: Server) -> None:
+        """Plug the gate, the audit observer and the admin audit resource into ``mcp``."""
+        mcp.set_call_gate(make_call_gate(self.limiter))
+        mcp.set_call_observer(self.audit.observe)
+        register_audit_resource(mcp, self.audit)
+
+    def close(self) -> None:
+        """Close the identity store (the audit log is closed by :func:`serve`)."""
+        self.store.close()
+
+
+def open_security(config: Config) -> Security:
+    """Open the identity store, JWT secret, rate limiter and audit log under ``data_dir``.
+
+    Blocking (creates files; the CLI calls it before the event loop starts).
+
+    Raises:
+        OSError: the data dir cannot be created or read.
+    """
+    data_dir = Path(config.data_dir).expanduser()
+    store = open_identity_store(data_dir)
+    issuer = JwtIssuer(load_or_create_secret(data_dir))
+    return Security(
+        store=store,
+        issuer=issuer,
+        authenticator=Authenticator(store, issuer),
+        login=LoginService(store, issuer),
+        limiter=RateLimiter.from_config(config.rate_limit),
+        audit=AuditLog.from_config(config),
+    )
+
+
+def first_start_message(token: str, url: str) -> str:
+    """The lines printed once, when ``serve`` minted the first admin token."""
+    mcp_url = f"{url}/api/mcp"
+    return (
+        "Coremetry created an admin service token for this data dir. It is shown only once;\n"
+        "store it now (create more with `coremetry token create`):\n\n"
+        f"  {token}\n\n"
+        "Claude Code:\n"
+        f"  claude mcp add --transport http coremetry {mcp_url} "
+        f'--header "Authorization: Bearer {token}"\n\n'
+        "Claude Desktop (claude_desktop_config.json), through the stdio server:\n"
+        '  {"mcpServers": {"coremetry": {"command": "coremetry", "args": ["stdio"], '
+        f'"env": {{"COREMETRY_TOKEN": "{token}"}}}}}}}}\n'
+    )
+
+
 def hypercorn_config(config: Config) -> HypercornConfig:
     """Translate our configuration into hypercorn's (bind, limits, graceful drain)."""
     hc = HypercornConfig()
@@ -111,6 +196,8 @@ async def serve(
     announce: bool = True,
     shutdown: trio.Event | None = None,
     install_signal_handlers: bool = False,
+    security: Security | None = None,
+    first_admin_token: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the app until ``shutdown`` is set (or SIGINT/SIGTERM when handlers are installed).
@@ -121,6 +208,10 @@ async def serve(
         announce: print ``listening on http://HOST:PORT`` to stderr once bound.
         shutdown: an event that starts the graceful drain when set.
         install_signal_handlers: drain on SIGINT/SIGTERM (the CLI sets this).
+        security: authentication, gate and audit (:func:`open_security`); ``None`` serves
+            every caller as an anonymous viewer — for tests and fixtures only.
+        first_admin_token: a token minted for this first start, printed once to stdout with
+            the lines to paste into Claude Code and Claude Desktop.
         task_status: receives the bound base URL (``http://127.0.0.1:PORT``).
 
     Raises:
@@ -128,7 +219,11 @@ async def serve(
     """
     from coremetry.app import CoremetryApp
 
-    app = CoremetryApp(config, mcp)
+    if security is not None:
+        security.install(mcp)
+        app = CoremetryApp(config, mcp, authenticate=security.authenticator, login=security.login)
+    else:
+        app = CoremetryApp(config, mcp)
     stop = shutdown if shutdown is not None else trio.Event()
 
     async def trigger() -> None:
@@ -136,21 +231,34 @@ async def serve(
         app.shutting_down.set()
         mcp.end_subscriptions()
 
-    async with trio.open_nursery() as nursery:
-        if install_signal_handlers:
-            nursery.start_soon(watch_signals, stop)
-        binds: list[str] = await nursery.start(
-            partial(hypercorn_serve, app, hypercorn_config(config), shutdown_trigger=trigger)
-        )
-        url = binds[0]
-        if announce:
-            print(f"listening on {url}", file=sys.stderr, flush=True)
-        task_status.started(url)
-        await stop.wait()
-        app.shutting_down.set()
-        mcp.end_subscriptions()
-        # hypercorn drains within graceful_timeout and then returns; stop the signal watcher.
-        nursery.cancel_scope.deadline = trio.current_time() + config.http.graceful_shutdown_s + 5
+    async with trio.open_nursery() as outer:
+        # The audit writer outlives the server: records of calls that finish while hypercorn
+        # drains are still written, then the writer flushes and stops.
+        if security is not None:
+            await outer.start(security.audit.run_writer)
+        async with trio.open_nursery() as nursery:
+            if install_signal_handlers:
+                nursery.start_soon(watch_signals, stop)
+            binds: list[str] = await nursery.start(
+                partial(hypercorn_serve, app, hypercorn_config(config), shutdown_trigger=trigger)
+            )
+            url = binds[0]
+            if first_admin_token is not None:
+                print(first_start_message(first_admin_token, url), flush=True)
+            if announce:
+                print(f"listening on {url}", file=sys.stderr, flush=True)
+            task_status.started(url)
+            await stop.wait()
+            app.shutting_down.set()
+            mcp.end_subscriptions()
+            # hypercorn drains within graceful_timeout and returns; nothing else may linger
+            # (the signal watcher, when the stop came from elsewhere) past that bound.
+            nursery.cancel_scope.deadline = (
+                trio.current_time() + config.http.graceful_shutdown_s + 5
+            )
+        if security is not None:
+            with trio.CancelScope(shield=True):
+                await security.audit.aclose()
 
 
 async def watch_signals(stop: trio.Event) -> None:

@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Final
 import httpx
 import pytest
 import trio
-from conftest import check_emitted
+from conftest import check_emitted, stdio_identity
 
 from coremetry import __version__
 from coremetry.config import Config, load_config, render_config
@@ -43,8 +44,13 @@ def command(*args: str) -> list[str]:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """The test's environment without ``COREMETRY_*`` variables, plus ``extra``."""
+    """The test's environment without ``COREMETRY_*`` variables, plus ``extra``.
+
+    ``COREMETRY_DATA_DIR`` points at a fresh temporary directory unless ``extra`` sets it, so no
+    test ever touches the user's own data dir.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("COREMETRY_")}
+    env["COREMETRY_DATA_DIR"] = tempfile.mkdtemp(prefix="coremetry-test-")
     env.update(extra)
     return env
 
@@ -77,10 +83,11 @@ def parse_sse(body: bytes) -> list[dict[str, object]]:
 
 async def test_serve_announces_serves_and_drains_on_sigterm(tmp_path: Path) -> None:
     with trio.fail_after(LIMIT_S):
+        identity = stdio_identity(tmp_path / "data", "viewer")  # a token exists: no first start
         process = await trio.lowlevel.open_process(
             command("serve", "--port", "0", "--fixture"),
             stderr=subprocess.PIPE,
-            env=clean_env(),
+            env=clean_env(COREMETRY_DATA_DIR=identity["COREMETRY_DATA_DIR"]),
         )
         assert process.stderr is not None
         try:
@@ -114,6 +121,7 @@ async def test_serve_announces_serves_and_drains_on_sigterm(tmp_path: Path) -> N
                     "content-type": "application/json",
                     "accept": "application/json, text/event-stream",
                     "mcp-protocol-version": "2025-11-25",
+                    "authorization": f"Bearer {identity['COREMETRY_TOKEN']}",
                 }
                 body = bytearray()
                 async with client.stream(
@@ -161,10 +169,12 @@ async def test_serve_refuses_a_port_in_use() -> None:
 
 async def test_config_show_prints_the_effective_configuration_as_toml() -> None:
     with trio.fail_after(LIMIT_S):
-        status, stdout, stderr = await run(["config", "show"])
+        env = clean_env()
+        status, stdout, stderr = await run(["config", "show"], env)
     assert (status, stderr) == (0, "")
     shown = tomllib.loads(stdout)
     defaults = Config()
+    assert shown["data_dir"] == env["COREMETRY_DATA_DIR"]
     assert shown["http"] == {
         "host": defaults.http.host,
         "port": defaults.http.port,
@@ -175,7 +185,9 @@ async def test_config_show_prints_the_effective_configuration_as_toml() -> None:
         "graceful_shutdown_s": defaults.http.graceful_shutdown_s,
     }
     assert set(shown) >= {"http", "mcp", "sse", "websocket", "data_dir"}
-    assert stdout == render_config(load_config(environ={}))
+    assert stdout == render_config(
+        load_config(environ={"COREMETRY_DATA_DIR": env["COREMETRY_DATA_DIR"]})
+    )
 
 
 async def test_config_show_applies_environment_and_file(tmp_path: Path) -> None:

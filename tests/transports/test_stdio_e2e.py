@@ -24,7 +24,7 @@ from typing import Self
 
 import pytest
 import trio
-from conftest import check_emitted
+from conftest import check_emitted, stdio_identity
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client._transport import ReadStream, WriteStream
 from mcp.client.stdio import stdio_client
@@ -150,18 +150,24 @@ class Connected:
     stderr_path: Path
 
 
-def server_params(*extra: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=[*SERVER_ARGS, *extra], cwd=REPO)
+def server_params(env: dict[str, str], *extra: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable, args=[*SERVER_ARGS, *extra], cwd=REPO, env=env
+    )
 
 
 @asynccontextmanager
-async def sdk_session(tmp_path: Path, *extra: str) -> AsyncIterator[Connected]:
+async def sdk_session(
+    tmp_path: Path, *extra: str, role: str = "viewer"
+) -> AsyncIterator[Connected]:
     """Launch the server, connect the SDK through a wire tap, and run ``initialize``."""
     stderr_path = tmp_path / "server-stderr.log"
     wire = Wire()
     with stderr_path.open("w") as errlog:
         async with (
-            stdio_client(server_params(*extra), errlog=errlog) as (read, write),
+            stdio_client(
+                server_params(stdio_identity(tmp_path / "data", role), *extra), errlog=errlog
+            ) as (read, write),
             ClientSession(TapRead(read, wire.inbound), TapWrite(write, wire.outbound)) as session,
         ):
             init = await session.initialize()
@@ -225,7 +231,7 @@ async def test_list_tools_for_the_default_viewer_role(tmp_path: Path) -> None:
 
 async def test_admin_role_sees_and_calls_admin_only(tmp_path: Path) -> None:
     with trio.fail_after(LIMIT_S):
-        async with sdk_session(tmp_path, "--role", "admin") as conn:
+        async with sdk_session(tmp_path, role="admin") as conn:
             listed = await conn.session.list_tools()
             result = await conn.session.call_tool("admin_only", {})
     assert "admin_only" in {tool.name for tool in listed.tools}
@@ -408,7 +414,7 @@ def rpc(request_id: int, method: str, params: Mapping[str, object]) -> bytes:
     return line({"jsonrpc": "2.0", "id": request_id, "method": method, "params": dict(params)})
 
 
-async def run_raw(stdin: bytes, *extra: str) -> subprocess.CompletedProcess[bytes]:
+async def run_raw(stdin: bytes, data_dir: Path, *extra: str) -> subprocess.CompletedProcess[bytes]:
     return await trio.run_process(
         [sys.executable, *SERVER_ARGS, *extra],
         stdin=stdin,
@@ -416,10 +422,11 @@ async def run_raw(stdin: bytes, *extra: str) -> subprocess.CompletedProcess[byte
         capture_stderr=True,
         check=False,
         cwd=REPO,
+        env=stdio_identity(data_dir),
     )
 
 
-async def test_raw_process_speaks_only_json_rpc_on_stdout_and_exits_cleanly() -> None:
+async def test_raw_process_speaks_only_json_rpc_on_stdout_and_exits_cleanly(tmp_path: Path) -> None:
     methods = {
         1: "initialize",
         2: "tools/call",
@@ -456,7 +463,7 @@ async def test_raw_process_speaks_only_json_rpc_on_stdout_and_exits_cleanly() ->
         ]
     )
     with trio.fail_after(LIMIT_S):
-        result = await run_raw(stdin, "--log-level", "DEBUG")
+        result = await run_raw(stdin, tmp_path / "data", "--log-level", "DEBUG")
     stderr = result.stderr.decode(errors="replace")
     assert result.returncode == 0, stderr
 
@@ -494,8 +501,8 @@ async def test_raw_process_speaks_only_json_rpc_on_stdout_and_exits_cleanly() ->
     assert "incident" in stderr
 
 
-async def test_raw_process_with_empty_stdin_exits_cleanly_and_silently() -> None:
+async def test_raw_process_with_empty_stdin_exits_cleanly_and_silently(tmp_path: Path) -> None:
     with trio.fail_after(LIMIT_S):
-        result = await run_raw(b"")
+        result = await run_raw(b"", tmp_path / "data")
     assert result.returncode == 0, result.stderr
     assert result.stdout == b""

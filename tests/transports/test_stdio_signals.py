@@ -1,13 +1,14 @@
 """SIGINT/SIGTERM on ``coremetry stdio``: stop reading, answer the calls in flight, exit 0."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+from conftest import stdio_identity
 
 INIT = {
     "jsonrpc": "2.0",
@@ -24,13 +25,13 @@ SLOW = {
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_drains_in_flight_calls_and_exits_cleanly(signum: int) -> None:
+def test_signal_drains_in_flight_calls_and_exits_cleanly(signum: int, tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "coremetry", "stdio", "--fixture"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**stdio_identity(tmp_path / "data"), "PYTHONUNBUFFERED": "1"},
     )
     assert proc.stdin is not None
     assert proc.stdout is not None

@@ -1,0 +1,149 @@
+"""The administration commands and the first start, driven as a user would: the CLI."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import trio
+
+LIMIT_S = 60
+
+
+def coremetry(data_dir: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COREMETRY_")}
+    env["COREMETRY_DATA_DIR"] = str(data_dir)
+    return subprocess.run(
+        [sys.executable, "-m", "coremetry", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=LIMIT_S,
+        check=False,
+    )
+
+
+def test_tokens_are_created_listed_used_and_revoked(tmp_path: Path) -> None:
+    created = coremetry(tmp_path, "token", "create", "--name", "ci", "--role", "editor")
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    assert re.fullmatch(r"cmk_[A-Za-z0-9_-]{43,}", token)  # the token alone on stdout
+    listed = coremetry(tmp_path, "token", "list")
+    assert "ci\teditor\tactive" in listed.stdout
+    assert token not in listed.stdout  # shown once, never again
+    ping = '{"jsonrpc":"2.0","id":1,"method":"ping"}\n'
+    env_run = subprocess.run(
+        [sys.executable, "-m", "coremetry", "stdio"],
+        input=ping,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COREMETRY_DATA_DIR": str(tmp_path), "COREMETRY_TOKEN": token},
+        timeout=LIMIT_S,
+        check=False,
+    )
+    assert env_run.returncode == 0, env_run.stderr
+    assert json.loads(env_run.stdout) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    revoked = coremetry(tmp_path, "token", "revoke", "ci")
+    assert revoked.returncode == 0
+    assert "ci\teditor\trevoked" in coremetry(tmp_path, "token", "list").stdout
+    refused = subprocess.run(
+        [sys.executable, "-m", "coremetry", "stdio"],
+        input=ping,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COREMETRY_DATA_DIR": str(tmp_path), "COREMETRY_TOKEN": token},
+        timeout=LIMIT_S,
+        check=False,
+    )
+    assert refused.returncode == 2
+    assert refused.stdout == ""
+    assert token not in refused.stderr
+
+
+def test_stdio_refuses_to_start_without_a_token(tmp_path: Path) -> None:
+    result = coremetry(tmp_path, "stdio", stdin='{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "COREMETRY_TOKEN" in result.stderr
+
+
+def test_users_are_added_from_stdin_and_listed_without_passwords(tmp_path: Path) -> None:
+    added = coremetry(
+        tmp_path,
+        "user",
+        "add",
+        "alice",
+        "--role",
+        "viewer",
+        "--password-stdin",
+        stdin="correct horse battery\n",
+    )
+    assert added.returncode == 0, added.stderr
+    listed = coremetry(tmp_path, "user", "list")
+    assert listed.stdout.startswith("alice\tviewer\t")
+    assert "correct horse" not in listed.stdout
+    again = coremetry(
+        tmp_path, "user", "add", "alice", "--role", "viewer", "--password-stdin", stdin="x" * 12
+    )
+    assert again.returncode == 2
+    bad = coremetry(
+        tmp_path, "token", "create", "--name", "t", "--role", "viewer", "--expires-in", "soon"
+    )
+    assert bad.returncode == 2
+    assert "invalid duration" in bad.stderr
+
+
+async def test_first_start_prints_an_admin_token_that_unlocks_the_server(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COREMETRY_")}
+    env["COREMETRY_DATA_DIR"] = str(tmp_path)
+    with trio.fail_after(LIMIT_S):
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "coremetry", "serve", "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        assert process.stdout is not None
+        assert process.stderr is not None
+        try:
+            err = bytearray()
+            while b"\n" not in err:
+                chunk = await process.stderr.receive_some(4096)
+                assert chunk, bytes(err)
+                err.extend(chunk)
+            url = err.decode().split()[-1]
+            out = bytearray()
+            while b"Claude Desktop" not in out:
+                chunk = await process.stdout.receive_some(4096)
+                assert chunk, bytes(out)
+                out.extend(chunk)
+            token_match = re.search(r"cmk_[A-Za-z0-9_-]+", out.decode())
+            assert token_match is not None
+            token = token_match.group(0)
+            assert f"claude mcp add --transport http coremetry {url}/api/mcp" in out.decode()
+            body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+            async with httpx.AsyncClient(timeout=LIMIT_S) as client:
+                anonymous = await client.post(f"{url}/api/mcp", json=body)
+                forged = await client.post(
+                    f"{url}/api/mcp", json=body, headers={"authorization": "Bearer cmk_nope"}
+                )
+                admin = await client.post(
+                    f"{url}/api/mcp", json=body, headers={"authorization": f"Bearer {token}"}
+                )
+            assert anonymous.status_code == 401
+            assert anonymous.headers["www-authenticate"] == 'Bearer realm="coremetry"'
+            assert forged.status_code == 401
+            assert 'error="invalid_token"' in forged.headers["www-authenticate"]
+            assert admin.status_code == 200
+            assert admin.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}
+        finally:
+            process.terminate()
+            await process.wait()
+    assert process.returncode == 0
+    audit = coremetry(tmp_path, "audit", "tail")
+    assert audit.returncode == 0
+    assert token not in audit.stdout
