@@ -147,3 +147,28 @@ async def test_first_start_prints_an_admin_token_that_unlocks_the_server(tmp_pat
     audit = coremetry(tmp_path, "audit", "tail")
     assert audit.returncode == 0
     assert token not in audit.stdout
+
+
+def test_revoking_the_token_ends_a_running_stdio_session(tmp_path: Path) -> None:
+    created = coremetry(tmp_path, "token", "create", "--name", "desk", "--role", "viewer")
+    token = created.stdout.strip()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coremetry", "stdio"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COREMETRY_DATA_DIR": str(tmp_path), "COREMETRY_TOKEN": token},
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    proc.stdin.write('{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == 1  # served while the token is valid
+    assert coremetry(tmp_path, "token", "revoke", "desk").returncode == 0
+    proc.stdin.write('{"jsonrpc":"2.0","id":2,"method":"ping"}\n')
+    proc.stdin.flush()
+    out, err = proc.communicate(timeout=LIMIT_S)  # the session ends by itself
+    assert out == ""  # nothing answered after the revocation
+    assert "no longer valid" in err
+    assert token not in err

@@ -260,25 +260,51 @@ def _run_stdio(mcp: Server, config: Config) -> int:
             print("coremetry: COREMETRY_TOKEN is not a valid token", file=sys.stderr)
             return 2
         security.install(mcp)
-        trio.run(_stdio, mcp, claims.to_caller(), security, config.http.graceful_shutdown_s)
+        trio.run(_stdio, mcp, claims.to_caller(), security, token, config.http.graceful_shutdown_s)
         return 0
     finally:
         security.close()
 
 
-async def _stdio(mcp: Server, caller: Caller, security: Security, grace_s: float) -> None:
-    """Serve stdio; SIGINT/SIGTERM stop reading and let calls in flight answer first."""
+async def _stdio(
+    mcp: Server, caller: Caller, security: Security, token: str, grace_s: float
+) -> None:
+    """Serve stdio; SIGINT/SIGTERM stop reading and let calls in flight answer first.
+
+    The token is verified again before each message (the authenticator caches and checks
+    revocation in memory), so a revoked token or an expired JWT ends the session at once.
+    """
     from coremetry.server import watch_signals
     from coremetry.transports.stdio import serve_stdio
+
+    headers = {"authorization": f"Bearer {token}"}
+
+    async def still_valid() -> bool:
+        try:
+            again = await security.authenticator(_HeaderMap(headers))
+        except Exception:
+            return False
+        return again.subject == caller.subject and again.role == caller.role
 
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watch_signals, stop)
         await nursery.start(security.audit.run_writer)
-        await serve_stdio(mcp, caller=caller, stop=stop, grace_s=grace_s)
+        await serve_stdio(mcp, caller=caller, stop=stop, grace_s=grace_s, still_valid=still_valid)
         with trio.CancelScope(shield=True):
             await security.audit.aclose()
         nursery.cancel_scope.cancel()
+
+
+class _HeaderMap:
+    """Headers for the authenticator from a plain mapping (lower-case names)."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self._values = values
+
+    def get(self, name: str, /) -> str | None:
+        """The header's value, or ``None``."""
+        return self._values.get(name)
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")

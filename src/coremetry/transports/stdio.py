@@ -12,6 +12,7 @@
   and skipped; the connection stays usable.
 """
 
+import logging
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Final
@@ -20,6 +21,8 @@ import trio
 
 from coremetry.mcp import Caller, Connection, Server, codes, serve_connection
 from coremetry.mcp.wire import ENCODER, ErrorObject, ErrorResponse, line_safe
+
+log = logging.getLogger("coremetry.stdio")
 
 MAX_LINE_BYTES: Final = 16 * 1024 * 1024
 """Default cap on one inbound line, in bytes (16 MiB)."""
@@ -72,6 +75,7 @@ async def serve_stdio(
     max_line_bytes: int = MAX_LINE_BYTES,
     stop: trio.Event | None = None,
     grace_s: float = 5.0,
+    still_valid: Callable[[], Awaitable[bool]] | None = None,
 ) -> None:
     """Serve one MCP session on a pair of byte streams until the input ends.
 
@@ -84,6 +88,9 @@ async def serve_stdio(
         stop: when set (e.g. on SIGINT/SIGTERM), stop reading as if stdin had closed.
         grace_s: after ``stop``, how long in-flight calls may take to answer, in seconds;
             then they are cancelled.
+        still_valid: checked before each message; when it answers False (the session's
+            credential was revoked or expired) reading stops and every call in flight is
+            cancelled at once.
 
     Blocks until ``stdin`` reaches end-of-file (or ``stop`` is set) and every in-flight call
     has answered. A broken ``stdout`` (the client went away) cancels the in-flight calls and
@@ -137,6 +144,10 @@ async def serve_stdio(
                 lines = _lines(source, max_line_bytes, report_too_long)
                 try:
                     async for line in lines:
+                        if still_valid is not None and not await still_valid():
+                            log.error("the session's credential is no longer valid; stopping")
+                            drain.deadline = trio.current_time()  # cancel calls in flight
+                            return
                         await line_send.send(line)
                 finally:
                     await lines.aclose()

@@ -52,7 +52,7 @@ Close codes (RFC 6455 §7.4.1), each with a short reason:
 
 import logging
 import secrets
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
 import trio
@@ -161,7 +161,19 @@ class WebSocketTransport:
             await send({"type": "websocket.accept", "subprotocol": SUBPROTOCOL, "headers": []})
             socket = _Socket(send)
             conn = Connection(caller=caller, transport="ws", send=socket.send_text)
-            await self._serve(conn, _Frames(receive, socket, self.max_message_bytes), socket)
+
+            async def still_valid() -> bool:
+                # A socket outlives its handshake: re-check the credential on every message, so
+                # a revoked token or an expired JWT stops working at once (the authenticator
+                # caches verified tokens and checks revocation in memory, so this is cheap).
+                try:
+                    again = await self.authenticate(headers)
+                except Exception:
+                    return False
+                return again.subject == caller.subject and again.role == caller.role
+
+            frames = _Frames(receive, socket, self.max_message_bytes, still_valid)
+            await self._serve(conn, frames, socket)
         finally:
             self.active -= 1
 
@@ -242,14 +254,22 @@ class _Socket:
 class _Frames:
     """The client's text frames as UTF-8 bytes, one JSON-RPC message each.
 
-    Ends on the client's close (or disconnect), on a binary frame (close 1003) and on a frame
-    above the byte cap (close 1009).
+    Ends on the client's close (or disconnect), on a binary frame (close 1003), on a frame
+    above the byte cap (close 1009), and when the handshake's credential no longer verifies —
+    revoked, expired, or its role changed (close 1008; the session's calls are cancelled).
     """
 
-    def __init__(self, receive: ASGIReceiveCallable, socket: _Socket, max_bytes: int) -> None:
+    def __init__(
+        self,
+        receive: ASGIReceiveCallable,
+        socket: _Socket,
+        max_bytes: int,
+        still_valid: Callable[[], Awaitable[bool]] | None = None,
+    ) -> None:
         self._receive = receive
         self._socket = socket
         self._max_bytes = max_bytes
+        self._still_valid = still_valid
 
     def __aiter__(self) -> "_Frames":
         return self
@@ -274,6 +294,9 @@ class _Frames:
                 self._socket.begin_close(
                     CLOSE_MESSAGE_TOO_BIG, f"message larger than {self._max_bytes} bytes"
                 )
+                break
+            if self._still_valid is not None and not await self._still_valid():
+                self._socket.begin_close(CLOSE_POLICY_VIOLATION, "credentials no longer valid")
                 break
             return data
         raise StopAsyncIteration
