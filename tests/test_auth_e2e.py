@@ -1506,3 +1506,34 @@ async def test_audit_log_after_a_mixed_run(
     for secret_text in secrets_sent:
         assert secret_text not in logged, "a secret reached the server's log"
         assert secret_text not in stdio.stderr, "a secret reached the stdio server's log"
+
+
+async def test_rest_and_mcp_allow_and_refuse_the_same_calls_for_every_tool_and_role(
+    tmp_path: Path,
+) -> None:
+    """REST parity: ``POST /api/tools/<name>`` is refused exactly when ``tools/call`` is."""
+    with trio.fail_after(60):
+        async with live_server(tmp_path) as live, httpx.AsyncClient(timeout=30) as client:
+            for role in ROLE_ORDER:
+                token = live.tokens[role]
+                for tool in live.mcp.tools():
+                    arguments = dict(TOOL_ARGUMENTS[tool.name])
+                    rest = await client.post(
+                        f"{live.base}/api/tools/{tool.name}", json=arguments, headers=bearer(token)
+                    )
+                    mcp = await client.post(
+                        f"{live.base}/api/mcp",
+                        json=request(1, "tools/call", {"name": tool.name, "arguments": arguments}),
+                        headers={
+                            **bearer(token),
+                            "accept": "application/json",
+                            "mcp-protocol-version": "2025-11-25",
+                        },
+                    )
+                    answer = as_object(mcp.json())
+                    mcp_refused = "error" in answer
+                    rest_refused = rest.status_code == 403
+                    assert mcp_refused == rest_refused, (role, tool.name, rest.status_code, answer)
+                    assert mcp_refused == (not may_use(role, tool.min_role))
+                    if mcp_refused:
+                        assert error_of(answer)["code"] == -32001
