@@ -70,7 +70,7 @@ import re
 import secrets
 import time
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
-from typing import Final, Literal, TypeVar
+from typing import Final, Literal, TypeVar, get_args
 
 import msgspec
 import trio
@@ -225,17 +225,7 @@ CallOutcome = Literal[
 ]
 """How a gated call ended, as the call observer (and the audit log) records it."""
 
-CALL_OUTCOMES: Final[tuple[CallOutcome, ...]] = (
-    "ok",
-    "timeout",
-    "backend_unavailable",
-    "bad_args",
-    "not_found",
-    "internal",
-    "denied",
-    "rate_limited",
-    "cancelled",
-)
+CALL_OUTCOMES: Final[tuple[CallOutcome, ...]] = get_args(CallOutcome)
 """Every :data:`CallOutcome`, successful first, then the five tool-error classes, then refusals."""
 
 
