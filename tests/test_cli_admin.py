@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -172,3 +173,23 @@ def test_revoking_the_token_ends_a_running_stdio_session(tmp_path: Path) -> None
     assert out == ""  # nothing answered after the revocation
     assert "no longer valid" in err
     assert token not in err
+
+
+def test_admin_commands_fail_cleanly(tmp_path: Path) -> None:
+    huge = coremetry(
+        tmp_path, "token", "create", "--name", "w", "--role", "viewer", "--expires-in", "99999999d"
+    )
+    assert huge.returncode == 2
+    assert "at most 100 years" in huge.stderr
+    no_tty = coremetry(tmp_path, "user", "add", "carol", "--role", "viewer")
+    assert no_tty.returncode == 2
+    assert "Traceback" not in no_tty.stderr
+    unknown = coremetry(tmp_path, "token", "revoke", "nope")
+    assert unknown.returncode == 1
+    assert "Traceback" not in unknown.stderr
+    short = coremetry(
+        tmp_path, "token", "create", "--name", "s", "--role", "viewer", "--expires-in", "1s"
+    )
+    assert short.returncode == 0
+    time.sleep(1.5)  # noqa: TID251 - a plain sync test; the token must outlive its expiry
+    assert "s\tviewer\texpired" in coremetry(tmp_path, "token", "list").stdout

@@ -108,3 +108,23 @@ async def test_mcp_and_rest_agree_on_every_fixture_tool(nursery: trio.Nursery) -
                 mcp_allowed = "result" in answer
                 rest_allowed = rest.status_code not in (401, 403, 429)
                 assert mcp_allowed == rest_allowed, (tool.name, rest.status_code, answer)
+
+
+async def test_deeply_nested_bodies_are_clean_400s(nursery: trio.Nursery) -> None:
+    deep = b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":' + b"[" * 5000 + b"]" * 5000
+    deep += b"}}"
+    with trio.fail_after(LIMIT_S):
+        url = await start(nursery)
+        async with httpx.AsyncClient() as client:
+            mcp = await client.post(
+                f"{url}/api/mcp", content=deep, headers={"content-type": "application/json"}
+            )
+            rest = await client.post(
+                f"{url}/api/tools/echo",
+                content=b'{"text":' + b"[" * 5000 + b"]" * 5000 + b"}",
+                headers={"content-type": "application/json"},
+            )
+    assert mcp.status_code == 400
+    assert mcp.json()["error"]["code"] == -32700
+    assert rest.status_code == 400
+    assert "recursion" not in rest.text

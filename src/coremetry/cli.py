@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -214,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(leaf, KeyboardInterrupt):
             return 130
         if isinstance(leaf, OSError):
-            print(f"coremetry: {leaf.strerror or leaf}", file=sys.stderr)
+            where = f" ({leaf.filename})" if leaf.filename else ""
+            print(f"coremetry: {leaf.strerror or leaf}{where}", file=sys.stderr)
             return 1
         raise
 
@@ -309,6 +311,7 @@ class _HeaderMap:
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_MAX_DURATION_S = 100 * 365 * 86400.0
 
 
 def parse_duration_s(text: str) -> float:
@@ -321,35 +324,61 @@ def parse_duration_s(text: str) -> float:
     if match is None:
         raise ValueError(f"invalid duration {text!r}: use e.g. 30d, 12h, 90m or 3600s")
     seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"invalid duration {text!r}: must be positive")
+    if not 0 < seconds <= _MAX_DURATION_S:
+        raise ValueError(f"invalid duration {text!r}: must be positive and at most 100 years")
     return seconds
 
 
 def _when(unix_s: int | None) -> str:
     if unix_s is None:
         return "-"
-    return datetime.fromtimestamp(unix_s, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(unix_s, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return f"@{unix_s}"  # beyond what datetime can show: the raw unix seconds
 
 
 def _admin(args: argparse.Namespace, config: Config) -> int:
     """``coremetry user|token|audit …``: administration against the data dir."""
     from coremetry.audit import AuditLog
-    from coremetry.auth import UnknownName, open_identity_store
 
     data_dir = Path(config.data_dir).expanduser()
-    if args.command == "audit":
-        entries = AuditLog.from_config(config).tail(int(args.n), sub=args.sub)
-        for entry in entries:
-            sys.stdout.write(msgspec.json.encode(entry).decode() + "\n")
+    try:
+        if args.command == "audit":
+            entries = AuditLog.from_config(config).tail(int(args.n), sub=args.sub)
+            for entry in entries:
+                sys.stdout.write(msgspec.json.encode(entry).decode() + "\n")
+            sys.stdout.flush()
+            return 0
+        return _admin_store(args, data_dir)
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): stop quietly, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        where = exc.filename or data_dir
+        print(f"coremetry: cannot use data dir {where}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+
+
+def _admin_store(args: argparse.Namespace, data_dir: Path) -> int:
+    """``coremetry user|token …`` against the identity store."""
+    from coremetry.auth import UnknownName, open_identity_store
+
     with open_identity_store(data_dir) as store:
         try:
             if args.command == "user" and args.user_command == "add":
                 if args.password_stdin:
                     password = sys.stdin.readline().rstrip("\n")
                 else:
-                    password = getpass.getpass(f"password for {args.name}: ")
+                    try:
+                        password = getpass.getpass(f"password for {args.name}: ")
+                    except EOFError:
+                        print(
+                            "coremetry: no password given (use --password-stdin to pipe one)",
+                            file=sys.stderr,
+                        )
+                        return 2
                 store.add_user(str(args.name), str(args.role), password)
                 print(f"added user {args.name} ({args.role})", file=sys.stderr)
             elif args.command == "user":
@@ -360,8 +389,10 @@ def _admin(args: argparse.Namespace, config: Config) -> int:
                 secret, _info = store.create_token(str(args.name), str(args.role), expires)
                 sys.stdout.write(secret + "\n")
             elif args.token_command == "list":
+                now = int(time.time())
                 for info in store.list_tokens():
-                    state = "revoked" if info.revoked else "active"
+                    expired = info.expires_at is not None and info.expires_at <= now
+                    state = "revoked" if info.revoked else "expired" if expired else "active"
                     print(
                         f"{info.name}\t{info.role}\t{state}\tcreated {_when(info.created_at)}"
                         f"\texpires {_when(info.expires_at)}\tlast used {_when(info.last_used_at)}"
@@ -370,7 +401,7 @@ def _admin(args: argparse.Namespace, config: Config) -> int:
                 store.revoke_token(str(args.name))
                 print(f"revoked token {args.name}", file=sys.stderr)
         except UnknownName as exc:
-            print(f"coremetry: no such {args.command}: {exc}", file=sys.stderr)
+            print(f"coremetry: {exc}", file=sys.stderr)
             return 1
         except ValueError as exc:
             print(f"coremetry: {exc}", file=sys.stderr)

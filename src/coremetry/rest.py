@@ -190,7 +190,10 @@ class RestTools:
             return
         try:
             arguments = msgspec.json.decode(body or b"{}", type=JsonObject)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        except RecursionError:
+            await send_response(send, 400, _error("the body is nested too deeply"), headers=cors)
+            return
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             await send_response(
                 send, 400, _error(f"the body must be a JSON object: {exc}"), headers=cors
             )

@@ -7,6 +7,7 @@ the listener stops accepting, long-lived streams end, in-flight calls get
 ``http.graceful_shutdown_s`` to finish, then everything still running is cancelled.
 """
 
+import shutil
 import signal
 import sys
 from collections.abc import Callable
@@ -164,6 +165,8 @@ def open_security(config: Config) -> Security:
 def first_start_message(token: str, url: str) -> str:
     """The lines printed once, when ``serve`` minted the first admin token."""
     mcp_url = f"{url}/api/mcp"
+    # Claude Desktop does not search a virtualenv: name the command by its absolute path.
+    command = shutil.which("coremetry") or "coremetry"
     return (
         "Coremetry created an admin service token for this data dir. It is shown only once;\n"
         "store it now (create more with `coremetry token create`):\n\n"
@@ -172,8 +175,8 @@ def first_start_message(token: str, url: str) -> str:
         f"  claude mcp add --transport http coremetry {mcp_url} "
         f'--header "Authorization: Bearer {token}"\n\n'
         "Claude Desktop (claude_desktop_config.json), through the stdio server:\n"
-        '  {"mcpServers": {"coremetry": {"command": "coremetry", "args": ["stdio"], '
-        f'"env": {{"COREMETRY_TOKEN": "{token}"}}}}}}}}\n'
+        f'  {{"mcpServers": {{"coremetry": {{"command": {msgspec.json.encode(command).decode()}, '
+        f'"args": ["stdio"], "env": {{"COREMETRY_TOKEN": "{token}"}}}}}}}}\n'
     )
 
 

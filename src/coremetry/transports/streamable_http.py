@@ -119,7 +119,7 @@ def _peek(body: bytes) -> _Peek | None:
     """
     try:
         return _PEEK.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
 
 
