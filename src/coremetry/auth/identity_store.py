@@ -33,6 +33,7 @@ revocations on every request without a database read.
 Timestamps are unix seconds (``*_at: int``); durations are seconds (``*_s``).
 """
 
+import contextlib
 import hashlib
 import logging
 import math
@@ -237,6 +238,12 @@ class IdentityStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._local_revocations = 0
+        # Built once: revocation_stamp() runs on every authenticated request, and a missing
+        # marker costs a raised FileNotFoundError each time, so create an empty one now (a
+        # revocation replaces it atomically; its inode and mtime then change).
+        self._marker_path = os.fspath(data_dir / REVOCATIONS_FILENAME)
+        with contextlib.suppress(OSError):
+            os.close(os.open(self._marker_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -512,7 +519,7 @@ class IdentityStore:
         different value, so caches keyed on it stop hitting (fail safe).
         """
         try:
-            info = os.stat(self._data_dir / REVOCATIONS_FILENAME)
+            info = os.stat(self._marker_path)
         except FileNotFoundError:
             return (self._local_revocations, 0, 0)
         except OSError:
