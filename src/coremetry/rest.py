@@ -39,12 +39,11 @@ from coremetry.transports._http import (
     ClientGone,
     Headers,
     HttpPolicy,
+    admit,
     anonymous,
     challenge_for,
-    cors_headers,
     is_json_content_type,
     read_body,
-    send_preflight,
     send_response,
 )
 
@@ -99,26 +98,18 @@ class RestTools:
     ) -> None:
         """Serve one REST request (see the module docstring)."""
         headers = Headers(scope["headers"])
-        refused = self.policy.refusal(headers)
-        if refused is not None:
-            status, message = refused
-            await send_response(send, status, _error(message))
-            return
         path = scope["path"]
-        method = scope["method"]
-        allow = b"GET, OPTIONS" if path == TOOLS_PATH else b"POST, OPTIONS"
-        if method == "OPTIONS":
-            await send_preflight(send, headers, self.policy, allow)
-            return
-        cors = cors_headers(headers.get("origin"), self.policy)
-        expected = "GET" if path == TOOLS_PATH else "POST"
-        if method != expected:
-            await send_response(
-                send,
-                405,
-                _error(f"method {method} not allowed (allowed: {allow.decode()})"),
-                headers=[(b"allow", allow), *cors],
-            )
+        listing = path == TOOLS_PATH
+        cors = await admit(
+            scope,
+            send,
+            headers,
+            self.policy,
+            method="GET" if listing else "POST",
+            allow=b"GET, OPTIONS" if listing else b"POST, OPTIONS",
+            error_body=_error,
+        )
+        if cors is None:
             return
         try:
             caller = await self.authenticate(headers)
@@ -285,22 +276,17 @@ class LoginEndpoint:
     ) -> None:
         """Serve one login request."""
         headers = Headers(scope["headers"])
-        refused = self.policy.refusal(headers)
-        if refused is not None:
-            status, message = refused
-            await send_response(send, status, _error(message))
-            return
-        if scope["method"] == "OPTIONS":
-            await send_preflight(send, headers, self.policy, b"POST, OPTIONS")
-            return
-        cors = cors_headers(headers.get("origin"), self.policy)
-        if scope["method"] != "POST":
-            await send_response(
-                send,
-                405,
-                _error("POST your credentials"),
-                headers=[(b"allow", b"POST, OPTIONS"), *cors],
-            )
+        cors = await admit(
+            scope,
+            send,
+            headers,
+            self.policy,
+            method="POST",
+            allow=b"POST, OPTIONS",
+            error_body=_error,
+            not_allowed="POST your credentials",
+        )
+        if cors is None:
             return
         if not is_json_content_type(headers.get("content-type")):
             await send_response(send, 415, _error("send application/json"), headers=cors)

@@ -18,9 +18,9 @@ import ipaddress
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Final
 
-from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 
-from coremetry.mcp import ANONYMOUS_VIEWER, Caller, wire
+from coremetry.mcp import ANONYMOUS_VIEWER, Caller, codes, wire
 
 JSON_TYPE: Final = b"application/json"
 SSE_TYPE: Final = b"text/event-stream"
@@ -367,3 +367,57 @@ def public_prefix(headers: Headers, policy: HttpPolicy) -> str:
         if value.startswith("/") and "//" not in value and _PREFIX_CHARS.issuperset(value):
             return value.rstrip("/")
     return policy.root_path
+
+
+def _jsonrpc_refusal(message: str) -> bytes:
+    return jsonrpc_error_body(codes.INVALID_REQUEST, message)
+
+
+async def admit(
+    scope: HTTPScope,
+    send: ASGISendCallable,
+    headers: Headers,
+    policy: HttpPolicy,
+    *,
+    method: str,
+    allow: bytes,
+    error_body: Callable[[str], bytes] = _jsonrpc_refusal,
+    not_allowed: str | None = None,
+) -> list[tuple[bytes, bytes]] | None:
+    """The admission every HTTP endpoint applies first, in this order.
+
+    1. :meth:`HttpPolicy.refusal` (403 Origin, 421 Host);
+    2. ``OPTIONS`` -> the CORS preflight (:func:`send_preflight`), without authentication;
+    3. any method but ``method`` -> 405 with ``Allow`` (RFC 9110 §15.5.6).
+
+    Args:
+        scope: the request's ASGI scope.
+        send: ASGI ``send``.
+        headers: the request's headers.
+        policy: the Origin/Host rules.
+        method: the one method the endpoint serves.
+        allow: the ``Allow`` value (e.g. ``b"POST, OPTIONS"``).
+        error_body: renders a refusal message as the endpoint's error body (JSON-RPC error
+            objects by default; the REST endpoints use their own shape).
+        not_allowed: the 405 message (default: names the method and ``allow``).
+
+    Returns:
+        The CORS headers for the answer when the request may proceed, or ``None`` when it has
+        already been answered.
+    """
+    refused = policy.refusal(headers)
+    if refused is not None:
+        status, message = refused
+        await send_response(send, status, error_body(message))
+        return None
+    if scope["method"] == "OPTIONS":
+        await send_preflight(send, headers, policy, allow)
+        return None
+    cors = cors_headers(headers.get("origin"), policy)
+    if scope["method"] != method:
+        message = not_allowed or (
+            f"Method {scope['method']} not allowed here (allowed: {allow.decode()})"
+        )
+        await send_response(send, 405, error_body(message), headers=[(b"allow", allow), *cors])
+        return None
+    return cors

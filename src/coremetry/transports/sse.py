@@ -53,14 +53,13 @@ from ._http import (
     Headers,
     HttpPolicy,
     accepts,
+    admit,
     anonymous,
     challenge_for,
-    cors_headers,
     is_json_content_type,
     jsonrpc_error_body,
     public_prefix,
     read_body,
-    send_preflight,
     send_response,
     sse_event,
 )
@@ -174,29 +173,8 @@ class LegacySse:
     async def _admit(
         self, scope: HTTPScope, send: ASGISendCallable, headers: Headers, method: str, allow: bytes
     ) -> list[tuple[bytes, bytes]] | None:
-        """Origin, Host, preflight and method checks; the CORS headers, or ``None`` if answered."""
-        refused = self.policy.refusal(headers)
-        if refused is not None:
-            status, message = refused
-            await send_response(send, status, jsonrpc_error_body(codes.INVALID_REQUEST, message))
-            return None
-        origin = headers.get("origin")
-        if scope["method"] == "OPTIONS":
-            await send_preflight(send, headers, self.policy, allow)
-            return None
-        cors = cors_headers(origin, self.policy)
-        if scope["method"] != method:
-            await send_response(
-                send,
-                405,
-                jsonrpc_error_body(
-                    codes.INVALID_REQUEST,
-                    f"Method {scope['method']} not allowed here (allowed: {allow.decode()})",
-                ),
-                headers=[(b"allow", allow), *cors],
-            )
-            return None
-        return cors
+        """Origin, Host, preflight and method checks (:func:`~._http.admit`)."""
+        return await admit(scope, send, headers, self.policy, method=method, allow=allow)
 
     async def _caller(
         self, headers: Headers, send: ASGISendCallable, cors: list[tuple[bytes, bytes]]

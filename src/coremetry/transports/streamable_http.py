@@ -60,13 +60,12 @@ from ._http import (
     Headers,
     HttpPolicy,
     accepts,
+    admit,
     anonymous,
     challenge_for,
-    cors_headers,
     is_json_content_type,
     jsonrpc_error_body,
     read_body,
-    send_preflight,
     send_response,
     sse_event,
 )
@@ -170,28 +169,17 @@ class StreamableHttp:
     ) -> None:
         """Serve one HTTP request (see the module docstring for the rules)."""
         headers = Headers(scope["headers"])
-        refused = self.policy.refusal(headers)
-        if refused is not None:
-            status, message = refused
-            await send_response(send, status, jsonrpc_error_body(codes.INVALID_REQUEST, message))
-            return
-        origin = headers.get("origin")
-        method = scope["method"]
-        if method == "OPTIONS":
-            await send_preflight(send, headers, self.policy, ALLOWED_METHODS)
-            return
-        cors = cors_headers(origin, self.policy)
-        if method != "POST":
-            await send_response(
-                send,
-                405,
-                jsonrpc_error_body(
-                    codes.INVALID_REQUEST,
-                    f"Method {method} not allowed: this endpoint is stateless; POST one "
-                    "JSON-RPC message per request",
-                ),
-                headers=[(b"allow", ALLOWED_METHODS), *cors],
-            )
+        cors = await admit(
+            scope,
+            send,
+            headers,
+            self.policy,
+            method="POST",
+            allow=ALLOWED_METHODS,
+            not_allowed=f"Method {scope['method']} not allowed: this endpoint is stateless; "
+            "POST one JSON-RPC message per request",
+        )
+        if cors is None:
             return
         await self._post(headers, receive, send, cors)
 
