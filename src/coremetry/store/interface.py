@@ -1,0 +1,467 @@
+"""``TelemetryStore``: the one interface every telemetry backend implements.
+
+The observability tools read only through this protocol, and ingest writes only through it,
+so the embedded SQLite backend (the default) and the ClickHouse backend are interchangeable;
+:func:`coremetry.store.testing.check_store_conformance` holds both to the same behaviour.
+
+Contract shared by every method (each method's docstring adds its own):
+
+- **Units.** Times are unix nanoseconds (``*_unix_nano``), durations nanoseconds (``*_ns``),
+  rates per second. Time ranges are half-open ``[start_unix_nano, end_unix_nano)`` and filter
+  on a span's *start*, a log record's ``time_unix_nano`` and a point's ``time_unix_nano``.
+- **Work happens in the database.** Every read is one backend query (or a fixed, small number
+  of them) whose aggregation, ranking and limiting run in the database, never Python loops
+  over rows.
+- **Limits and pages.** ``limit`` is required, ``1 <= limit <= MAX_LIMIT``. List results are a
+  :class:`Page`: ``items`` in the documented order, ``next_cursor`` (an opaque string, ``None``
+  on the last page) to pass back unchanged with the *same* query to get the next page, and
+  ``total`` when the backend knows it cheaply (else ``None``).
+- **Errors.** :class:`~coremetry.store.errors.QueryRejected` for arguments the backend cannot
+  run (names the field: bad cursor, bad full-text syntax, ``limit`` out of range, inverted
+  range); :class:`~coremetry.store.errors.StoreUnavailable` when the backend fails;
+  :class:`~coremetry.store.errors.StoreClosed` after :meth:`TelemetryStore.aclose`.
+- **Cancellation.** Every method is a trio checkpoint and may be cancelled. A cancelled
+  *read* stops the backend's work (the embedded store interrupts its SQLite connection, the
+  ClickHouse store kills the query) and leaves nothing behind; the store stays usable. A
+  cancelled *write* either committed entirely or not at all (one transaction per call).
+- **Concurrency.** Methods may be called concurrently from many tasks.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Generic, Literal, Protocol, TypeAlias, TypeVar
+
+import msgspec
+
+from .model import LogRecord, MetricType, Span, TelemetryBatch
+
+__all__ = [
+    "MAX_LIMIT",
+    "Aggregation",
+    "DeployRecord",
+    "LabelMatcher",
+    "LogQuery",
+    "MetricDescriptor",
+    "MetricQuery",
+    "MetricSeries",
+    "OperationSummary",
+    "Page",
+    "RetentionResult",
+    "ServiceEdge",
+    "ServiceSummary",
+    "StatusFilter",
+    "StoreStatistics",
+    "TelemetryStore",
+    "TimeRange",
+    "TraceQuery",
+    "TraceSummary",
+    "WriteResult",
+]
+
+MAX_LIMIT: Final = 10_000
+"""Largest ``limit`` any query accepts."""
+
+T = TypeVar("T")
+
+
+class TimeRange(msgspec.Struct, frozen=True, kw_only=True):
+    """Half-open interval ``[start_unix_nano, end_unix_nano)`` in unix nanoseconds (UTC).
+
+    Queries raise ``QueryRejected("time_range", ...)`` when ``end <= start``.
+    """
+
+    start_unix_nano: int
+    end_unix_nano: int
+
+
+class Page(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
+    """One page of a list result.
+
+    Attributes:
+        items: the page, in the order the method documents.
+        next_cursor: opaque; pass it back with the same query for the next page. ``None`` on
+            the last page.
+        total: the number of items over all pages when cheap to know, else ``None``.
+    """
+
+    items: list[T]
+    next_cursor: str | None = None
+    total: int | None = None
+
+
+class WriteResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What :meth:`TelemetryStore.write` did with one batch.
+
+    ``*_written`` count records newly stored; ``*_duplicate`` count records already present
+    (same identity) and therefore not stored again — imports are idempotent.
+    ``outside_retention`` counts records older than the retention window: they are stored,
+    and the next retention pass will drop them (so the caller can say so, never a silent
+    loss).
+    """
+
+    spans_written: int = 0
+    spans_duplicate: int = 0
+    logs_written: int = 0
+    logs_duplicate: int = 0
+    metric_points_written: int = 0
+    metric_points_duplicate: int = 0
+    outside_retention: int = 0
+
+
+class RetentionResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Records removed by one :meth:`TelemetryStore.delete_before` pass."""
+
+    spans_deleted: int = 0
+    logs_deleted: int = 0
+    metric_points_deleted: int = 0
+
+
+class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """Counts and extent of what is stored (``statistics()``, trio's naming).
+
+    ``oldest_unix_nano`` / ``newest_unix_nano`` cover spans, logs and metric points together;
+    both are ``None`` when the store is empty. ``size_bytes`` is the on-disk size when known.
+    """
+
+    span_count: int
+    log_count: int
+    metric_point_count: int
+    oldest_unix_nano: int | None
+    newest_unix_nano: int | None
+    size_bytes: int | None = None
+
+
+class ServiceSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """RED summary of one service over a range, from its *entry spans*.
+
+    An entry span is a span with kind SERVER or CONSUMER, or a root span (no parent): the
+    requests the service served. ``request_count`` counts them, ``error_count`` those with
+    status ERROR; ``p50/p95/p99_duration_ns`` are nearest-rank percentiles of their durations.
+    ``span_count`` counts all of the service's spans in the range. ``versions`` lists the
+    distinct ``service.version`` values seen (sorted). ``last_seen_unix_nano`` is the latest
+    span start.
+    """
+
+    service_name: str
+    span_count: int
+    request_count: int
+    error_count: int
+    p50_duration_ns: int | None
+    p95_duration_ns: int | None
+    p99_duration_ns: int | None
+    last_seen_unix_nano: int
+    versions: list[str] = msgspec.field(default_factory=list)
+
+    @property
+    def error_rate(self) -> float:
+        """``error_count / request_count`` (0.0 when there were no requests)."""
+        return self.error_count / self.request_count if self.request_count else 0.0
+
+
+class OperationSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """RED summary of one operation (span name) of a service over a range.
+
+    Counted over *all* of the service's spans with that name. Percentiles are nearest-rank,
+    in nanoseconds.
+    """
+
+    service_name: str
+    name: str
+    span_count: int
+    error_count: int
+    p50_duration_ns: int | None
+    p95_duration_ns: int | None
+    p99_duration_ns: int | None
+
+
+StatusFilter: TypeAlias = Literal["any", "error", "ok"]
+"""``error``: status ERROR; ``ok``: any status but ERROR; ``any``: no filter."""
+
+
+class TraceQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """Trace search conditions.
+
+    A trace matches when *one* of its spans in ``time_range`` satisfies every given condition
+    together (service, operation, min duration, status, attributes).
+
+    ``attributes`` are equality matches on span attributes *or* resource attributes, values
+    compared as text (``{"http.response.status_code": "500"}`` matches the int 500).
+    """
+
+    time_range: TimeRange
+    service_name: str | None = None
+    operation: str | None = None
+    min_duration_ns: int | None = None
+    status: StatusFilter = "any"
+    attributes: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class TraceSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One trace, summarised. Times cover all of its stored spans (any range).
+
+    ``root_*`` describe the root span (no parent); when the root is missing, the earliest
+    span stands in and ``root_missing`` is true. ``services`` are sorted.
+    """
+
+    trace_id: str
+    root_service_name: str
+    root_name: str
+    root_missing: bool
+    start_time_unix_nano: int
+    duration_ns: int
+    span_count: int
+    error_count: int
+    services: list[str]
+
+
+class LogQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """Log search. All given conditions must hold.
+
+    ``text`` is a full-text query over ``body``: words (all must occur), ``"quoted phrases"``,
+    ``prefix*``; case-insensitive. Anything else (operators, unbalanced quotes, column
+    filters) is rejected with ``QueryRejected("text", ...)``, never passed raw to the engine.
+    ``min_severity_number`` keeps records at or above that OTel severity number (e.g. 17 for
+    ERROR and worse).
+    """
+
+    time_range: TimeRange
+    text: str | None = None
+    service_name: str | None = None
+    min_severity_number: int | None = None
+    trace_id: str | None = None
+
+
+class LabelMatcher(msgspec.Struct, frozen=True, kw_only=True):
+    """A Prometheus-style label matcher on a point's attributes (values compared as text).
+
+    ``=``: equal; ``!=``: not equal (a missing label counts as ``""``); ``=~`` / ``!~``: the
+    whole value does / does not match the regular expression (Python ``re`` syntax,
+    anchored).
+    """
+
+    label: str
+    op: Literal["=", "!=", "=~", "!~"] = "="
+    value: str
+
+
+Aggregation: TypeAlias = Literal[
+    "avg", "min", "max", "sum", "count", "last", "rate", "p50", "p90", "p95", "p99"
+]
+"""Per-bucket aggregation for :meth:`TelemetryStore.metric_series`:
+
+- ``avg``/``min``/``max``/``sum``/``count``/``last`` over gauge/sum point values (NaN skipped);
+- ``rate``: per-second increase of a monotonic sum (cumulative: reset-aware differences of
+  consecutive points; delta: sum of the deltas over the bucket width in seconds);
+- ``p50``..``p99``: percentile estimated from histogram buckets (linear interpolation inside
+  the bucket, as Prometheus' ``histogram_quantile``), over the bucket's summed counts; on
+  gauges, the nearest-rank percentile of the values.
+"""
+
+
+class MetricQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """A bucketed series query.
+
+    Buckets are ``[time_range.start + k*step_ns, time_range.start + (k+1)*step_ns)``, labelled
+    by their start. ``group_by`` lists the label keys kept on the output series (points of
+    series that agree on them are aggregated together); ``None`` keeps each stored series
+    apart. ``service_name`` restricts to one service's points.
+    """
+
+    name: str
+    time_range: TimeRange
+    step_ns: int
+    aggregation: Aggregation = "avg"
+    matchers: list[LabelMatcher] = msgspec.field(default_factory=list)
+    service_name: str | None = None
+    group_by: list[str] | None = None
+
+
+class MetricSeries(msgspec.Struct, frozen=True, kw_only=True):
+    """One output series of :meth:`TelemetryStore.metric_series`.
+
+    Its labels and ``(bucket_start_unix_nano, value)`` points in time order; empty buckets are
+    omitted. ``labels`` include ``service.name`` when not grouped away.
+    """
+
+    name: str
+    type: MetricType
+    unit: str
+    labels: dict[str, str]
+    points: list[tuple[int, float]]
+
+
+class MetricDescriptor(msgspec.Struct, frozen=True, kw_only=True):
+    """One metric name as stored.
+
+    Type, unit, description, the label keys seen on its points (sorted), how many series, and
+    the time of its latest point.
+    """
+
+    name: str
+    type: MetricType
+    unit: str
+    description: str
+    label_keys: list[str]
+    series_count: int
+    last_seen_unix_nano: int
+
+
+class ServiceEdge(msgspec.Struct, frozen=True, kw_only=True):
+    """Calls from one service to another over a range.
+
+    A call is a child span whose parent span belongs to a different service, in the same
+    trace. Counts and percentiles are over those child spans
+    (the callee side's view of the call) that start in the range; durations nanoseconds.
+    """
+
+    caller: str
+    callee: str
+    call_count: int
+    error_count: int
+    p50_duration_ns: int | None
+    p95_duration_ns: int | None
+    p99_duration_ns: int | None
+
+
+class DeployRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``service.version`` of one service as seen in spans.
+
+    First and last span start times and how many spans carried it. Versions are how deploys
+    show in telemetry.
+    """
+
+    service_name: str
+    version: str
+    first_seen_unix_nano: int
+    last_seen_unix_nano: int
+    span_count: int
+
+
+class TelemetryStore(Protocol):
+    """A telemetry backend. See the module docstring for the contract every method shares."""
+
+    async def write(self, batch: TelemetryBatch) -> WriteResult:
+        """Store one batch in one transaction; idempotent on record identity.
+
+        Identity: spans by ``(trace_id, span_id)``; log records by all of their fields
+        (time, service, severity, body, ids, attributes); metric points by
+        ``(name, service_name, attributes, time_unix_nano)``. A record already stored counts
+        as ``*_duplicate`` and is not stored again.
+
+        Raises:
+            StoreUnavailable: the write failed; nothing of the batch is stored.
+            StoreClosed: the store is closed.
+        """
+        ...
+
+    async def services(self, time_range: TimeRange, *, limit: int) -> Page[ServiceSummary]:
+        """RED summaries of every service with spans in the range.
+
+        Order: ``request_count`` descending, then ``service_name``. Single page (no cursor);
+        ``total`` is the number of services.
+        """
+        ...
+
+    async def operations(
+        self, service_name: str, time_range: TimeRange, *, limit: int
+    ) -> Page[OperationSummary]:
+        """Per-operation RED of one service. Order: ``span_count`` descending, then name.
+
+        Single page; ``total`` is the number of operations. Unknown service: empty page.
+        """
+        ...
+
+    async def get_trace(
+        self, trace_id: str, *, limit: int, cursor: str | None = None
+    ) -> Page[Span]:
+        """The spans of one trace (any time).
+
+        Ordered by ``start_time_unix_nano`` then ``span_id``. ``total`` is the trace's span
+        count. Unknown trace: empty page, total 0.
+
+        Raises:
+            QueryRejected: ``trace_id`` is not 32 hex characters, or a bad cursor.
+        """
+        ...
+
+    async def search_traces(
+        self, query: TraceQuery, *, limit: int, cursor: str | None = None
+    ) -> Page[TraceSummary]:
+        """Traces with a matching span (see :class:`TraceQuery`).
+
+        Newest trace start first (ties by trace id). ``total`` may be ``None``.
+        """
+        ...
+
+    async def search_logs(
+        self, query: LogQuery, *, limit: int, cursor: str | None = None
+    ) -> Page[LogRecord]:
+        """Matching log records.
+
+        With ``text``: best BM25 match first (ties newest first);
+        without: newest first (ties by insertion order, stable across pages).
+
+        Raises:
+            QueryRejected: unsupported ``text`` syntax (field ``text``), bad ``trace_id``,
+                bad cursor.
+        """
+        ...
+
+    async def metric_names(
+        self, time_range: TimeRange, *, limit: int, prefix: str | None = None
+    ) -> Page[MetricDescriptor]:
+        """Metrics with points in the range (optionally names starting with ``prefix``).
+
+        Ordered by name. Single page; ``total`` is the number of names.
+        """
+        ...
+
+    async def metric_series(self, query: MetricQuery, *, limit: int) -> list[MetricSeries]:
+        """Bucketed, aggregated series of one metric.
+
+        See :class:`MetricQuery` and :data:`Aggregation`. At most ``limit`` series, ordered
+        by their labels; at most
+        ``MAX_LIMIT`` buckets (``QueryRejected("step_ns", ...)`` when the range/step needs
+        more). Unknown metric: ``[]``.
+
+        Raises:
+            QueryRejected: bad ``step_ns``, an aggregation that does not apply to the
+                metric's type (``rate`` on a gauge, percentiles on a sum), a bad regex.
+        """
+        ...
+
+    async def service_edges(
+        self, time_range: TimeRange, *, limit: int, service_name: str | None = None
+    ) -> list[ServiceEdge]:
+        """Service-to-service edges in the range.
+
+        With ``service_name``, only edges where it is caller or callee. Ordered by
+        ``call_count`` descending, then caller, callee.
+        """
+        ...
+
+    async def deploys(
+        self, time_range: TimeRange, *, limit: int, service_name: str | None = None
+    ) -> list[DeployRecord]:
+        """Distinct ``service.version`` values seen in spans in the range, per service.
+
+        Ordered by ``first_seen_unix_nano`` descending (latest deploy first). Spans without
+        a version are not listed.
+        """
+        ...
+
+    async def statistics(self) -> StoreStatistics:
+        """Counts and time extent of everything stored."""
+        ...
+
+    async def delete_before(self, cutoff_unix_nano: int) -> RetentionResult:
+        """Delete spans, logs and points with time before ``cutoff_unix_nano`` (retention).
+
+        Spans are judged by their start time. Runs in bounded chunks so readers are never
+        blocked for long; cancellation leaves whole chunks deleted.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Close the store: later calls raise ``StoreClosed``; idempotent."""
+        ...
