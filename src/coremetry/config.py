@@ -110,6 +110,29 @@ class AuditConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     warned about (a call is never slowed down by the audit log)."""
 
 
+class StoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The telemetry store (embedded SQLite in ``<data_dir>/telemetry.db`` by default)."""
+
+    retention_days: float = 7.0
+    """Spans, logs and metric points older than this many days are deleted by a background
+    task; 0 keeps everything."""
+    retention_interval_s: float = 300.0
+    """How often the retention task runs, in seconds."""
+    query_threads: int = 4
+    """Worker threads that may run store queries at once (a trio ``CapacityLimiter``)."""
+
+
+class IngestConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The OTLP/HTTP receiver (``POST /v1/traces``, ``/v1/logs``, ``/v1/metrics``)."""
+
+    enabled: bool = True
+    """Serve the OTLP/HTTP receiver on the main listener."""
+    max_body_bytes: int = 16 * 1024 * 1024
+    """Largest accepted OTLP request body, in bytes, after gzip decompression (413 above)."""
+    min_role: str = "editor"
+    """Lowest role allowed to write telemetry (viewer, editor or admin)."""
+
+
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The whole configuration; see the module docstring for how it is assembled."""
 
@@ -119,6 +142,8 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     websocket: WebSocketConfig = msgspec.field(default_factory=WebSocketConfig)
     rate_limit: RateLimitConfig = msgspec.field(default_factory=RateLimitConfig)
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
+    store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    ingest: IngestConfig = msgspec.field(default_factory=IngestConfig)
     data_dir: str = "~/.local/share/coremetry"
     """Where the embedded store and secrets live."""
 
@@ -243,6 +268,14 @@ def _check(config: Config) -> None:
         (config.rate_limit.max_identities >= 1, "rate_limit.max_identities must be at least 1"),
         (config.audit.retention_days >= 0, "audit.retention_days must not be negative"),
         (config.audit.queue_size >= 1, "audit.queue_size must be at least 1"),
+        (config.store.retention_days >= 0, "store.retention_days must not be negative"),
+        (config.store.retention_interval_s > 0, "store.retention_interval_s must be positive"),
+        (config.store.query_threads >= 1, "store.query_threads must be at least 1"),
+        (config.ingest.max_body_bytes > 0, "ingest.max_body_bytes must be positive"),
+        (
+            config.ingest.min_role in ("viewer", "editor", "admin"),
+            "ingest.min_role must be viewer, editor or admin",
+        ),
     ]
     for ok, message in checks:
         if not ok:
@@ -254,6 +287,8 @@ def _check(config: Config) -> None:
         "websocket": config.websocket,
         "rate_limit": config.rate_limit,
         "audit": config.audit,
+        "store": config.store,
+        "ingest": config.ingest,
     }
     for name, section in sections.items():
         for info in msgspec.structs.fields(section):
