@@ -15,7 +15,17 @@ import trio.testing
 
 from coremetry.access import RateLimiter, make_call_gate, retry_after_ms
 from coremetry.config import load_config
-from coremetry.mcp import CallContext, Caller, Connection, Resource, Server, codes
+from coremetry.mcp import (
+    CallContext,
+    Caller,
+    Connection,
+    Denied,
+    GateCall,
+    Resource,
+    Server,
+    codes,
+    role_satisfies,
+)
 from coremetry.testing.fixture import register_fixture
 
 JsonObj = dict[str, object]
@@ -190,6 +200,50 @@ async def test_a_recently_used_identity_is_not_evicted_before_older_ones(
     assert limiter.try_acquire("alice") is None  # alice is now the most recent
     assert limiter.try_acquire("carol") is None  # evicts bob, the least recently seen
     assert limiter.try_acquire("alice") is not None  # alice kept her (empty) bucket
+
+
+async def test_recency_counts_the_first_use_after_each_new_identity(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The documented approximation: between two new identities a bucket moves to the recent
+    # end on its first use only, so bob's later use does not overtake alice's earlier one.
+    limiter = RateLimiter(per_second=0.001, burst=3, max_identities=2)
+    assert limiter.try_acquire("alice") is None
+    assert limiter.try_acquire("bob") is None
+    assert limiter.try_acquire("alice") is None  # first use since bob arrived: moves
+    assert limiter.try_acquire("bob") is None  # bob already used since then: stays put
+    assert limiter.try_acquire("carol") is None  # evicts bob (exact LRU would evict alice)
+    assert limiter.statistics().evicted_active == 1
+    assert limiter.try_acquire("alice") is None  # alice kept her bucket: 1 token left ...
+    assert limiter.try_acquire("alice") is not None  # ... now none
+    assert limiter.try_acquire("bob") is None  # bob starts again with a full bucket
+
+
+async def test_per_kind_buckets_are_evicted_like_identities(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = RateLimiter(per_second=0.001, burst=1, per_kind=True, max_identities=2)
+    assert limiter.try_acquire("alice", "tool") is None
+    assert limiter.try_acquire("alice", "resource") is None
+    assert limiter.try_acquire("alice", "prompt") is None  # evicts alice's tool bucket
+    stats = limiter.statistics()
+    assert (stats.buckets, stats.evicted_active) == (2, 1)
+    assert limiter.try_acquire("alice", "resource") is not None
+    assert limiter.try_acquire("alice", "tool") is None  # a fresh bucket again
+
+
+@pytest.mark.parametrize("have", ["", "viewer", "editor", "admin", "Admin", "root", "viewer "])
+@pytest.mark.parametrize("need", ["", "viewer", "editor", "admin", "owner"])
+async def test_the_gate_answers_the_role_question_like_role_satisfies(have: str, need: str) -> None:
+    gate = make_call_gate(None)
+    call = GateCall(
+        kind="tool", name="t", min_role=need, caller=Caller(subject="s", role=have), transport=""
+    )
+    if role_satisfies(have, need):
+        await gate(call)
+    else:
+        with pytest.raises(Denied):
+            await gate(call)
 
 
 @pytest.mark.parametrize(
