@@ -13,6 +13,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final, cast
 
@@ -41,11 +42,14 @@ from coremetry.mcp import (
     Reply,
     Server,
 )
+from coremetry.mcp.dispatch import LAZY_DIGEST_MAX_BYTES, CallArguments
 from coremetry.testing.fixture import register_fixture
 
 JsonObj = dict[str, object]
 REVISION: Final = "2025-11-25"
 SECRET: Final = "s3cr3t-Hunter2-cmk_not-a-real-token"
+ARGUMENTS: Final = b'{"text":"hi"}'
+"""The raw arguments of the records the audit log tests build."""
 
 
 # ---- helpers -----------------------------------------------------------------------------------
@@ -131,7 +135,7 @@ def record(
             "transport": "http",
             "outcome": outcome,
             "duration_ms": 1.5,
-            "arguments_sha256": "ab" * 32,
+            "arguments": CallArguments(ARGUMENTS),
             "started_at_unix_nano": started_at_unix_nano,
             "request_id": 1,
         },
@@ -351,7 +355,7 @@ async def test_writes_and_tail_newest_first(tmp_path: Path) -> None:
         transport="http",
         call_kind="tool",
         name="echo",
-        arguments_sha256="ab" * 32,
+        arguments_sha256=sha256(ARGUMENTS),
         outcome="ok",
         duration_ms=1.5,
         source="mcp",
@@ -513,8 +517,48 @@ async def test_no_argument_ever_reaches_the_database(tmp_path: Path) -> None:
             await audit.aclose()
     assert len(audit.tail()) == len(records) == 6
     for call in records:
-        assert SECRET not in msgspec.json.encode(call).decode()
+        assert SECRET not in repr(call)
+        assert SECRET not in msgspec.json.encode(call, enc_hook=digest_only).decode()
     assert_not_in_files(tmp_path, SECRET.encode())
+
+
+def digest_only(obj: object) -> str:
+    """An ``enc_hook`` for JSON-encoding a CallRecord: its arguments as their digest."""
+    if isinstance(obj, CallArguments):
+        return obj.sha256()
+    raise NotImplementedError(type(obj))
+
+
+async def test_the_digest_is_computed_when_first_read_not_on_the_call_path() -> None:
+    records: list[CallRecord] = []
+    server, _ = observed_server(records)
+    alice = await Client(server, "alice", "viewer").initialize()
+    await alice.call("echo", {"text": SECRET})
+    (small,) = records
+    assert repr(small.arguments) == "CallArguments(<not digested yet>)"
+    assert SECRET not in repr(small)
+    expected = sha256(json.dumps({"text": SECRET}))
+    assert small.arguments_sha256 == expected
+    assert repr(small.arguments) == f"CallArguments({expected})"
+    assert small.arguments_sha256 == expected  # kept
+
+    # Larger arguments are digested when the call is set up: a queued record stays small.
+    big: JsonObj = {"text": "x" * LAZY_DIGEST_MAX_BYTES}
+    await alice.call("echo", big)
+    assert repr(records[-1].arguments) == f"CallArguments({sha256(json.dumps(big))})"
+    prompt_args = {"name": "y" * LAZY_DIGEST_MAX_BYTES, "style": "plain"}
+    await alice.request("prompts/get", {"name": "greet", "arguments": prompt_args})
+    canonical = json.dumps(prompt_args, sort_keys=True, separators=(",", ":"))
+    assert repr(records[-1].arguments) == f"CallArguments({sha256(canonical)})"
+
+
+def test_call_arguments_digest_from_several_threads_agree() -> None:
+    for arguments in (CallArguments(b'{"a":1}'), CallArguments("x://y"), CallArguments({"b": "2"})):
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            digests = set(pool.map(CallArguments.sha256, [arguments] * 8))
+        assert len(digests) == 1
+    assert CallArguments(b"{}").sha256() == sha256(b"{}")
+    assert CallArguments({"b": "2", "a": "1"}).sha256() == sha256('{"a":"1","b":"2"}')
 
 
 def assert_not_in_files(directory: Path, secret: bytes) -> None:

@@ -56,7 +56,11 @@ Call observer (the audit hook):
   the transport: it must not block (queue the record and return). An exception out of it is
   logged and never changes the call's answer.
 - Cost: without an observer a call pays a few ``is None`` tests (no allocation, no clock read);
-  the clock reads, the digest and the record are paid only when an observer is set.
+  the clock reads and the record are paid only when an observer is set. The digest is not
+  computed on the call's path: the record carries the arguments privately
+  (:class:`CallArguments`) and ``arguments_sha256`` is computed when first read — by the audit
+  log, in its writer thread. Arguments over :data:`LAZY_DIGEST_MAX_BYTES` are digested when the
+  call is set up, so a queued record never holds more than that much of them.
 """
 
 import base64
@@ -243,8 +247,8 @@ class CallRecord(Struct, frozen=True, kw_only=True):
         outcome: how it ended; see the module docstring.
         duration_ms: from the start of the call to its end (monotonic ``time.perf_counter``),
             in milliseconds; ``0.0`` for a call refused before it ran.
-        arguments_sha256: hex SHA-256 of the arguments (see the module docstring) — never the
-            arguments themselves.
+        arguments: the call's arguments as an observer may see them: only as their digest,
+            :attr:`arguments_sha256` (see :class:`CallArguments`).
         started_at_unix_nano: wall-clock start of the call, in ns since the Unix epoch.
         request_id: the JSON-RPC id as the client sent it.
     """
@@ -255,9 +259,17 @@ class CallRecord(Struct, frozen=True, kw_only=True):
     transport: str
     outcome: CallOutcome
     duration_ms: float
-    arguments_sha256: str
+    arguments: "CallArguments"
     started_at_unix_nano: int
     request_id: RequestId
+
+    @property
+    def arguments_sha256(self) -> str:
+        """Hex SHA-256 of the arguments (see the module docstring), never the arguments.
+
+        Computed on first access (by the audit log: in its writer's thread), then kept.
+        """
+        return self.arguments.sha256()
 
 
 CallObserver = Callable[[CallRecord], None]
@@ -266,16 +278,87 @@ must not block or await anything (queue the record and return); exceptions are l
 ignored."""
 
 
-class _CallAudit:
-    """Internal: what a gated call's body tells the observer (the outcome) and how to digest."""
+ArgumentsPayload = bytes | str | dict[str, str]
+"""What a call's arguments are digested from: the raw ``arguments`` JSON bytes of a tool call,
+the URI of a read, the arguments of a prompt (digested as canonical JSON)."""
 
-    __slots__ = ("kind", "name", "outcome", "payload")
+LAZY_DIGEST_MAX_BYTES: Final = 1024
+"""Arguments up to this size are digested lazily, off the call's path (see
+:class:`CallArguments`); larger ones are digested when the call is set up, so that records
+waiting in an observer's queue never hold more than this much of arguments each."""
 
-    def __init__(self, kind: CallKind, name: str, payload: bytes | str | dict[str, str]) -> None:
+
+def _payload_size(payload: ArgumentsPayload) -> int:
+    """The payload's size for :data:`LAZY_DIGEST_MAX_BYTES`: bytes, or characters of text."""
+    if isinstance(payload, dict):
+        return sum(len(key) + len(value) for key, value in payload.items())
+    return len(payload)
+
+
+def _digest(payload: ArgumentsPayload) -> str:
+    """Hex SHA-256 of the raw bytes, the UTF-8 text, or the canonical JSON of a prompt's args."""
+    if isinstance(payload, str):
+        data = payload.encode("utf-8", "surrogatepass")
+    elif isinstance(payload, dict):
+        data = msgspec.json.encode(payload, order="sorted")
+    else:
+        data = payload
+    return hashlib.sha256(data).hexdigest()
+
+
+class CallArguments:
+    """The arguments of one gated call, as a :class:`CallRecord` carries them.
+
+    Its only public face is :meth:`sha256`, the hex SHA-256 digest of the arguments (see the
+    module docstring for what is digested). The raw payload is kept privately until the digest
+    is first asked for — normally by the audit writer, in its worker thread, so a trivial call
+    does not pay for hashing — then dropped. Payloads larger than
+    :data:`LAZY_DIGEST_MAX_BYTES` are digested at once (bounding what a queued record holds).
+    The repr never shows the arguments.
+    """
+
+    __slots__ = ("_payload", "_sha256")
+
+    def __init__(self, payload: ArgumentsPayload) -> None:
+        self._payload: ArgumentsPayload = payload
+        self._sha256: str | None = None
+        if _payload_size(payload) > LAZY_DIGEST_MAX_BYTES:
+            self.sha256()
+
+    def sha256(self) -> str:
+        """Hex SHA-256 of the arguments (computed on the first call, from any thread)."""
+        # Safe from several threads at once: the payload is read before the digest, and is
+        # dropped only after the digest is stored, so whoever sees no digest yet still holds
+        # the payload (two racing threads compute the same string).
+        payload = self._payload
+        digest = self._sha256
+        if digest is None:
+            digest = self._sha256 = _digest(payload)
+            self._payload = b""
+        return digest
+
+    def __repr__(self) -> str:
+        digest = self._sha256
+        return "CallArguments(<not digested yet>)" if digest is None else f"CallArguments({digest})"
+
+
+class _CallAudit(CallArguments):
+    """Internal: what a gated call's body tells the observer (the outcome), and its arguments.
+
+    Being the record's :class:`CallArguments` itself saves an allocation per observed call.
+    """
+
+    __slots__ = ("kind", "name", "outcome")
+
+    def __init__(self, kind: CallKind, name: str, payload: ArgumentsPayload) -> None:
         self.kind: CallKind = kind
         self.name = name
-        self.payload = payload
         self.outcome: CallOutcome = "ok"
+        self._payload = payload
+        self._sha256 = None
+        size = _payload_size(payload) if isinstance(payload, dict) else len(payload)
+        if size > LAZY_DIGEST_MAX_BYTES:
+            self.sha256()
 
 
 _UNOBSERVED: Final = _CallAudit("tool", "", b"")
@@ -289,25 +372,19 @@ def _audit_name(entry: Resource | ResourceTemplate) -> str:
     return entry.uri if isinstance(entry, Resource) else entry.uri_template
 
 
-def _digest(payload: bytes | str | dict[str, str]) -> str:
-    """Hex SHA-256 of the raw bytes, the UTF-8 text, or the canonical JSON of a prompt's args."""
-    if isinstance(payload, str):
-        data = payload.encode("utf-8", "surrogatepass")
-    elif isinstance(payload, dict):
-        data = msgspec.json.encode(payload, order="sorted")
-    else:
-        data = payload
-    return hashlib.sha256(data).hexdigest()
-
-
 def _notify_observer(observer: CallObserver, record: CallRecord) -> None:
     # The observer is the app's audit hook: its failure must never break or change the call.
     try:
         observer(record)
     except Exception:
-        log.exception(
-            "call observer failed for %s %r (outcome %s)", record.kind, record.name, record.outcome
-        )
+        _observer_failed(record)
+
+
+def _observer_failed(record: CallRecord) -> None:
+    """Log the exception being handled, an observer's failure (never changes the call)."""
+    log.exception(
+        "call observer failed for %s %r (outcome %s)", record.kind, record.name, record.outcome
+    )
 
 
 def _is_cancellation(exc: BaseException) -> bool:
@@ -638,30 +715,29 @@ class PendingCall:
             The answer (a timeout answer if the deadline expired first), or ``None`` if the
             call was cancelled by the client.
         """
-        if self._observer is not None:
-            return await self._run_observed(self._observer)
+        observer = self._observer
         reply: Reply | None = None
-        try:
-            with self.scope:
-                reply = await self._body()
-        finally:
-            # Inlined _finish(): this is the hot path of every gated call.
-            if self._context is not None:
-                self._context.close()
-            if self.conn.in_flight.get(self.request_id) is self:
-                del self.conn.in_flight[self.request_id]
-        if self._client_cancelled:
-            return None
-        if reply is None:
-            # Only the deadline can end the scope without a reply or a client cancel.
-            return self._on_timeout() if self._on_timeout is not None else None
-        return reply
-
-    async def _run_observed(self, observer: CallObserver) -> Reply | None:
-        """:meth:`run` plus one :class:`CallRecord` for ``observer`` (off the plain path)."""
+        if observer is None:
+            try:
+                with self.scope:
+                    reply = await self._body()
+            finally:
+                # Inlined _finish(): this is the hot path of every gated call.
+                if self._context is not None:
+                    self._context.close()
+                if self.conn.in_flight.get(self.request_id) is self:
+                    del self.conn.in_flight[self.request_id]
+            if self._client_cancelled:
+                return None
+            if reply is None:
+                # Only the deadline can end the scope without a reply or a client cancel.
+                return self._on_timeout() if self._on_timeout is not None else None
+            return reply
+        # Observed: the same, plus one CallRecord for the observer. Inlined here rather than
+        # awaited as a second coroutine, and the common ending (a reply) builds its record
+        # in place: every audited call runs this.
         started_ns = time.time_ns()
         started = time.perf_counter()
-        reply: Reply | None = None
         try:
             with self.scope:
                 reply = await self._body()
@@ -671,14 +747,33 @@ class PendingCall:
             outcome: CallOutcome = "cancelled" if _is_cancellation(exc) else "internal"
             self._observe(observer, outcome, started_ns, started)
             raise
-        self._finish()
+        if self._context is not None:
+            self._context.close()
+        conn = self.conn
+        if conn.in_flight.get(self.request_id) is self:
+            del conn.in_flight[self.request_id]
         if self._client_cancelled:
             self._observe(observer, "cancelled", started_ns, started)
             return None
         if reply is None:
             self._observe(observer, "timeout", started_ns, started)
             return self._on_timeout() if self._on_timeout is not None else None
-        self._observe(observer, self._audit.outcome, started_ns, started)
+        audit = self._audit
+        record = CallRecord(
+            kind=audit.kind,
+            name=audit.name,
+            caller=conn.caller,
+            transport=conn.transport,
+            outcome=audit.outcome,
+            duration_ms=(time.perf_counter() - started) * 1000.0,
+            arguments=audit,
+            started_at_unix_nano=started_ns,
+            request_id=self.request_id,
+        )
+        try:
+            observer(record)
+        except Exception:
+            _observer_failed(record)
         return reply
 
     def _finish(self) -> None:
@@ -698,7 +793,7 @@ class PendingCall:
             transport=self.conn.transport,
             outcome=outcome,
             duration_ms=(time.perf_counter() - started) * 1000.0,
-            arguments_sha256=_digest(audit.payload),
+            arguments=audit,
             started_at_unix_nano=started_ns,
             request_id=self.request_id,
         )
@@ -1088,7 +1183,7 @@ class Server:
             return
         raw = _EMPTY_OBJECT if isinstance(msg.params, UnsetType) else bytes(msg.params)
         name = ""
-        payload: bytes | str | dict[str, str] = raw
+        payload: ArgumentsPayload = raw
         try:
             decoded = _decode_params(str(msg.method), raw)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
@@ -1112,7 +1207,7 @@ class Server:
             transport=conn.transport,
             outcome=outcome,
             duration_ms=0.0,
-            arguments_sha256=_digest(payload),
+            arguments=CallArguments(payload),
             started_at_unix_nano=time.time_ns(),
             request_id=request_id,
         )
