@@ -23,11 +23,12 @@ Storage:
 Writing — never on the call's path:
 
 - :meth:`AuditLog.observe` only puts the record in a bounded in-memory queue (``queue_size``)
-  and returns; it never blocks and never raises. When the queue is full (the disk cannot keep
-  up) or the log is closed, the record is **dropped**: the drop is counted
-  (:meth:`AuditLog.statistics`) and a warning is logged once per episode, then a summary with
-  the number dropped once the writer catches up. Calls are never slowed down or refused because
-  of the audit log.
+  and returns; it never blocks, never raises and hashes nothing (the record's
+  ``arguments_sha256`` is computed by the writer, in its worker thread). When the queue is full
+  (the disk cannot keep up) or the log is closed, the record is **dropped**: the drop is
+  counted (:meth:`AuditLog.statistics`) and a warning is logged once per episode, then a
+  summary with the number dropped once the writer catches up. Calls are never slowed down or
+  refused because of the audit log.
 - :meth:`AuditLog.run_writer` (a long-running task) takes what is queued in batches of up to
   ``batch_size`` records and writes each batch in one transaction in a worker thread
   (:func:`trio.to_thread.run_sync`). A batch that fails to write (``sqlite3.Error``) is logged
@@ -44,11 +45,13 @@ returns the newest rows first; records still queued are not visible yet.
 MCP resource :data:`RECENT_URI`.
 """
 
+import itertools
 import logging
 import math
 import os
 import sqlite3
 import time
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -238,7 +241,14 @@ class AuditLog:
         self.retention_days = retention_days
         self.batch_size = batch_size
         self.retention_interval_s = retention_interval_s
-        self._send, self._receive = trio.open_memory_channel[CallRecord](queue_size)
+        self.queue_size = queue_size
+        # A plain deque, bounded by hand (a full queue drops the *new* record, counted), and a
+        # wake-up Event the writer sets up only while it waits for an empty queue: a record
+        # costs an append, and only the first record after an idle spell pays a wake-up.
+        self._queue: deque[CallRecord] = deque()
+        self._writing = 0  # the oldest records of the queue, being written (not counted)
+        self._closed = False
+        self._wakeup: trio.Event | None = None
         self._conn: sqlite3.Connection | None = None
         self._writer_started = False
         self._writer_done = trio.Event()
@@ -266,24 +276,30 @@ class AuditLog:
 
         Never blocks and never raises: when the queue is full or the log is closed the record
         is dropped and counted, with a warning (see the module docstring). Call it from the
-        trio loop.
+        trio loop. It does no hashing: the record's ``arguments_sha256`` is computed by the
+        writer, in its worker thread.
         """
-        try:
-            self._send.send_nowait(record)
+        queue = self._queue
+        if len(queue) - self._writing < self.queue_size and not self._closed:
+            queue.append(record)
             self._accepted += 1
-        except (trio.WouldBlock, trio.ClosedResourceError) as exc:
-            first = self._dropped == self._dropped_reported
-            self._dropped += 1
-            if first:
-                reason = "the queue is full" if isinstance(exc, trio.WouldBlock) else "it is closed"
-                log.warning(
-                    "audit log: dropping records because %s (%s %r by %r, outcome %s)",
-                    reason,
-                    record.kind,
-                    record.name,
-                    record.caller.subject,
-                    record.outcome,
-                )
+            wakeup = self._wakeup
+            if wakeup is not None:
+                self._wakeup = None
+                wakeup.set()
+            return
+        first = self._dropped == self._dropped_reported
+        self._dropped += 1
+        if first:
+            reason = "it is closed" if self._closed else "the queue is full"
+            log.warning(
+                "audit log: dropping records because %s (%s %r by %r, outcome %s)",
+                reason,
+                record.kind,
+                record.name,
+                record.caller.subject,
+                record.outcome,
+            )
 
     # -- the writer ----------------------------------------------------------------------------
 
@@ -325,11 +341,12 @@ class AuditLog:
         queue itself in a worker thread). Idempotent. Records observed afterwards are dropped
         and counted.
         """
-        self._send.close()
+        self._closed = True
+        self._wake_writer()
         if self._writer_started:
             await self._writer_done.wait()
             return
-        if self._receive.statistics().current_buffer_used:
+        if self._queue:
             self._conn = await trio.to_thread.run_sync(self._open)
             try:
                 await self._drain()
@@ -347,39 +364,42 @@ class AuditLog:
             await self._progress.wait()
 
     async def _write_loop(self) -> None:
-        receive = self._receive
+        queue = self._queue
         retention = self.retention_days > 0
         next_purge = trio.current_time()
         while True:
             if retention and trio.current_time() >= next_purge:
                 await self._purge()
                 next_purge = trio.current_time() + self.retention_interval_s
-            batch: list[CallRecord] = []
-            with trio.move_on_at(next_purge if retention else math.inf):
-                try:
-                    batch.append(await receive.receive())
-                except trio.EndOfChannel:
-                    return
-            if batch:
-                self._take_queued(batch)
-                await self._flush(batch)
-
-    def _take_queued(self, batch: list[CallRecord]) -> None:
-        while len(batch) < self.batch_size:
-            try:
-                batch.append(self._receive.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel):
+            if queue:
+                await self._write_batch()
+                continue
+            if self._closed:
                 return
+            wakeup = self._wakeup = trio.Event()
+            with trio.move_on_at(next_purge if retention else math.inf):
+                await wakeup.wait()
+            self._wakeup = None
+
+    def _wake_writer(self) -> None:
+        wakeup, self._wakeup = self._wakeup, None
+        if wakeup is not None:
+            wakeup.set()
 
     async def _drain(self) -> None:
-        while True:
-            batch: list[CallRecord] = []
-            self._take_queued(batch)
-            if not batch:
-                return
-            await self._flush(batch)
+        while self._queue:
+            await self._write_batch()
 
-    async def _flush(self, batch: Sequence[CallRecord]) -> None:
+    async def _write_batch(self) -> None:
+        """Write the oldest ``batch_size`` queued records in one transaction (worker thread).
+
+        The records leave the queue only once their batch is written (or failed): when the
+        write is cancelled before the thread starts, they are still queued for the shielded
+        drain. While it runs they do not count against ``queue_size`` (``_writing``).
+        """
+        queue = self._queue
+        batch = list(itertools.islice(queue, self.batch_size))
+        self._writing = len(batch)
         try:
             await trio.to_thread.run_sync(self._write, batch)
         except sqlite3.Error as exc:
@@ -393,6 +413,10 @@ class AuditLog:
                     self._dropped - self._dropped_reported,
                 )
                 self._dropped_reported = self._dropped
+        finally:
+            self._writing = 0
+        for _ in batch:  # written or failed (not reached when cancelled)
+            queue.popleft()
         self._notify_progress()
 
     def _notify_progress(self) -> None:
@@ -514,7 +538,7 @@ class AuditLog:
     def statistics(self) -> AuditStatistics:
         """A snapshot of the counters and the queue's length."""
         return AuditStatistics(
-            queued=self._receive.statistics().current_buffer_used,
+            queued=len(self._queue) - self._writing,
             written_total=self._written,
             dropped_total=self._dropped,
             failed_total=self._failed,
