@@ -1,0 +1,1274 @@
+"""OTLP decoders: Export{Trace,Logs,Metrics}ServiceRequest, protobuf and JSON, to store records.
+
+Protobuf bodies are parsed with the official ``opentelemetry-proto`` messages; JSON bodies with
+the msgspec wire Structs of :mod:`coremetry.ingest._otlp_json` (OTLP's JSON mapping: hex ids,
+64-bit integers as strings or numbers, integer enums). Both produce the same records.
+
+Mapping (OTLP data model -> :mod:`coremetry.store.model`):
+
+- ``service_name`` is the resource's ``service.name`` (``unknown_service`` when absent);
+  resource attributes are kept whole on every record; ``scope_name`` is the scope's name.
+- Attributes are flattened: a ``kvlistValue`` becomes dotted keys (``map.attribute`` holding
+  ``{"some.map.key": "v"}`` -> ``map.attribute.some.map.key = "v"``); ``bytesValue`` becomes
+  base64 text; an array keeps its scalar elements, and a nested array or map element becomes its
+  JSON text; an empty value is left out.
+- A log record's non-string body is stored as its JSON text (a ``kvlistValue`` body as a JSON
+  object); ``eventName`` is kept as the attribute ``event.name``; a severity number of 0 with a
+  known level text (``WARN``) gets that level's number.
+- Gauges and sums keep their type, monotonicity and temporality; explicit-bucket histograms are
+  kept; **exponential histograms are converted** to explicit buckets (bucket ``i`` of scale
+  ``s`` covers ``(2^(i/2^s), 2^((i+1)/2^s)]``; the zero bucket's upper bound is the zero
+  threshold); **summaries are converted** to one gauge point per quantile (attribute
+  ``quantile``) plus cumulative sums ``<name>_sum`` and ``<name>_count`` -- the shape a
+  Prometheus summary has.
+
+Rejected items (see :class:`~coremetry.ingest.Decoded`; the rest of the request is kept):
+spans without a trace id, span id or sane start time; log records with neither a sane
+``timeUnixNano`` nor a sane ``observedTimeUnixNano``; data points without a sane time or a
+value, flagged "no recorded value", or histograms whose bucket counts do not match their
+bounds; ids of the wrong length and numbers that do not parse. Stored after adjusting, with a
+note: a span whose end time is missing or corrupt (duration 0), a log record whose event time
+is missing or corrupt (its observed time is used), malformed trace/span ids on a log record
+(dropped). Clock skew (a child starting before its parent) is kept as sent.
+
+A body that cannot be decoded at all raises :class:`~coremetry.ingest.MalformedInput` and
+nothing of it is kept.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final, TypeVar
+
+import msgspec
+from google.protobuf.message import DecodeError, Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.logs.v1 import logs_pb2
+from opentelemetry.proto.metrics.v1 import metrics_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from coremetry.ingest import _otlp_json as wire
+from coremetry.ingest._convert import (
+    ItemRejected,
+    base64_text,
+    bytes_span_id,
+    bytes_trace_id,
+    hex_span_id,
+    hex_trace_id,
+    is_sane_time,
+    parse_float,
+    parse_int,
+    scalar_text,
+    service_name_of,
+    severity_number_from_text,
+)
+from coremetry.ingest.decoded import Decoded
+from coremetry.ingest.errors import MalformedInput
+from coremetry.store.model import (
+    AggregationTemporality,
+    Attributes,
+    AttributeScalar,
+    AttributeValue,
+    HistogramValue,
+    LogRecord,
+    MetricPoint,
+    Span,
+    SpanEvent,
+    SpanKind,
+    SpanLink,
+    StatusCode,
+)
+
+__all__ = [
+    "decode_logs_json",
+    "decode_logs_protobuf",
+    "decode_metrics_json",
+    "decode_metrics_protobuf",
+    "decode_otlp_json_document",
+    "decode_traces_json",
+    "decode_traces_protobuf",
+]
+
+_KINDS: Final = tuple(SpanKind)
+_STATUS: Final = tuple(StatusCode)
+_TEMPORALITY: Final[tuple[AggregationTemporality, ...]] = ("unspecified", "delta", "cumulative")
+_NO_RECORDED_VALUE: Final = 1
+"""``DataPointFlags.DATA_POINT_FLAGS_NO_RECORDED_VALUE_MASK`` (metrics.proto)."""
+
+SPAN_START_UNUSABLE: Final = "span start time is missing or outside 1970..2262"
+SPAN_END_ADJUSTED: Final = "span end time missing or corrupt; stored with duration 0"
+SPAN_NO_TRACE_ID: Final = "span has no trace_id"
+SPAN_NO_SPAN_ID: Final = "span has no span_id"
+LOG_TIME_UNUSABLE: Final = (
+    "log record has no usable time (timeUnixNano and observedTimeUnixNano missing or "
+    "outside 1970..2262)"
+)
+LOG_TIME_FROM_OBSERVED: Final = (
+    "log record timeUnixNano missing or corrupt (outside 1970..2262); used observedTimeUnixNano"
+)
+LOG_IDS_DROPPED: Final = "log record trace_id/span_id malformed; stored without them"
+POINT_TIME_UNUSABLE: Final = "data point time is missing or outside 1970..2262"
+POINT_NO_VALUE: Final = "data point has no value"
+POINT_NOT_RECORDED: Final = "data point flagged 'no recorded value'"
+METRIC_NO_NAME: Final = "metric has no name"
+EXPONENTIAL_CONVERTED: Final = "exponential histogram point converted to explicit buckets"
+SUMMARY_CONVERTED: Final = (
+    "summary point stored as one gauge per quantile plus <name>_sum and <name>_count"
+)
+
+W = TypeVar("W")
+
+
+def _parse_pb(message: Message, body: bytes) -> None:
+    try:
+        message.ParseFromString(body)
+    except DecodeError as exc:
+        name = message.DESCRIPTOR.name
+        raise MalformedInput(f"the body is not a protobuf {name}: {exc}") from None
+
+
+def _parse_json(body: bytes, decoder: msgspec.json.Decoder[W], name: str) -> W:
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise MalformedInput(f"the body is not an OTLP JSON {name}: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise MalformedInput(f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise MalformedInput("the body is nested too deeply") from None
+
+
+# ---- attributes: protobuf ----------------------------------------------------------------------
+
+
+def _pb_plain(value: common_pb2.AnyValue) -> object:
+    """An AnyValue as plain Python (for JSON text): maps stay maps."""
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    if which == "int_value":
+        return value.int_value
+    if which == "double_value":
+        return value.double_value
+    if which == "bool_value":
+        return value.bool_value
+    if which == "bytes_value":
+        return base64_text(value.bytes_value)
+    if which == "array_value":
+        return [_pb_plain(v) for v in value.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: _pb_plain(kv.value) for kv in value.kvlist_value.values}
+    return None
+
+
+def _pb_element(value: common_pb2.AnyValue) -> AttributeScalar | None:
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    if which == "int_value":
+        return value.int_value
+    if which == "double_value":
+        return value.double_value
+    if which == "bool_value":
+        return value.bool_value
+    if which == "bytes_value":
+        return base64_text(value.bytes_value)
+    if which is None:
+        return None
+    return msgspec.json.encode(_pb_plain(value)).decode()
+
+
+def _pb_attributes(
+    pairs: Iterable[common_pb2.KeyValue], out: Attributes | None = None, prefix: str = ""
+) -> Attributes:
+    result: Attributes = {} if out is None else out
+    for kv in pairs:
+        value = kv.value
+        which = value.WhichOneof("value")
+        if which == "string_value":
+            result[prefix + kv.key] = value.string_value
+        elif which == "int_value":
+            result[prefix + kv.key] = value.int_value
+        elif which == "double_value":
+            result[prefix + kv.key] = value.double_value
+        elif which == "bool_value":
+            result[prefix + kv.key] = value.bool_value
+        elif which == "kvlist_value":
+            _pb_attributes(value.kvlist_value.values, result, prefix + kv.key + ".")
+        elif which == "array_value":
+            items = [_pb_element(v) for v in value.array_value.values]
+            result[prefix + kv.key] = [v for v in items if v is not None]
+        elif which == "bytes_value":
+            result[prefix + kv.key] = base64_text(value.bytes_value)
+    return result
+
+
+def _pb_body(record: logs_pb2.LogRecord) -> str:
+    if not record.HasField("body"):
+        return ""
+    body = record.body
+    if body.WhichOneof("value") == "string_value":
+        return body.string_value
+    plain = _pb_plain(body)
+    if plain is None:
+        return ""
+    if isinstance(plain, str):
+        return plain  # bytes: base64 text
+    return msgspec.json.encode(plain).decode()
+
+
+# ---- attributes: JSON --------------------------------------------------------------------------
+
+
+def _json_plain(value: wire.AnyValue) -> object:
+    if value.string_value is not None:
+        return value.string_value
+    if value.int_value is not None:
+        return parse_int(value.int_value, "intValue")
+    if value.double_value is not None:
+        number = parse_float(value.double_value, "doubleValue")
+        return number if math.isfinite(number) else scalar_text(number)
+    if value.bool_value is not None:
+        return value.bool_value
+    if value.bytes_value is not None:
+        return value.bytes_value
+    if value.array_value is not None:
+        return [_json_plain(v) for v in value.array_value.values]
+    if value.kvlist_value is not None:
+        return {kv.key: _json_plain(kv.value) for kv in value.kvlist_value.values}
+    return None
+
+
+def _json_element(value: wire.AnyValue) -> AttributeScalar | None:
+    if value.string_value is not None:
+        return value.string_value
+    if value.int_value is not None:
+        return parse_int(value.int_value, "intValue")
+    if value.double_value is not None:
+        return parse_float(value.double_value, "doubleValue")
+    if value.bool_value is not None:
+        return value.bool_value
+    if value.bytes_value is not None:
+        return value.bytes_value
+    if value.array_value is None and value.kvlist_value is None:
+        return None
+    return msgspec.json.encode(_json_plain(value)).decode()
+
+
+def _json_attributes(
+    pairs: Sequence[wire.KeyValue], out: Attributes | None = None, prefix: str = ""
+) -> Attributes:
+    result: Attributes = {} if out is None else out
+    for kv in pairs:
+        value = kv.value
+        if value.kvlist_value is not None:
+            _json_attributes(value.kvlist_value.values, result, prefix + kv.key + ".")
+            continue
+        converted: AttributeValue | None
+        if value.array_value is not None:
+            items = [_json_element(v) for v in value.array_value.values]
+            converted = [v for v in items if v is not None]
+        else:
+            converted = _json_element(value)
+        if converted is not None:
+            result[prefix + kv.key] = converted
+    return result
+
+
+def _json_body(body: wire.AnyValue | None) -> str:
+    if body is None:
+        return ""
+    if body.string_value is not None:
+        return body.string_value
+    plain = _json_plain(body)
+    if plain is None:
+        return ""
+    if isinstance(plain, str):
+        return plain
+    return msgspec.json.encode(plain).decode()
+
+
+def _json_time(raw: int | str, what: str) -> int:
+    return parse_int(raw, what)
+
+
+# ---- traces ------------------------------------------------------------------------------------
+
+
+def _span(
+    out: Decoded,
+    *,
+    trace_id: str,
+    span_id: str,
+    parent_span_id: str,
+    service_name: str,
+    name: str,
+    kind: int,
+    start: int,
+    end: int,
+    status_code: int,
+    status_message: str,
+    attributes: Attributes,
+    resource_attributes: Attributes,
+    events: list[SpanEvent],
+    links: list[SpanLink],
+    scope_name: str,
+) -> Span:
+    if not trace_id:
+        raise ItemRejected(SPAN_NO_TRACE_ID)
+    if not span_id:
+        raise ItemRejected(SPAN_NO_SPAN_ID)
+    if not is_sane_time(start):
+        raise ItemRejected(SPAN_START_UNUSABLE)
+    if not is_sane_time(end):
+        out.note(SPAN_END_ADJUSTED)
+        end = start
+    return Span(
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=parent_span_id,
+        service_name=service_name,
+        name=name,
+        kind=_KINDS[kind] if 0 <= kind < len(_KINDS) else SpanKind.UNSPECIFIED,
+        start_time_unix_nano=start,
+        end_time_unix_nano=end,
+        status_code=_STATUS[status_code] if 0 <= status_code < len(_STATUS) else StatusCode.UNSET,
+        status_message=status_message,
+        attributes=attributes,
+        resource_attributes=resource_attributes,
+        events=events,
+        links=links,
+        scope_name=scope_name,
+    )
+
+
+def decode_traces_protobuf(body: bytes) -> Decoded:
+    """Decode a protobuf ``ExportTraceServiceRequest`` (the body of ``POST /v1/traces``).
+
+    Args:
+        body: the uncompressed request body.
+
+    Returns:
+        The spans (in request order) and rejections; see the module docstring.
+
+    Raises:
+        MalformedInput: the body is not a protobuf ``ExportTraceServiceRequest``.
+    """
+    request = ExportTraceServiceRequest()
+    _parse_pb(request, body)
+    out = Decoded()
+    spans = out.batch.spans
+    for r, resource_spans in enumerate(request.resource_spans):
+        resource_attributes = _pb_attributes(resource_spans.resource.attributes)
+        service = service_name_of(resource_attributes)
+        for s, scope_spans in enumerate(resource_spans.scope_spans):
+            scope_name = scope_spans.scope.name
+            out.count_read("span", len(scope_spans.spans))
+            for i, span in enumerate(scope_spans.spans):
+                try:
+                    spans.append(_pb_span(out, span, service, resource_attributes, scope_name))
+                except ItemRejected as exc:
+                    where = f"resourceSpans[{r}].scopeSpans[{s}].spans[{i}]"
+                    out.reject("span", exc.reason, where)
+    return out
+
+
+def _pb_span(
+    out: Decoded,
+    span: trace_pb2.Span,
+    service: str,
+    resource_attributes: Attributes,
+    scope_name: str,
+) -> Span:
+    events = [
+        SpanEvent(
+            time_unix_nano=event.time_unix_nano,
+            name=event.name,
+            attributes=_pb_attributes(event.attributes),
+        )
+        for event in span.events
+    ]
+    links = [
+        SpanLink(
+            trace_id=bytes_trace_id(link.trace_id, "link trace_id"),
+            span_id=bytes_span_id(link.span_id, "link span_id"),
+            attributes=_pb_attributes(link.attributes),
+        )
+        for link in span.links
+    ]
+    status = span.status
+    return _span(
+        out,
+        trace_id=bytes_trace_id(span.trace_id),
+        span_id=bytes_span_id(span.span_id),
+        parent_span_id=bytes_span_id(span.parent_span_id, "parent_span_id"),
+        service_name=service,
+        name=span.name,
+        kind=span.kind,
+        start=span.start_time_unix_nano,
+        end=span.end_time_unix_nano,
+        status_code=status.code,
+        status_message=status.message,
+        attributes=_pb_attributes(span.attributes),
+        resource_attributes=resource_attributes,
+        events=events,
+        links=links,
+        scope_name=scope_name,
+    )
+
+
+_TRACES_JSON: Final = msgspec.json.Decoder(wire.ExportTraceServiceRequest)
+
+
+def decode_traces_json(body: bytes) -> Decoded:
+    """Decode an OTLP JSON ``ExportTraceServiceRequest``.
+
+    Raises:
+        MalformedInput: the body is not JSON, or not shaped like the message (the message
+            carries msgspec's ``- at `$.path``` location).
+    """
+    return _traces_from_json(_parse_json(body, _TRACES_JSON, "ExportTraceServiceRequest"))
+
+
+def _traces_from_json(
+    request: wire.ExportTraceServiceRequest, out: Decoded | None = None
+) -> Decoded:
+    result = Decoded() if out is None else out
+    spans = result.batch.spans
+    for r, resource_spans in enumerate(request.resource_spans):
+        where_resource = f"resourceSpans[{r}]"
+        try:
+            resource_attributes = _json_attributes(resource_spans.resource.attributes)
+        except ItemRejected as exc:
+            for s, scope_spans in enumerate(resource_spans.scope_spans):
+                for i, _ in enumerate(scope_spans.spans):
+                    result.count_read("span")
+                    result.reject(
+                        "span",
+                        f"resource {exc.reason}",
+                        f"{where_resource}.scopeSpans[{s}].spans[{i}]",
+                    )
+            continue
+        service = service_name_of(resource_attributes)
+        for s, scope_spans in enumerate(resource_spans.scope_spans):
+            scope_name = scope_spans.scope.name
+            for i, span in enumerate(scope_spans.spans):
+                result.count_read("span")
+                try:
+                    spans.append(_json_span(result, span, service, resource_attributes, scope_name))
+                except ItemRejected as exc:
+                    result.reject(
+                        "span", exc.reason, f"{where_resource}.scopeSpans[{s}].spans[{i}]"
+                    )
+    return result
+
+
+def _json_span(
+    out: Decoded,
+    span: wire.Span,
+    service: str,
+    resource_attributes: Attributes,
+    scope_name: str,
+) -> Span:
+    events = [
+        SpanEvent(
+            time_unix_nano=_json_time(event.time_unix_nano, "event timeUnixNano"),
+            name=event.name,
+            attributes=_json_attributes(event.attributes),
+        )
+        for event in span.events
+    ]
+    links = [
+        SpanLink(
+            trace_id=hex_trace_id(link.trace_id, "link traceId"),
+            span_id=hex_span_id(link.span_id, "link spanId"),
+            attributes=_json_attributes(link.attributes),
+        )
+        for link in span.links
+    ]
+    return _span(
+        out,
+        trace_id=hex_trace_id(span.trace_id, "traceId"),
+        span_id=hex_span_id(span.span_id, "spanId"),
+        parent_span_id=hex_span_id(span.parent_span_id, "parentSpanId"),
+        service_name=service,
+        name=span.name,
+        kind=span.kind,
+        start=_json_time(span.start_time_unix_nano, "startTimeUnixNano"),
+        end=_json_time(span.end_time_unix_nano, "endTimeUnixNano"),
+        status_code=span.status.code,
+        status_message=span.status.message,
+        attributes=_json_attributes(span.attributes),
+        resource_attributes=resource_attributes,
+        events=events,
+        links=links,
+        scope_name=scope_name,
+    )
+
+
+# ---- logs --------------------------------------------------------------------------------------
+
+
+def _log(
+    out: Decoded,
+    *,
+    time: int,
+    observed: int,
+    severity_number: int,
+    severity_text: str,
+    body: str,
+    service_name: str,
+    ids: Callable[[], tuple[str, str]],
+    attributes: Attributes,
+    resource_attributes: Attributes,
+    event_name: str,
+    scope_name: str,
+) -> LogRecord:
+    if not is_sane_time(time):
+        if not is_sane_time(observed):
+            raise ItemRejected(LOG_TIME_UNUSABLE)
+        out.note(LOG_TIME_FROM_OBSERVED)
+        time = observed
+    if not is_sane_time(observed):
+        observed = 0
+    if not 0 <= severity_number <= 24:
+        severity_number = 0
+    if severity_number == 0 and severity_text:
+        severity_number = severity_number_from_text(severity_text)
+    if event_name and "event.name" not in attributes:
+        attributes["event.name"] = event_name
+    try:
+        trace_id, span_id = ids()
+    except ItemRejected:
+        out.note(LOG_IDS_DROPPED)
+        trace_id = span_id = ""
+    return LogRecord(
+        time_unix_nano=time,
+        observed_time_unix_nano=observed,
+        severity_number=severity_number,
+        severity_text=severity_text,
+        body=body,
+        service_name=service_name,
+        trace_id=trace_id,
+        span_id=span_id,
+        attributes=attributes,
+        resource_attributes=resource_attributes,
+        scope_name=scope_name,
+    )
+
+
+def decode_logs_protobuf(body: bytes) -> Decoded:
+    """Decode a protobuf ``ExportLogsServiceRequest`` (the body of ``POST /v1/logs``).
+
+    Raises:
+        MalformedInput: the body is not a protobuf ``ExportLogsServiceRequest``.
+    """
+    request = ExportLogsServiceRequest()
+    _parse_pb(request, body)
+    out = Decoded()
+    logs = out.batch.logs
+    for r, resource_logs in enumerate(request.resource_logs):
+        resource_attributes = _pb_attributes(resource_logs.resource.attributes)
+        service = service_name_of(resource_attributes)
+        for s, scope_logs in enumerate(resource_logs.scope_logs):
+            scope_name = scope_logs.scope.name
+            for i, record in enumerate(scope_logs.log_records):
+                out.count_read("log")
+                try:
+                    logs.append(_pb_log(out, record, service, resource_attributes, scope_name))
+                except ItemRejected as exc:
+                    out.reject(
+                        "log", exc.reason, f"resourceLogs[{r}].scopeLogs[{s}].logRecords[{i}]"
+                    )
+    return out
+
+
+def _pb_log(
+    out: Decoded,
+    record: logs_pb2.LogRecord,
+    service: str,
+    resource_attributes: Attributes,
+    scope_name: str,
+) -> LogRecord:
+    return _log(
+        out,
+        time=record.time_unix_nano,
+        observed=record.observed_time_unix_nano,
+        severity_number=record.severity_number,
+        severity_text=record.severity_text,
+        body=_pb_body(record),
+        service_name=service,
+        ids=lambda: (bytes_trace_id(record.trace_id), bytes_span_id(record.span_id)),
+        attributes=_pb_attributes(record.attributes),
+        resource_attributes=resource_attributes,
+        event_name=record.event_name,
+        scope_name=scope_name,
+    )
+
+
+_LOGS_JSON: Final = msgspec.json.Decoder(wire.ExportLogsServiceRequest)
+
+
+def decode_logs_json(body: bytes) -> Decoded:
+    """Decode an OTLP JSON ``ExportLogsServiceRequest``.
+
+    Raises:
+        MalformedInput: the body is not JSON, or not shaped like the message.
+    """
+    return _logs_from_json(_parse_json(body, _LOGS_JSON, "ExportLogsServiceRequest"))
+
+
+def _logs_from_json(request: wire.ExportLogsServiceRequest, out: Decoded | None = None) -> Decoded:
+    result = Decoded() if out is None else out
+    logs = result.batch.logs
+    for r, resource_logs in enumerate(request.resource_logs):
+        where_resource = f"resourceLogs[{r}]"
+        try:
+            resource_attributes = _json_attributes(resource_logs.resource.attributes)
+        except ItemRejected as exc:
+            for s, scope_logs in enumerate(resource_logs.scope_logs):
+                for i, _ in enumerate(scope_logs.log_records):
+                    result.count_read("log")
+                    result.reject(
+                        "log",
+                        f"resource {exc.reason}",
+                        f"{where_resource}.scopeLogs[{s}].logRecords[{i}]",
+                    )
+            continue
+        service = service_name_of(resource_attributes)
+        for s, scope_logs in enumerate(resource_logs.scope_logs):
+            scope_name = scope_logs.scope.name
+            for i, record in enumerate(scope_logs.log_records):
+                result.count_read("log")
+                try:
+                    logs.append(_json_log(result, record, service, resource_attributes, scope_name))
+                except ItemRejected as exc:
+                    result.reject(
+                        "log", exc.reason, f"{where_resource}.scopeLogs[{s}].logRecords[{i}]"
+                    )
+    return result
+
+
+def _json_log(
+    out: Decoded,
+    record: wire.LogRecord,
+    service: str,
+    resource_attributes: Attributes,
+    scope_name: str,
+) -> LogRecord:
+    return _log(
+        out,
+        time=_json_time(record.time_unix_nano, "timeUnixNano"),
+        observed=_json_time(record.observed_time_unix_nano, "observedTimeUnixNano"),
+        severity_number=record.severity_number,
+        severity_text=record.severity_text,
+        body=_json_body(record.body),
+        service_name=service,
+        ids=lambda: (
+            hex_trace_id(record.trace_id, "traceId"),
+            hex_span_id(record.span_id, "spanId"),
+        ),
+        attributes=_json_attributes(record.attributes),
+        resource_attributes=resource_attributes,
+        event_name=record.event_name,
+        scope_name=scope_name,
+    )
+
+
+# ---- metrics -----------------------------------------------------------------------------------
+
+
+class _MetricContext:
+    """What every point of one metric shares."""
+
+    __slots__ = ("description", "name", "resource_attributes", "service", "unit")
+
+    def __init__(
+        self,
+        name: str,
+        unit: str,
+        description: str,
+        service: str,
+        resource_attributes: Attributes,
+    ) -> None:
+        self.name = name
+        self.unit = unit
+        self.description = description
+        self.service = service
+        self.resource_attributes = resource_attributes
+
+
+def _point_times(time: int, start: int) -> tuple[int, int]:
+    if not is_sane_time(time):
+        raise ItemRejected(POINT_TIME_UNUSABLE)
+    return time, start if is_sane_time(start) else 0
+
+
+def _number_point(
+    ctx: _MetricContext,
+    *,
+    kind: str,
+    time: int,
+    start: int,
+    value: float | None,
+    flags: int,
+    attributes: Attributes,
+    is_monotonic: bool = False,
+    temporality: AggregationTemporality = "unspecified",
+) -> MetricPoint:
+    if flags & _NO_RECORDED_VALUE:
+        raise ItemRejected(POINT_NOT_RECORDED)
+    if value is None:
+        raise ItemRejected(POINT_NO_VALUE)
+    time, start = _point_times(time, start)
+    return MetricPoint(
+        name=ctx.name,
+        type="sum" if kind == "sum" else "gauge",
+        time_unix_nano=time,
+        unit=ctx.unit,
+        description=ctx.description,
+        service_name=ctx.service,
+        attributes=attributes,
+        resource_attributes=ctx.resource_attributes,
+        start_time_unix_nano=start,
+        value=value,
+        is_monotonic=is_monotonic,
+        temporality=temporality,
+    )
+
+
+def _histogram_point(
+    ctx: _MetricContext,
+    *,
+    time: int,
+    start: int,
+    flags: int,
+    attributes: Attributes,
+    histogram: HistogramValue,
+    temporality: AggregationTemporality,
+) -> MetricPoint:
+    if flags & _NO_RECORDED_VALUE:
+        raise ItemRejected(POINT_NOT_RECORDED)
+    counts, bounds = histogram.bucket_counts, histogram.explicit_bounds
+    if counts and len(counts) != len(bounds) + 1:
+        raise ItemRejected("histogram bucketCounts must have one more entry than explicitBounds")
+    if any(not a < b for a, b in itertools.pairwise(bounds)):
+        raise ItemRejected("histogram explicitBounds must be strictly increasing")
+    time, start = _point_times(time, start)
+    return MetricPoint(
+        name=ctx.name,
+        type="histogram",
+        time_unix_nano=time,
+        unit=ctx.unit,
+        description=ctx.description,
+        service_name=ctx.service,
+        attributes=attributes,
+        resource_attributes=ctx.resource_attributes,
+        start_time_unix_nano=start,
+        histogram=histogram,
+        temporality=temporality,
+    )
+
+
+def exponential_to_explicit(
+    *,
+    scale: int,
+    zero_count: int,
+    zero_threshold: float,
+    positive_offset: int,
+    positive_counts: Sequence[int],
+    negative_offset: int,
+    negative_counts: Sequence[int],
+) -> tuple[list[int], list[float]]:
+    """Explicit ``(bucket_counts, explicit_bounds)`` holding an exponential histogram's counts.
+
+    OTLP ``ExponentialHistogramDataPoint``: with ``base = 2**(2**-scale)``, positive bucket
+    ``offset + k`` covers ``(base**(offset+k), base**(offset+k+1)]``, negative buckets mirror
+    them below zero, and the zero bucket holds ``[-zero_threshold, zero_threshold]``. Each
+    exponential bucket becomes one explicit bucket with the same upper bound (the zero bucket's
+    is ``zero_threshold``), plus the final overflow bucket (empty).
+    """
+    base = 2.0 ** (2.0**-scale)
+    counts: list[int] = []
+    bounds: list[float] = []
+    for k in range(len(negative_counts) - 1, -1, -1):
+        bounds.append(-(base ** (negative_offset + k)))
+        counts.append(negative_counts[k])
+    bounds.append(max(zero_threshold, 0.0))
+    counts.append(zero_count)
+    for k, count in enumerate(positive_counts):
+        upper = base ** (positive_offset + k + 1)
+        if upper <= bounds[-1]:  # a positive bucket inside the zero threshold: merge it
+            counts[-1] += count
+            continue
+        bounds.append(upper)
+        counts.append(count)
+    counts.append(0)
+    return counts, bounds
+
+
+def _summary_points(
+    ctx: _MetricContext,
+    *,
+    time: int,
+    start: int,
+    flags: int,
+    attributes: Attributes,
+    count: int,
+    total: float,
+    quantiles: Sequence[tuple[float, float]],
+) -> list[MetricPoint]:
+    if flags & _NO_RECORDED_VALUE:
+        raise ItemRejected(POINT_NOT_RECORDED)
+    time, start = _point_times(time, start)
+    points = [
+        MetricPoint(
+            name=ctx.name,
+            type="gauge",
+            time_unix_nano=time,
+            unit=ctx.unit,
+            description=ctx.description,
+            service_name=ctx.service,
+            attributes={**attributes, "quantile": scalar_text(quantile)},
+            resource_attributes=ctx.resource_attributes,
+            start_time_unix_nano=start,
+            value=value,
+        )
+        for quantile, value in quantiles
+    ]
+    for suffix, value in (("_sum", total), ("_count", float(count))):
+        points.append(
+            MetricPoint(
+                name=ctx.name + suffix,
+                type="sum",
+                time_unix_nano=time,
+                unit=ctx.unit if suffix == "_sum" else "",
+                description=ctx.description,
+                service_name=ctx.service,
+                attributes=attributes,
+                resource_attributes=ctx.resource_attributes,
+                start_time_unix_nano=start,
+                value=value,
+                is_monotonic=True,
+                temporality="cumulative",
+            )
+        )
+    return points
+
+
+def _temporality(raw: int) -> AggregationTemporality:
+    return _TEMPORALITY[raw] if 0 <= raw < len(_TEMPORALITY) else "unspecified"
+
+
+def decode_metrics_protobuf(body: bytes) -> Decoded:
+    """Decode a protobuf ``ExportMetricsServiceRequest`` (the body of ``POST /v1/metrics``).
+
+    Raises:
+        MalformedInput: the body is not a protobuf ``ExportMetricsServiceRequest``.
+    """
+    request = ExportMetricsServiceRequest()
+    _parse_pb(request, body)
+    out = Decoded()
+    for r, resource_metrics in enumerate(request.resource_metrics):
+        resource_attributes = _pb_attributes(resource_metrics.resource.attributes)
+        service = service_name_of(resource_attributes)
+        for s, scope_metrics in enumerate(resource_metrics.scope_metrics):
+            for m, metric in enumerate(scope_metrics.metrics):
+                where = f"resourceMetrics[{r}].scopeMetrics[{s}].metrics[{m}]"
+                ctx = _MetricContext(
+                    metric.name, metric.unit, metric.description, service, resource_attributes
+                )
+                _pb_metric(out, ctx, metric, where)
+    return out
+
+
+def _pb_number(point: metrics_pb2.NumberDataPoint) -> float | None:
+    which = point.WhichOneof("value")
+    if which == "as_double":
+        return point.as_double
+    if which == "as_int":
+        return float(point.as_int)
+    return None
+
+
+def _pb_metric(out: Decoded, ctx: _MetricContext, metric: metrics_pb2.Metric, where: str) -> None:
+    which = metric.WhichOneof("data")
+    metrics = out.batch.metrics
+    if which == "gauge" or which == "sum":
+        is_sum = which == "sum"
+        data = metric.sum if is_sum else metric.gauge
+        monotonic = metric.sum.is_monotonic if is_sum else False
+        temporality = _temporality(metric.sum.aggregation_temporality) if is_sum else "unspecified"
+        for p, point in enumerate(data.data_points):
+            out.count_read("metric_point")
+            try:
+                if not ctx.name:
+                    raise ItemRejected(METRIC_NO_NAME)
+                metrics.append(
+                    _number_point(
+                        ctx,
+                        kind=which,
+                        time=point.time_unix_nano,
+                        start=point.start_time_unix_nano,
+                        value=_pb_number(point),
+                        flags=point.flags,
+                        attributes=_pb_attributes(point.attributes),
+                        is_monotonic=monotonic,
+                        temporality=temporality,
+                    )
+                )
+            except ItemRejected as exc:
+                out.reject("metric_point", exc.reason, f"{where}.{which}.dataPoints[{p}]")
+    elif which == "histogram":
+        temporality = _temporality(metric.histogram.aggregation_temporality)
+        for p, hpoint in enumerate(metric.histogram.data_points):
+            out.count_read("metric_point")
+            try:
+                if not ctx.name:
+                    raise ItemRejected(METRIC_NO_NAME)
+                value = HistogramValue(
+                    count=hpoint.count,
+                    sum=hpoint.sum if hpoint.HasField("sum") else None,
+                    bucket_counts=list(hpoint.bucket_counts),
+                    explicit_bounds=list(hpoint.explicit_bounds),
+                    min=hpoint.min if hpoint.HasField("min") else None,
+                    max=hpoint.max if hpoint.HasField("max") else None,
+                )
+                metrics.append(
+                    _histogram_point(
+                        ctx,
+                        time=hpoint.time_unix_nano,
+                        start=hpoint.start_time_unix_nano,
+                        flags=hpoint.flags,
+                        attributes=_pb_attributes(hpoint.attributes),
+                        histogram=value,
+                        temporality=temporality,
+                    )
+                )
+            except ItemRejected as exc:
+                out.reject("metric_point", exc.reason, f"{where}.histogram.dataPoints[{p}]")
+    elif which == "exponential_histogram":
+        temporality = _temporality(metric.exponential_histogram.aggregation_temporality)
+        for p, epoint in enumerate(metric.exponential_histogram.data_points):
+            out.count_read("metric_point")
+            try:
+                if not ctx.name:
+                    raise ItemRejected(METRIC_NO_NAME)
+                counts, bounds = exponential_to_explicit(
+                    scale=epoint.scale,
+                    zero_count=epoint.zero_count,
+                    zero_threshold=epoint.zero_threshold,
+                    positive_offset=epoint.positive.offset,
+                    positive_counts=list(epoint.positive.bucket_counts),
+                    negative_offset=epoint.negative.offset,
+                    negative_counts=list(epoint.negative.bucket_counts),
+                )
+                value = HistogramValue(
+                    count=epoint.count,
+                    sum=epoint.sum if epoint.HasField("sum") else None,
+                    bucket_counts=counts,
+                    explicit_bounds=bounds,
+                    min=epoint.min if epoint.HasField("min") else None,
+                    max=epoint.max if epoint.HasField("max") else None,
+                )
+                metrics.append(
+                    _histogram_point(
+                        ctx,
+                        time=epoint.time_unix_nano,
+                        start=epoint.start_time_unix_nano,
+                        flags=epoint.flags,
+                        attributes=_pb_attributes(epoint.attributes),
+                        histogram=value,
+                        temporality=temporality,
+                    )
+                )
+                out.note(EXPONENTIAL_CONVERTED)
+            except ItemRejected as exc:
+                out.reject(
+                    "metric_point", exc.reason, f"{where}.exponentialHistogram.dataPoints[{p}]"
+                )
+    elif which == "summary":
+        for p, spoint in enumerate(metric.summary.data_points):
+            out.count_read("metric_point")
+            try:
+                if not ctx.name:
+                    raise ItemRejected(METRIC_NO_NAME)
+                metrics.extend(
+                    _summary_points(
+                        ctx,
+                        time=spoint.time_unix_nano,
+                        start=spoint.start_time_unix_nano,
+                        flags=spoint.flags,
+                        attributes=_pb_attributes(spoint.attributes),
+                        count=spoint.count,
+                        total=spoint.sum,
+                        quantiles=[(q.quantile, q.value) for q in spoint.quantile_values],
+                    )
+                )
+                out.note(SUMMARY_CONVERTED)
+            except ItemRejected as exc:
+                out.reject("metric_point", exc.reason, f"{where}.summary.dataPoints[{p}]")
+
+
+_METRICS_JSON: Final = msgspec.json.Decoder(wire.ExportMetricsServiceRequest)
+
+
+def decode_metrics_json(body: bytes) -> Decoded:
+    """Decode an OTLP JSON ``ExportMetricsServiceRequest``.
+
+    Raises:
+        MalformedInput: the body is not JSON, or not shaped like the message.
+    """
+    return _metrics_from_json(_parse_json(body, _METRICS_JSON, "ExportMetricsServiceRequest"))
+
+
+def _metrics_from_json(
+    request: wire.ExportMetricsServiceRequest, out: Decoded | None = None
+) -> Decoded:
+    result = Decoded() if out is None else out
+    for r, resource_metrics in enumerate(request.resource_metrics):
+        try:
+            resource_attributes = _json_attributes(resource_metrics.resource.attributes)
+        except ItemRejected as exc:
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    for _ in range(_json_point_count(metric)):
+                        result.count_read("metric_point")
+                        result.reject(
+                            "metric_point", f"resource {exc.reason}", f"resourceMetrics[{r}]"
+                        )
+            continue
+        service = service_name_of(resource_attributes)
+        for s, scope_metrics in enumerate(resource_metrics.scope_metrics):
+            for m, metric in enumerate(scope_metrics.metrics):
+                where = f"resourceMetrics[{r}].scopeMetrics[{s}].metrics[{m}]"
+                ctx = _MetricContext(
+                    metric.name, metric.unit, metric.description, service, resource_attributes
+                )
+                _json_metric(result, ctx, metric, where)
+    return result
+
+
+def _json_point_count(metric: wire.Metric) -> int:
+    for data in (
+        metric.gauge,
+        metric.sum,
+        metric.histogram,
+        metric.exponential_histogram,
+        metric.summary,
+    ):
+        if data is not None:
+            return len(data.data_points)
+    return 0
+
+
+def _json_number(point: wire.NumberDataPoint) -> float | None:
+    if point.as_double is not None:
+        return parse_float(point.as_double, "asDouble")
+    if point.as_int is not None:
+        return float(parse_int(point.as_int, "asInt"))
+    return None
+
+
+def _optional_float(raw: float | str | None, what: str) -> float | None:
+    return None if raw is None else parse_float(raw, what)
+
+
+def _json_metric(out: Decoded, ctx: _MetricContext, metric: wire.Metric, where: str) -> None:
+    metrics = out.batch.metrics
+    number_data: list[tuple[str, wire.Gauge | wire.Sum]] = []
+    if metric.gauge is not None:
+        number_data.append(("gauge", metric.gauge))
+    if metric.sum is not None:
+        number_data.append(("sum", metric.sum))
+    for kind, data in number_data:
+        monotonic = data.is_monotonic if isinstance(data, wire.Sum) else False
+        temporality = (
+            _temporality(data.aggregation_temporality)
+            if isinstance(data, wire.Sum)
+            else "unspecified"
+        )
+        for p, point in enumerate(data.data_points):
+            out.count_read("metric_point")
+            try:
+                if not ctx.name:
+                    raise ItemRejected(METRIC_NO_NAME)
+                metrics.append(
+                    _number_point(
+                        ctx,
+                        kind=kind,
+                        time=_json_time(point.time_unix_nano, "timeUnixNano"),
+                        start=_json_time(point.start_time_unix_nano, "startTimeUnixNano"),
+                        value=_json_number(point),
+                        flags=point.flags,
+                        attributes=_json_attributes(point.attributes),
+                        is_monotonic=monotonic,
+                        temporality=temporality,
+                    )
+                )
+            except ItemRejected as exc:
+                out.reject("metric_point", exc.reason, f"{where}.{kind}.dataPoints[{p}]")
+    if metric.histogram is not None:
+        temporality = _temporality(metric.histogram.aggregation_temporality)
+        for p, hpoint in enumerate(metric.histogram.data_points):
+            out.count_read("metric_point")
+            try:
+                if not ctx.name:
+                    raise ItemRejected(METRIC_NO_NAME)
+                value = HistogramValue(
+                    count=parse_int(hpoint.count, "count"),
+                    sum=_optional_float(hpoint.sum, "sum"),
+                    bucket_counts=[parse_int(c, "bucketCounts") for c in hpoint.bucket_counts],
+                    explicit_bounds=[
+                        parse_float(b, "explicitBounds") for b in hpoint.explicit_bounds
+                    ],
+                    min=_optional_float(hpoint.min, "min"),
+                    max=_optional_float(hpoint.max, "max"),
+                )
+                metrics.append(
+                    _histogram_point(
+                        ctx,
+                        time=_json_time(hpoint.time_unix_nano, "timeUnixNano"),
+                        start=_json_time(hpoint.start_time_unix_nano, "startTimeUnixNano"),
+                        flags=hpoint.flags,
+                        attributes=_json_attributes(hpoint.attributes),
+                        histogram=value,
+                        temporality=temporality,
+                    )
+                )
+            except ItemRejected as exc:
+                out.reject("metric_point", exc.reason, f"{where}.histogram.dataPoints[{p}]")
+    if metric.exponential_histogram is not None:
+        temporality = _temporality(metric.exponential_histogram.aggregation_temporality)
+        for p, epoint in enumerate(metric.exponential_histogram.data_points):
+            out.count_read("metric_point")
+            try:
+                if not ctx.name:
+                    raise ItemRejected(METRIC_NO_NAME)
+                counts, bounds = exponential_to_explicit(
+                    scale=epoint.scale,
+                    zero_count=parse_int(epoint.zero_count, "zeroCount"),
+                    zero_threshold=parse_float(epoint.zero_threshold, "zeroThreshold"),
+                    positive_offset=epoint.positive.offset,
+                    positive_counts=[
+                        parse_int(c, "positive.bucketCounts") for c in epoint.positive.bucket_counts
+                    ],
+                    negative_offset=epoint.negative.offset,
+                    negative_counts=[
+                        parse_int(c, "negative.bucketCounts") for c in epoint.negative.bucket_counts
+                    ],
+                )
+                value = HistogramValue(
+                    count=parse_int(epoint.count, "count"),
+                    sum=_optional_float(epoint.sum, "sum"),
+                    bucket_counts=counts,
+                    explicit_bounds=bounds,
+                    min=_optional_float(epoint.min, "min"),
+                    max=_optional_float(epoint.max, "max"),
+                )
+                metrics.append(
+                    _histogram_point(
+                        ctx,
+                        time=_json_time(epoint.time_unix_nano, "timeUnixNano"),
+                        start=_json_time(epoint.start_time_unix_nano, "startTimeUnixNano"),
+                        flags=epoint.flags,
+                        attributes=_json_attributes(epoint.attributes),
+                        histogram=value,
+                        temporality=temporality,
+                    )
+                )
+                out.note(EXPONENTIAL_CONVERTED)
+            except ItemRejected as exc:
+                out.reject(
+                    "metric_point", exc.reason, f"{where}.exponentialHistogram.dataPoints[{p}]"
+                )
+    if metric.summary is not None:
+        for p, spoint in enumerate(metric.summary.data_points):
+            out.count_read("metric_point")
+            try:
+                if not ctx.name:
+                    raise ItemRejected(METRIC_NO_NAME)
+                metrics.extend(
+                    _summary_points(
+                        ctx,
+                        time=_json_time(spoint.time_unix_nano, "timeUnixNano"),
+                        start=_json_time(spoint.start_time_unix_nano, "startTimeUnixNano"),
+                        flags=spoint.flags,
+                        attributes=_json_attributes(spoint.attributes),
+                        count=parse_int(spoint.count, "count"),
+                        total=parse_float(spoint.sum, "sum"),
+                        quantiles=[
+                            (parse_float(q.quantile, "quantile"), parse_float(q.value, "value"))
+                            for q in spoint.quantile_values
+                        ],
+                    )
+                )
+                out.note(SUMMARY_CONVERTED)
+            except ItemRejected as exc:
+                out.reject("metric_point", exc.reason, f"{where}.summary.dataPoints[{p}]")
+
+
+# ---- files: any of the three, or JSON lines of them --------------------------------------------
+
+
+class _OtlpDocument(wire._Wire):
+    """Any of the three requests (a file may hold one of each kind, or several kinds)."""
+
+    resource_spans: list[wire.ResourceSpans] = msgspec.field(default_factory=list)
+    resource_logs: list[wire.ResourceLogs] = msgspec.field(default_factory=list)
+    resource_metrics: list[wire.ResourceMetrics] = msgspec.field(default_factory=list)
+
+
+_DOCUMENT: Final = msgspec.json.Decoder(_OtlpDocument)
+
+
+def decode_otlp_json_document(data: bytes) -> Decoded:
+    """Decode an OTLP JSON file: one request body, or JSON lines of them.
+
+    A file holds an ``ExportTraceServiceRequest``, ``ExportLogsServiceRequest`` or
+    ``ExportMetricsServiceRequest`` as JSON (what an SDK POSTs to ``/v1/*``), or one such
+    object per line (the OpenTelemetry Collector's ``file`` exporter writes this). Lines are
+    numbered from 1 in error messages.
+
+    Raises:
+        MalformedInput: the content (or one of its lines) is not such a JSON object.
+    """
+    try:
+        document = _DOCUMENT.decode(data)
+    except msgspec.ValidationError as exc:
+        raise MalformedInput(f"not an OTLP JSON request: {exc}") from None
+    except msgspec.DecodeError as whole:
+        lines = [(n, line) for n, line in enumerate(data.splitlines(), start=1) if line.strip()]
+        if len(lines) < 2:
+            raise MalformedInput(f"not JSON: {whole}") from None
+        out = Decoded()
+        for n, line in lines:
+            try:
+                _document_into(_DOCUMENT.decode(line), out)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                raise MalformedInput(f"line {n}: not an OTLP JSON request: {exc}") from None
+        return out
+    except RecursionError:
+        raise MalformedInput("nested too deeply") from None
+    return _document_into(document, Decoded())
+
+
+def _document_into(document: _OtlpDocument, out: Decoded) -> Decoded:
+    if document.resource_spans:
+        _traces_from_json(
+            wire.ExportTraceServiceRequest(resource_spans=document.resource_spans), out
+        )
+    if document.resource_logs:
+        _logs_from_json(wire.ExportLogsServiceRequest(resource_logs=document.resource_logs), out)
+    if document.resource_metrics:
+        _metrics_from_json(
+            wire.ExportMetricsServiceRequest(resource_metrics=document.resource_metrics), out
+        )
+    return out
