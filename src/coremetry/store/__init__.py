@@ -47,6 +47,8 @@ from .model import StatusCode as StatusCode
 from .model import TelemetryBatch as TelemetryBatch
 from .model import normalize_span_id as normalize_span_id
 from .model import normalize_trace_id as normalize_trace_id
+from .sqlite import SqliteStore as SqliteStore
+from .sqlite import open_sqlite_store as open_sqlite_store
 
 __all__ = [
     "MAX_LIMIT",
@@ -76,6 +78,7 @@ __all__ = [
     "SpanEvent",
     "SpanKind",
     "SpanLink",
+    "SqliteStore",
     "StatusCode",
     "StatusFilter",
     "StoreClosed",
@@ -90,4 +93,5 @@ __all__ = [
     "WriteResult",
     "normalize_span_id",
     "normalize_trace_id",
+    "open_sqlite_store",
 ]

@@ -1,0 +1,1233 @@
+"""The read side of the embedded store: one blocking function per query, run in a worker thread.
+
+Each function receives a :class:`~._runtime.ReadContext` (one read transaction) and issues a
+fixed, small number of SQL statements whose aggregation, ranking and limiting run in SQLite.
+Python only builds the statements, checks arguments, and turns the (at most ``limit``) result
+rows into records. Two documented exceptions, both over already-aggregated data: grouping the
+*series* of a metric (one row per series, not per point) for ``metric_series``, and the
+histogram interpolation over the summed bucket counts of each output bucket.
+
+Conventions used below:
+
+- Percentiles are nearest-rank: with ``n`` values ordered ascending and numbered ``rn`` from
+  1, the ``p``-th percentile is the value at ``rn = ceil(n * p / 100)``, which SQL computes as
+  ``(n * p + 99) / 100`` in integer arithmetic.
+- Attribute values are compared as text: strings as they are, integers in decimal, booleans
+  ``true``/``false``, doubles as SQLite prints them, lists as their JSON
+  (:data:`_TEXT_VALUE`).
+- Pages ask SQLite for ``limit + 1`` rows; the extra row only says that there is a next page.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from collections.abc import Sequence
+from typing import Final, cast
+
+import msgspec
+
+from coremetry.store.errors import QueryRejected
+from coremetry.store.interface import (
+    MAX_LIMIT,
+    DeployRecord,
+    LogQuery,
+    MetricDescriptor,
+    MetricQuery,
+    MetricSeries,
+    OperationSummary,
+    Page,
+    ServiceEdge,
+    ServiceSummary,
+    StoreStatistics,
+    TimeRange,
+    TraceQuery,
+    TraceSummary,
+)
+from coremetry.store.model import (
+    Attributes,
+    LogRecord,
+    MetricType,
+    Span,
+    normalize_span_id,
+    normalize_trace_id,
+)
+
+from ._codec import (
+    MAX_INT64,
+    LogOutRow,
+    SpanOutRow,
+    decode_attributes,
+    log_from_row,
+    span_from_row,
+)
+from ._cursor import CursorKey, decode_cursor, encode_cursor, query_hash
+from ._runtime import ReadContext, SqlParam
+from ._text import fts_query
+
+__all__ = [
+    "LogPlan",
+    "check_limit",
+    "check_metric_query",
+    "check_range",
+    "check_trace_id",
+    "deploys",
+    "get_trace",
+    "metric_names",
+    "metric_series",
+    "operations",
+    "plan_log_search",
+    "search_logs",
+    "search_traces",
+    "service_edges",
+    "services",
+    "statistics",
+]
+
+_ERROR: Final = 2  # StatusCode.ERROR
+_MAX_FINITE: Final = "1.7976931348623157e308"
+_FINITE_VALUE: Final = (
+    f"CASE WHEN p.value BETWEEN -{_MAX_FINITE} AND {_MAX_FINITE} THEN p.value END"
+)
+"""A point's value, NULL when NaN (stored as NULL) or ±Inf: what aggregations skip."""
+
+_TEXT_VALUE: Final = (
+    "CASE j.type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE CAST(j.value AS TEXT) END"
+)
+"""The text form of a ``json_each`` row ``j``'s value (see the module docstring)."""
+
+_ENTRY: Final = "(s.kind IN (2, 5) OR s.parent_span_id IS NULL)"
+"""An entry span: kind SERVER or CONSUMER, or a root (what a service served)."""
+
+_SPAN_COLUMNS: Final = (
+    "s.trace_id, s.span_id, s.parent_span_id, s.service_name, s.name, s.kind, "
+    "s.start_unix_nano, s.end_unix_nano, s.status_code, s.status_message, s.attributes, "
+    "s.events, s.links, s.scope_name, s.resource_id"
+)
+_LOG_COLUMNS: Final = (
+    "l.time_unix_nano, l.observed_time_unix_nano, l.severity_number, l.severity_text, l.body, "
+    "l.service_name, l.trace_id, l.span_id, l.attributes, l.scope_name, l.resource_id, l.id"
+)
+
+
+def _percentiles(value: str = "d") -> str:
+    """Nearest-rank p50, p95, p99 of ``value`` over rows numbered ``rn`` of ``n`` (grouped)."""
+    return ", ".join(
+        f"max(CASE WHEN rn = (n * {p} + 99) / 100 THEN {value} END) AS p{p}" for p in (50, 95, 99)
+    )
+
+
+def _opt_int(value: SqlParam) -> int | None:
+    return None if value is None else int(value)
+
+
+# -- argument checks (run in the trio thread, before any I/O) --------------------------------
+
+
+def check_limit(limit: int) -> None:
+    """Raises: QueryRejected: ``limit`` is not an int in ``[1, MAX_LIMIT]``."""
+    if type(limit) is not int or not 1 <= limit <= MAX_LIMIT:
+        raise QueryRejected("limit", f"must be an integer from 1 to {MAX_LIMIT}, got {limit!r}")
+
+
+def check_range(time_range: TimeRange) -> None:
+    """Raises: QueryRejected: the range is not two int64 nanosecond times with end > start."""
+    start, end = time_range.start_unix_nano, time_range.end_unix_nano
+    if type(start) is not int or type(end) is not int:
+        raise QueryRejected("time_range", "start and end must be integers of unix nanoseconds")
+    if not (-MAX_INT64 <= start <= MAX_INT64 and -MAX_INT64 <= end <= MAX_INT64):
+        raise QueryRejected("time_range", "start and end must fit in 64 bits of nanoseconds")
+    if end <= start:
+        raise QueryRejected(
+            "time_range",
+            f"end_unix_nano ({end}) must be after start_unix_nano ({start}); "
+            "the range is half-open [start, end)",
+        )
+
+
+def check_trace_id(trace_id: str, field: str) -> bytes:
+    """The 16 bytes of a trace id given as hex (case-insensitive; 64-bit ids left-padded).
+
+    Raises:
+        QueryRejected: not hex, longer than 32 characters, or all zero.
+    """
+    try:
+        normalized = normalize_trace_id(trace_id)
+    except (ValueError, AttributeError):
+        normalized = ""
+    if not normalized:
+        raise QueryRejected(field, f"must be a trace id of 32 hex characters, got {trace_id!r}")
+    return bytes.fromhex(normalized)
+
+
+def _span_id_bytes(span_id: str) -> bytes:
+    try:
+        normalized = normalize_span_id(span_id)
+    except ValueError:
+        normalized = ""
+    if not normalized:
+        raise QueryRejected("cursor", "is not a cursor returned by this query")
+    return bytes.fromhex(normalized)
+
+
+def _page_cursor(
+    qhash: str, cursor: str | None, types: tuple[type[int] | type[float] | type[str], ...]
+) -> CursorKey | None:
+    if cursor is None:
+        return None
+    if not isinstance(cursor, str):
+        raise QueryRejected("cursor", "must be a string returned by a previous page")
+    return decode_cursor(cursor, qhash, types)
+
+
+def _resources(ctx: ReadContext, ids: set[int]) -> dict[int, Attributes]:
+    """The attribute maps of the resources ``ids`` (one statement)."""
+    if not ids:
+        return {}
+    marks = ", ".join("?" * len(ids))
+    rows = cast(
+        "list[tuple[int, str | None]]",
+        ctx.execute(f"SELECT id, attributes FROM resources WHERE id IN ({marks})", sorted(ids)),
+    )
+    return {rid: decode_attributes(text) for rid, text in rows}
+
+
+# -- statistics -------------------------------------------------------------------------------
+
+
+def statistics(ctx: ReadContext) -> StoreStatistics:
+    """Counts and time extent (``size_bytes`` left for the caller)."""
+    row = cast(
+        "tuple[int, int, int, int | None, int | None, int | None, int | None, int | None, "
+        "int | None]",
+        ctx.execute(
+            "SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM logs), "
+            "(SELECT count(*) FROM metric_points), "
+            "(SELECT min(start_unix_nano) FROM spans), (SELECT max(start_unix_nano) FROM spans), "
+            "(SELECT min(time_unix_nano) FROM logs), (SELECT max(time_unix_nano) FROM logs), "
+            "(SELECT min(time_unix_nano) FROM metric_points), "
+            "(SELECT max(time_unix_nano) FROM metric_points)"
+        )[0],
+    )
+    lows = [t for t in (row[3], row[5], row[7]) if t is not None]
+    highs = [t for t in (row[4], row[6], row[8]) if t is not None]
+    return StoreStatistics(
+        span_count=row[0],
+        log_count=row[1],
+        metric_point_count=row[2],
+        oldest_unix_nano=min(lows) if lows else None,
+        newest_unix_nano=max(highs) if highs else None,
+    )
+
+
+# -- services and operations ------------------------------------------------------------------
+
+
+_SERVICES: Final = f"""
+WITH s AS MATERIALIZED (
+    SELECT s.service_name, s.duration_ns AS d, s.status_code, s.start_unix_nano,
+           s.resource_id, {_ENTRY} AS entry
+    FROM spans s
+    WHERE s.start_unix_nano >= :start AND s.start_unix_nano < :end
+),
+agg AS (
+    SELECT service_name, count(*) AS span_count, sum(entry) AS request_count,
+           sum(entry AND status_code = {_ERROR}) AS error_count,
+           max(start_unix_nano) AS last_seen
+    FROM s GROUP BY service_name
+),
+ranked AS (
+    SELECT service_name, d,
+           row_number() OVER (PARTITION BY service_name ORDER BY d) AS rn,
+           count(*) OVER (PARTITION BY service_name) AS n
+    FROM s WHERE entry
+),
+pct AS (
+    SELECT service_name, {_percentiles()} FROM ranked GROUP BY service_name
+),
+ver AS (
+    SELECT x.service_name, json_group_array(DISTINCT r.version) AS versions
+    FROM (SELECT DISTINCT service_name, resource_id FROM s) x
+    JOIN resources r ON r.id = x.resource_id
+    WHERE r.version != ''
+    GROUP BY x.service_name
+)
+SELECT agg.service_name, agg.span_count, agg.request_count, agg.error_count,
+       pct.p50, pct.p95, pct.p99, agg.last_seen, ver.versions, count(*) OVER () AS total
+FROM agg
+LEFT JOIN pct ON pct.service_name = agg.service_name
+LEFT JOIN ver ON ver.service_name = agg.service_name
+ORDER BY agg.request_count DESC, agg.service_name
+LIMIT :limit
+"""
+
+_STRINGS: Final = msgspec.json.Decoder(list[str])
+
+
+def services(ctx: ReadContext, time_range: TimeRange, limit: int) -> Page[ServiceSummary]:
+    """RED per service from its entry spans (see :class:`ServiceSummary`)."""
+    rows = cast(
+        "list[tuple[str, int, int, int, int | None, int | None, int | None, int, str | None, int]]",
+        ctx.execute(
+            _SERVICES,
+            {
+                "start": time_range.start_unix_nano,
+                "end": time_range.end_unix_nano,
+                "limit": limit,
+            },
+        ),
+    )
+    items = [
+        ServiceSummary(
+            service_name=row[0],
+            span_count=row[1],
+            request_count=row[2],
+            error_count=row[3],
+            p50_duration_ns=row[4],
+            p95_duration_ns=row[5],
+            p99_duration_ns=row[6],
+            last_seen_unix_nano=row[7],
+            versions=sorted(_STRINGS.decode(row[8])) if row[8] else [],
+        )
+        for row in rows
+    ]
+    return Page(items=items, total=rows[0][9] if rows else 0)
+
+
+_OPERATIONS: Final = f"""
+WITH ranked AS (
+    SELECT s.name, s.duration_ns AS d, s.status_code,
+           row_number() OVER (PARTITION BY s.name ORDER BY s.duration_ns) AS rn,
+           count(*) OVER (PARTITION BY s.name) AS n
+    FROM spans s
+    WHERE s.service_name = :service AND s.start_unix_nano >= :start AND s.start_unix_nano < :end
+)
+SELECT name, count(*) AS span_count, sum(status_code = {_ERROR}), {_percentiles()},
+       count(*) OVER () AS total
+FROM ranked GROUP BY name
+ORDER BY span_count DESC, name
+LIMIT :limit
+"""
+
+
+def operations(
+    ctx: ReadContext, service_name: str, time_range: TimeRange, limit: int
+) -> Page[OperationSummary]:
+    """RED per span name of one service over all its spans."""
+    rows = cast(
+        "list[tuple[str, int, int, int | None, int | None, int | None, int]]",
+        ctx.execute(
+            _OPERATIONS,
+            {
+                "service": service_name,
+                "start": time_range.start_unix_nano,
+                "end": time_range.end_unix_nano,
+                "limit": limit,
+            },
+        ),
+    )
+    items = [
+        OperationSummary(
+            service_name=service_name,
+            name=row[0],
+            span_count=row[1],
+            error_count=row[2],
+            p50_duration_ns=row[3],
+            p95_duration_ns=row[4],
+            p99_duration_ns=row[5],
+        )
+        for row in rows
+    ]
+    return Page(items=items, total=rows[0][6] if rows else 0)
+
+
+# -- traces -----------------------------------------------------------------------------------
+
+
+def get_trace(ctx: ReadContext, trace_id: bytes, limit: int, cursor: str | None) -> Page[Span]:
+    """The spans of one trace, by start time then span id."""
+    qhash = query_hash("get_trace", trace_id.hex())
+    after = _page_cursor(qhash, cursor, (int, str))
+    params: list[SqlParam] = [trace_id]
+    where = "s.trace_id = ?"
+    if after is not None:
+        where += " AND (s.start_unix_nano, s.span_id) > (?, ?)"
+        params += [after[0], _span_id_bytes(cast(str, after[1]))]
+    rows = cast(
+        "list[SpanOutRow]",
+        ctx.execute(
+            f"SELECT {_SPAN_COLUMNS} FROM spans s WHERE {where} "
+            "ORDER BY s.start_unix_nano, s.span_id LIMIT ?",
+            [*params, limit + 1],
+        ),
+    )
+    total = cast(
+        int, ctx.execute("SELECT count(*) FROM spans WHERE trace_id = ?", [trace_id])[0][0]
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    resources = _resources(ctx, {row[14] for row in rows})
+    items = [span_from_row(row, resources[row[14]]) for row in rows]
+    next_cursor = None
+    if more:
+        last = rows[-1]
+        next_cursor = encode_cursor(qhash, (last[6], last[1].hex()))
+    return Page(items=items, next_cursor=next_cursor, total=total)
+
+
+def _attribute_condition(params: list[SqlParam], key: str, value: str) -> str:
+    """Span attribute ``key`` or its resource's attribute ``key`` equals ``value`` as text."""
+    params += [key, value, key, value]
+    return (
+        "(EXISTS (SELECT 1 FROM json_each(s.attributes) j "
+        f"WHERE j.key = ? AND {_TEXT_VALUE} = ?) "
+        "OR EXISTS (SELECT 1 FROM resources r, json_each(r.attributes) j "
+        f"WHERE r.id = s.resource_id AND j.key = ? AND {_TEXT_VALUE} = ?))"
+    )
+
+
+def search_traces(
+    ctx: ReadContext, query: TraceQuery, limit: int, cursor: str | None
+) -> Page[TraceSummary]:
+    """Traces with a span matching every condition, newest trace start first."""
+    if query.status not in ("any", "error", "ok"):
+        raise QueryRejected("status", f"must be any, error or ok, got {query.status!r}")
+    if query.min_duration_ns is not None and type(query.min_duration_ns) is not int:
+        raise QueryRejected("min_duration_ns", "must be an integer of nanoseconds")
+    attributes = sorted(query.attributes.items())
+    qhash = query_hash(
+        "search_traces",
+        query.time_range.start_unix_nano,
+        query.time_range.end_unix_nano,
+        query.service_name,
+        query.operation,
+        query.min_duration_ns,
+        query.status,
+        attributes,
+    )
+    after = _page_cursor(qhash, cursor, (int, str))
+    params: list[SqlParam] = [query.time_range.start_unix_nano, query.time_range.end_unix_nano]
+    conditions = ["s.start_unix_nano >= ?", "s.start_unix_nano < ?"]
+    if query.service_name is not None:
+        conditions.append("s.service_name = ?")
+        params.append(query.service_name)
+    if query.operation is not None:
+        conditions.append("s.name = ?")
+        params.append(query.operation)
+    if query.min_duration_ns is not None:
+        conditions.append("s.duration_ns >= ?")
+        params.append(query.min_duration_ns)
+    if query.status == "error":
+        conditions.append(f"s.status_code = {_ERROR}")
+    elif query.status == "ok":
+        conditions.append(f"s.status_code != {_ERROR}")
+    for key, value in attributes:
+        conditions.append(_attribute_condition(params, key, value))
+    page_filter = ""
+    if after is not None:
+        page_filter = "WHERE t.trace_start < ? OR (t.trace_start = ? AND t.trace_id > ?)"
+        after_id = check_trace_id(cast(str, after[1]), "cursor")
+        params += [after[0], after[0], after_id]
+    params.append(limit + 1)
+    found = cast(
+        "list[tuple[bytes, int, int]]",
+        ctx.execute(
+            f"""
+            WITH m AS (SELECT DISTINCT s.trace_id FROM spans s WHERE {" AND ".join(conditions)}),
+            t AS (
+                SELECT m.trace_id,
+                       (SELECT min(x.start_unix_nano) FROM spans x WHERE x.trace_id = m.trace_id)
+                           AS trace_start,
+                       count(*) OVER () AS total
+                FROM m
+            )
+            SELECT t.trace_id, t.trace_start, t.total FROM t {page_filter}
+            ORDER BY t.trace_start DESC, t.trace_id
+            LIMIT ?
+            """,
+            params,
+        ),
+    )
+    more = len(found) > limit
+    found = found[:limit]
+    if not found:
+        return Page(items=[], total=0 if after is None else None)
+    total = found[0][2]
+    summaries = _trace_summaries(ctx, [row[0] for row in found])
+    items = [summaries[row[0]] for row in found]
+    next_cursor = None
+    if more:
+        next_cursor = encode_cursor(qhash, (found[-1][1], found[-1][0].hex()))
+    return Page(items=items, next_cursor=next_cursor, total=total)
+
+
+def _trace_summaries(ctx: ReadContext, trace_ids: list[bytes]) -> dict[bytes, TraceSummary]:
+    marks = ", ".join("?" * len(trace_ids))
+    rows = cast(
+        "list[tuple[bytes, int, int, int, int, str, str, str, int]]",
+        ctx.execute(
+            f"""
+            SELECT trace_id, min(start_unix_nano), max(end_unix_nano), count(*),
+                   sum(status_code = {_ERROR}), json_group_array(DISTINCT service_name),
+                   max(CASE WHEN rn = 1 THEN service_name END),
+                   max(CASE WHEN rn = 1 THEN name END),
+                   max(CASE WHEN rn = 1 THEN parent_span_id IS NOT NULL END)
+            FROM (
+                SELECT trace_id, start_unix_nano, end_unix_nano, status_code, service_name,
+                       name, parent_span_id,
+                       row_number() OVER (
+                           PARTITION BY trace_id
+                           ORDER BY parent_span_id IS NOT NULL, start_unix_nano, span_id
+                       ) AS rn
+                FROM spans WHERE trace_id IN ({marks})
+            )
+            GROUP BY trace_id
+            """,
+            trace_ids,
+        ),
+    )
+    return {
+        row[0]: TraceSummary(
+            trace_id=row[0].hex(),
+            root_service_name=row[6],
+            root_name=row[7],
+            root_missing=bool(row[8]),
+            start_time_unix_nano=row[1],
+            duration_ns=max(0, row[2] - row[1]),
+            span_count=row[3],
+            error_count=row[4],
+            services=sorted(_STRINGS.decode(row[5])),
+        )
+        for row in rows
+    }
+
+
+# -- logs -------------------------------------------------------------------------------------
+
+
+class LogPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """A checked log query: the FTS5 expression (if any) and the bound filters."""
+
+    query: LogQuery
+    match: str | None
+    trace_id: bytes | None
+    qhash: str
+
+
+def plan_log_search(query: LogQuery) -> LogPlan:
+    """Check a :class:`LogQuery` and translate its text (no I/O).
+
+    Raises:
+        QueryRejected: bad ``text`` (see :mod:`._text`), ``trace_id`` or
+            ``min_severity_number``.
+    """
+    match = None
+    if query.text is not None:
+        if not isinstance(query.text, str):
+            raise QueryRejected("text", "must be text")
+        match = fts_query(query.text)
+    trace_id = check_trace_id(query.trace_id, "trace_id") if query.trace_id is not None else None
+    severity = query.min_severity_number
+    if severity is not None and (type(severity) is not int or not 0 <= severity <= 24):
+        raise QueryRejected(
+            "min_severity_number", f"must be an OTel severity number 0..24, got {severity!r}"
+        )
+    qhash = query_hash(
+        "search_logs",
+        query.time_range.start_unix_nano,
+        query.time_range.end_unix_nano,
+        match,
+        query.service_name,
+        severity,
+        trace_id.hex() if trace_id is not None else None,
+    )
+    return LogPlan(query=query, match=match, trace_id=trace_id, qhash=qhash)
+
+
+def search_logs(ctx: ReadContext, plan: LogPlan, limit: int, cursor: str | None) -> Page[LogRecord]:
+    """Matching log records: by BM25 then newest with text, newest first without."""
+    query = plan.query
+    ranked = plan.match is not None
+    after = _page_cursor(plan.qhash, cursor, (float, int, int) if ranked else (int, int))
+    params: list[SqlParam] = []
+    conditions = ["l.time_unix_nano >= ?", "l.time_unix_nano < ?"]
+    params += [query.time_range.start_unix_nano, query.time_range.end_unix_nano]
+    if query.service_name is not None:
+        conditions.append("l.service_name = ?")
+        params.append(query.service_name)
+    if query.min_severity_number is not None:
+        conditions.append("l.severity_number >= ?")
+        params.append(query.min_severity_number)
+    if plan.trace_id is not None:
+        conditions.append("l.trace_id = ?")
+        params.append(plan.trace_id)
+    if ranked:
+        source = (
+            "(SELECT rowid, bm25(logs_fts) AS score FROM logs_fts WHERE logs_fts MATCH ?) f "
+            "JOIN logs l ON l.id = f.rowid"
+        )
+        params.insert(0, plan.match)
+        order = "f.score, l.time_unix_nano DESC, l.id"
+        score = "f.score"
+        if after is not None:
+            conditions.append(
+                "(f.score > ? OR (f.score = ? AND (l.time_unix_nano < ? "
+                "OR (l.time_unix_nano = ? AND l.id > ?))))"
+            )
+            params += [after[0], after[0], after[1], after[1], after[2]]
+    else:
+        source = "logs l"
+        order = "l.time_unix_nano DESC, l.id"
+        score = "0.0"
+        if after is not None:
+            conditions.append("(l.time_unix_nano < ? OR (l.time_unix_nano = ? AND l.id > ?))")
+            params += [after[0], after[0], after[1]]
+    params.append(limit + 1)
+    rows = cast(
+        "list[LogOutRow]",
+        ctx.execute(
+            f"SELECT {_LOG_COLUMNS}, {score} FROM {source} "
+            f"WHERE {' AND '.join(conditions)} ORDER BY {order} LIMIT ?",
+            params,
+        ),
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    resources = _resources(ctx, {row[10] for row in rows})
+    items = [log_from_row(row, resources[row[10]]) for row in rows]
+    next_cursor = None
+    if more:
+        last = rows[-1]
+        key: CursorKey = (last[12], last[0], last[11]) if ranked else (last[0], last[11])
+        next_cursor = encode_cursor(plan.qhash, key)
+    return Page(items=items, next_cursor=next_cursor)
+
+
+# -- edges and deploys ------------------------------------------------------------------------
+
+
+def service_edges(
+    ctx: ReadContext, time_range: TimeRange, limit: int, service_name: str | None
+) -> list[ServiceEdge]:
+    """Calls between services: child spans whose parent (same trace) is another service's."""
+    params: dict[str, SqlParam] = {
+        "start": time_range.start_unix_nano,
+        "end": time_range.end_unix_nano,
+        "limit": limit,
+    }
+    only = ""
+    if service_name is not None:
+        only = "AND (p.service_name = :service OR c.service_name = :service)"
+        params["service"] = service_name
+    # CROSS JOIN fixes the join order: range-scan the children, look each parent up by the
+    # unique (trace_id, span_id) index.
+    rows = cast(
+        "list[tuple[str, str, int, int, int | None, int | None, int | None]]",
+        ctx.execute(
+            f"""
+            WITH calls AS (
+                SELECT p.service_name AS caller, c.service_name AS callee,
+                       c.duration_ns AS d, c.status_code AS status_code
+                FROM spans c CROSS JOIN spans p
+                    ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id
+                WHERE c.start_unix_nano >= :start AND c.start_unix_nano < :end
+                  AND c.parent_span_id IS NOT NULL AND p.service_name != c.service_name
+                  {only}
+            ),
+            ranked AS (
+                SELECT caller, callee, d, status_code,
+                       row_number() OVER (PARTITION BY caller, callee ORDER BY d) AS rn,
+                       count(*) OVER (PARTITION BY caller, callee) AS n
+                FROM calls
+            )
+            SELECT caller, callee, count(*) AS call_count, sum(status_code = {_ERROR}),
+                   {_percentiles()}
+            FROM ranked GROUP BY caller, callee
+            ORDER BY call_count DESC, caller, callee
+            LIMIT :limit
+            """,
+            params,
+        ),
+    )
+    return [
+        ServiceEdge(
+            caller=row[0],
+            callee=row[1],
+            call_count=row[2],
+            error_count=row[3],
+            p50_duration_ns=row[4],
+            p95_duration_ns=row[5],
+            p99_duration_ns=row[6],
+        )
+        for row in rows
+    ]
+
+
+def deploys(
+    ctx: ReadContext, time_range: TimeRange, limit: int, service_name: str | None
+) -> list[DeployRecord]:
+    """Distinct ``service.version`` per service in the range, latest first seen first."""
+    params: dict[str, SqlParam] = {
+        "start": time_range.start_unix_nano,
+        "end": time_range.end_unix_nano,
+        "limit": limit,
+    }
+    only = ""
+    if service_name is not None:
+        only = "AND s.service_name = :service"
+        params["service"] = service_name
+    rows = cast(
+        "list[tuple[str, str, int, int, int]]",
+        ctx.execute(
+            f"""
+            SELECT x.service_name, r.version, min(x.first), max(x.last), sum(x.n)
+            FROM (
+                SELECT s.service_name, s.resource_id, min(s.start_unix_nano) AS first,
+                       max(s.start_unix_nano) AS last, count(*) AS n
+                FROM spans s
+                WHERE s.start_unix_nano >= :start AND s.start_unix_nano < :end {only}
+                GROUP BY s.service_name, s.resource_id
+            ) x
+            JOIN resources r ON r.id = x.resource_id
+            WHERE r.version != ''
+            GROUP BY x.service_name, r.version
+            ORDER BY min(x.first) DESC, x.service_name, r.version
+            LIMIT :limit
+            """,
+            params,
+        ),
+    )
+    return [
+        DeployRecord(
+            service_name=row[0],
+            version=row[1],
+            first_seen_unix_nano=row[2],
+            last_seen_unix_nano=row[3],
+            span_count=row[4],
+        )
+        for row in rows
+    ]
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+
+def metric_names(
+    ctx: ReadContext, time_range: TimeRange, limit: int, prefix: str | None
+) -> Page[MetricDescriptor]:
+    """Metric names with a point in the range, by name."""
+    params: dict[str, SqlParam] = {
+        "start": time_range.start_unix_nano,
+        "end": time_range.end_unix_nano,
+        "limit": limit,
+    }
+    by_prefix = ""
+    if prefix:
+        if not isinstance(prefix, str):
+            raise QueryRejected("prefix", "must be text")
+        # The range lets the name index work; substr() makes it exact.
+        by_prefix = (
+            "WHERE ms.name >= :prefix AND ms.name < :prefix_end "
+            "AND substr(ms.name, 1, length(:prefix)) = :prefix"
+        )
+        params["prefix"] = prefix
+        params["prefix_end"] = prefix + "\U0010ffff"
+    rows = cast(
+        "list[tuple[str, str, str, str, str | None, int, int, int]]",
+        ctx.execute(
+            f"""
+            WITH s AS MATERIALIZED (
+                SELECT ms.id, ms.name, ms.type, ms.unit, ms.description, ms.attributes,
+                       (SELECT p.time_unix_nano FROM metric_points p
+                        WHERE p.series_id = ms.id
+                          AND p.time_unix_nano >= :start AND p.time_unix_nano < :end
+                        ORDER BY p.time_unix_nano DESC LIMIT 1) AS last
+                FROM metric_series ms {by_prefix}
+            ),
+            live AS (SELECT * FROM s WHERE last IS NOT NULL),
+            meta AS (
+                SELECT name, type, unit, description,
+                       row_number() OVER (PARTITION BY name ORDER BY last DESC, id DESC) AS rn
+                FROM live
+            ),
+            agg AS (SELECT name, count(*) AS series_count, max(last) AS last_seen
+                    FROM live GROUP BY name),
+            keys AS (
+                SELECT live.name, json_group_array(DISTINCT j.key) AS label_keys
+                FROM live, json_each(live.attributes) j GROUP BY live.name
+            )
+            SELECT agg.name, meta.type, meta.unit, meta.description, keys.label_keys,
+                   agg.series_count, agg.last_seen, count(*) OVER () AS total
+            FROM agg
+            JOIN meta ON meta.name = agg.name AND meta.rn = 1
+            LEFT JOIN keys ON keys.name = agg.name
+            ORDER BY agg.name
+            LIMIT :limit
+            """,
+            params,
+        ),
+    )
+    items = [
+        MetricDescriptor(
+            name=row[0],
+            type=cast(MetricType, row[1]),
+            unit=row[2],
+            description=row[3],
+            label_keys=sorted({"service.name", *(_STRINGS.decode(row[4]) if row[4] else [])}),
+            series_count=row[5],
+            last_seen_unix_nano=row[6],
+        )
+        for row in rows
+    ]
+    return Page(items=items, total=rows[0][7] if rows else 0)
+
+
+_PERCENTILES: Final = {"p50": 50, "p90": 90, "p95": 95, "p99": 99}
+_SIMPLE: Final = frozenset(("avg", "min", "max", "sum", "count", "last"))
+_MATCH_OPS: Final = frozenset(("=", "!=", "=~", "!~"))
+
+
+def check_metric_query(query: MetricQuery) -> None:
+    """Check what can be checked without the database.
+
+    Raises:
+        QueryRejected: bad ``name``, ``step_ns`` (not positive, or more than ``MAX_LIMIT``
+            buckets over the range), ``aggregation``, ``matchers`` (bad operator or regular
+            expression) or ``group_by``.
+    """
+    if not query.name:
+        raise QueryRejected("name", "must be a metric name")
+    step = query.step_ns
+    if type(step) is not int or step <= 0:
+        raise QueryRejected("step_ns", f"must be a positive integer of nanoseconds, got {step!r}")
+    span = query.time_range.end_unix_nano - query.time_range.start_unix_nano
+    buckets = -(-span // step)
+    if buckets > MAX_LIMIT:
+        raise QueryRejected(
+            "step_ns",
+            f"gives {buckets} buckets over the range, more than {MAX_LIMIT}: "
+            f"use a step of at least {-(-span // MAX_LIMIT)} ns or a shorter range",
+        )
+    aggregation = query.aggregation
+    if aggregation not in _SIMPLE and aggregation != "rate" and aggregation not in _PERCENTILES:
+        raise QueryRejected("aggregation", f"unknown aggregation {query.aggregation!r}")
+    for i, matcher in enumerate(query.matchers):
+        if matcher.op not in _MATCH_OPS:
+            raise QueryRejected(f"matchers[{i}].op", f"must be =, !=, =~ or !~, got {matcher.op!r}")
+        if matcher.op in ("=~", "!~"):
+            try:
+                re.compile(matcher.value)
+            except re.error as exc:
+                raise QueryRejected(
+                    f"matchers[{i}].value", f"is not a valid regular expression: {exc}"
+                ) from None
+    if query.group_by is not None and not all(isinstance(k, str) for k in query.group_by):
+        raise QueryRejected("group_by", "must be a list of label names")
+
+
+def _label_text(column_params: list[SqlParam], label: str) -> str:
+    """SQL for series ``ms``'s label ``label`` as text ('' when missing)."""
+    if label == "service.name":
+        return "ms.service_name"
+    column_params.append(label)
+    return f"coalesce((SELECT {_TEXT_VALUE} FROM json_each(ms.attributes) j WHERE j.key = ?), '')"
+
+
+class _Series(msgspec.Struct, frozen=True):
+    id: int
+    type: MetricType
+    unit: str
+    monotonic: bool
+    temporality: str
+    labels: dict[str, str]
+    group: str
+
+
+_LABELS: Final = msgspec.json.Decoder(dict[str, str])
+
+
+def _select_series(ctx: ReadContext, query: MetricQuery) -> list[_Series]:
+    params: list[SqlParam] = []
+    group_expr = "''"
+    if query.group_by is not None:
+        group_params: list[SqlParam] = []
+        parts = [_label_text(group_params, k) for k in query.group_by]
+        group_expr = f"json_array({', '.join(parts)})" if parts else "'[]'"
+        params += group_params
+    conditions = ["ms.name = ?"]
+    params.append(query.name)
+    if query.service_name is not None:
+        conditions.append("ms.service_name = ?")
+        params.append(query.service_name)
+    for matcher in query.matchers:
+        value = _label_text(params, matcher.label)
+        if matcher.op == "=":
+            conditions.append(f"{value} = ?")
+        elif matcher.op == "!=":
+            conditions.append(f"{value} != ?")
+        elif matcher.op == "=~":
+            conditions.append(f"{value} REGEXP ?")
+        else:
+            conditions.append(f"NOT ({value} REGEXP ?)")
+        params.append(matcher.value)
+    params += [query.time_range.start_unix_nano, query.time_range.end_unix_nano]
+    rows = cast(
+        "list[tuple[int, str, str, int, str, str]]",
+        ctx.execute(
+            f"""
+            SELECT ms.id, ms.type, ms.unit, ms.is_monotonic, ms.temporality,
+                   {group_expr} AS grp
+            FROM metric_series ms
+            WHERE {" AND ".join(conditions)}
+              AND EXISTS (SELECT 1 FROM metric_points p WHERE p.series_id = ms.id
+                          AND p.time_unix_nano >= ? AND p.time_unix_nano < ?)
+            ORDER BY ms.id
+            """,
+            params,
+        ),
+    )
+    if not rows:
+        return []
+    labels = _series_labels(ctx, [row[0] for row in rows])
+    return [
+        _Series(
+            id=row[0],
+            type=cast(MetricType, row[1]),
+            unit=row[2],
+            monotonic=bool(row[3]),
+            temporality=row[4],
+            labels=labels[row[0]],
+            group=row[5],
+        )
+        for row in rows
+    ]
+
+
+def _series_labels(ctx: ReadContext, ids: list[int]) -> dict[int, dict[str, str]]:
+    marks = ", ".join("?" * len(ids))
+    rows = cast(
+        "list[tuple[int, str, str]]",
+        ctx.execute(
+            f"""
+            SELECT ms.id, ms.service_name,
+                   (SELECT json_group_object(j.key, {_TEXT_VALUE})
+                    FROM json_each(ms.attributes) j)
+            FROM metric_series ms WHERE ms.id IN ({marks})
+            """,
+            ids,
+        ),
+    )
+    return {
+        row[0]: {**(_LABELS.decode(row[2]) if row[2] else {}), "service.name": row[1]}
+        for row in rows
+    }
+
+
+def _check_applies(aggregation: str, metric_type: MetricType) -> None:
+    if aggregation == "rate" and metric_type != "sum":
+        raise QueryRejected(
+            "aggregation", f"rate applies to sums (counters), and this metric is a {metric_type}"
+        )
+    if aggregation in _PERCENTILES and metric_type == "sum":
+        raise QueryRejected(
+            "aggregation",
+            f"{aggregation} applies to histograms and gauges, and this metric is a sum "
+            "(use rate, or avg/min/max/sum/count/last)",
+        )
+    if aggregation in _SIMPLE and metric_type == "histogram":
+        raise QueryRejected(
+            "aggregation",
+            f"{aggregation} does not apply to a histogram: use p50, p90, p95 or p99",
+        )
+
+
+def metric_series(ctx: ReadContext, query: MetricQuery, limit: int) -> list[MetricSeries]:
+    """Bucketed, aggregated series of one metric (see :class:`MetricQuery`)."""
+    series = _select_series(ctx, query)
+    if not series:
+        return []
+    # One metric name has one type; should two series disagree, the first one's wins.
+    metric_type = series[0].type
+    unit = series[0].unit
+    series = [s for s in series if s.type == metric_type]
+    _check_applies(query.aggregation, metric_type)
+
+    # Output series: each stored series alone, or those agreeing on the group_by labels.
+    groups: dict[str, list[_Series]] = {}
+    for s in series:
+        groups.setdefault(s.group if query.group_by is not None else str(s.id), []).append(s)
+    outputs: list[tuple[dict[str, str], list[_Series]]] = []
+    for members in groups.values():
+        if query.group_by is None:
+            labels = members[0].labels
+        else:
+            first = members[0].labels
+            labels = {k: first.get(k, "") for k in query.group_by if first.get(k, "")}
+        outputs.append((labels, members))
+    outputs.sort(key=lambda item: sorted(item[0].items()))
+    outputs = outputs[:limit]
+
+    assignment = {str(s.id): index for index, (_, members) in enumerate(outputs) for s in members}
+    start = query.time_range.start_unix_nano
+    step = query.step_ns
+    params: dict[str, SqlParam] = {
+        "groups": msgspec.json.encode(assignment).decode(),
+        "start": start,
+        "end": query.time_range.end_unix_nano,
+        "step": step,
+    }
+    aggregation = query.aggregation
+    if aggregation in _SIMPLE:
+        points = _simple(ctx, aggregation, params)
+    elif aggregation == "rate":
+        points = _rate(ctx, params, outputs)
+    elif metric_type == "histogram":
+        points = _histogram_percentile(ctx, _PERCENTILES[aggregation], params, outputs)
+    else:
+        points = _gauge_percentile(ctx, _PERCENTILES[aggregation], params)
+    result: list[MetricSeries] = []
+    for index, (labels, _) in enumerate(outputs):
+        result.append(
+            MetricSeries(
+                name=query.name,
+                type=metric_type,
+                unit=unit,
+                labels=labels,
+                points=[(start + b * step, v) for b, v in points.get(index, [])],
+            )
+        )
+    return result
+
+
+_POINTS: Final = f"""
+g(series_id, grp) AS (SELECT CAST(key AS INTEGER), value FROM json_each(:groups)),
+pts AS (
+    SELECT g.grp, p.series_id, p.time_unix_nano AS t, p.start_time_unix_nano AS st,
+           (p.time_unix_nano - :start) / :step AS b, {_FINITE_VALUE} AS v, p.histogram AS h
+    FROM g CROSS JOIN metric_points p
+        ON p.series_id = g.series_id AND p.time_unix_nano >= :start AND p.time_unix_nano < :end
+)
+"""
+"""The points of the selected series in the range with their output group and bucket."""
+
+
+def _collect(rows: Sequence[tuple[SqlParam, ...]]) -> dict[int, list[tuple[int, float]]]:
+    points: dict[int, list[tuple[int, float]]] = {}
+    for grp, b, value in cast("Sequence[tuple[int, int, float | None]]", rows):
+        if value is not None:
+            points.setdefault(grp, []).append((b, float(value)))
+    return points
+
+
+def _simple(
+    ctx: ReadContext, aggregation: str, params: dict[str, SqlParam]
+) -> dict[int, list[tuple[int, float]]]:
+    if aggregation == "last":
+        sql = f"""
+            WITH {_POINTS}
+            SELECT grp, b, v FROM (
+                SELECT grp, b, v,
+                       row_number() OVER (PARTITION BY grp, b ORDER BY t DESC, series_id DESC)
+                           AS rn
+                FROM pts WHERE v IS NOT NULL
+            ) WHERE rn = 1 ORDER BY grp, b
+        """
+    else:
+        sql = f"""
+            WITH {_POINTS}
+            SELECT grp, b, {aggregation}(v) FROM pts
+            GROUP BY grp, b HAVING count(v) > 0 ORDER BY grp, b
+        """
+    return _collect(ctx.execute(sql, params))
+
+
+def _gauge_percentile(
+    ctx: ReadContext, p: int, params: dict[str, SqlParam]
+) -> dict[int, list[tuple[int, float]]]:
+    sql = f"""
+        WITH {_POINTS},
+        ranked AS (
+            SELECT grp, b, v,
+                   row_number() OVER (PARTITION BY grp, b ORDER BY v) AS rn,
+                   count(*) OVER (PARTITION BY grp, b) AS n
+            FROM pts WHERE v IS NOT NULL
+        )
+        SELECT grp, b, max(CASE WHEN rn = (n * {p} + 99) / 100 THEN v END)
+        FROM ranked GROUP BY grp, b ORDER BY grp, b
+    """
+    return _collect(ctx.execute(sql, params))
+
+
+def _temporality(outputs: list[tuple[dict[str, str], list[_Series]]]) -> str:
+    kinds = {s.temporality for _, members in outputs for s in members}
+    return "delta" if kinds == {"delta"} else "cumulative"
+
+
+def _rate(
+    ctx: ReadContext,
+    params: dict[str, SqlParam],
+    outputs: list[tuple[dict[str, str], list[_Series]]],
+) -> dict[int, list[tuple[int, float]]]:
+    if _temporality(outputs) == "delta":
+        # Each point is the increase since the previous one: sum them, divide by the width of
+        # the bucket (the last bucket may be cut short by the range's end).
+        sql = f"""
+            WITH {_POINTS}
+            SELECT grp, b,
+                   sum(v) * 1e9 / (min(:start + (b + 1) * :step, :end) - (:start + b * :step))
+            FROM pts GROUP BY grp, b HAVING count(v) > 0 ORDER BY grp, b
+        """
+        return _collect(ctx.execute(sql, params))
+    # Cumulative (or unspecified): per series, the increase between consecutive finite points
+    # (the last point before the range included, so the first bucket has a rate too), divided
+    # by the time between them; a decrease of a monotonic sum, or a new start time, is a reset
+    # (the increase is then the new value). Rates of the series of a group add up.
+    monotonic = {str(s.id): int(s.monotonic) for _, members in outputs for s in members}
+    params = {**params, "monotonic": msgspec.json.encode(monotonic).decode()}
+    sql = f"""
+        WITH {_POINTS},
+        prev AS (
+            SELECT g.grp, p.series_id, p.time_unix_nano AS t, p.start_time_unix_nano AS st,
+                   -1 AS b, p.value AS v
+            FROM g CROSS JOIN metric_points p
+                ON p.series_id = g.series_id AND p.time_unix_nano = (
+                    SELECT q.time_unix_nano FROM metric_points q
+                    WHERE q.series_id = g.series_id AND q.time_unix_nano < :start
+                      AND q.value BETWEEN -{_MAX_FINITE} AND {_MAX_FINITE}
+                    ORDER BY q.time_unix_nano DESC LIMIT 1)
+        ),
+        seq AS (
+            SELECT grp, series_id, t, st, b, v,
+                   lag(v) OVER w AS pv, lag(t) OVER w AS pt, lag(st) OVER w AS pst
+            FROM (SELECT grp, series_id, t, st, b, v FROM pts WHERE v IS NOT NULL
+                  UNION ALL SELECT * FROM prev)
+            WINDOW w AS (PARTITION BY series_id ORDER BY t)
+        ),
+        inc AS (
+            SELECT seq.grp, seq.series_id, seq.b, seq.t - seq.pt AS dt,
+                   CASE WHEN (m.value AND seq.v < seq.pv)
+                             OR (seq.st > 0 AND seq.pst > 0 AND seq.st != seq.pst)
+                        THEN seq.v ELSE seq.v - seq.pv END AS dv
+            FROM seq JOIN json_each(:monotonic) m ON CAST(m.key AS INTEGER) = seq.series_id
+            WHERE seq.b >= 0 AND seq.pv IS NOT NULL AND seq.t > seq.pt
+        ),
+        per_series AS (
+            SELECT grp, b, sum(dv) * 1e9 / sum(dt) AS r FROM inc GROUP BY grp, series_id, b
+        )
+        SELECT grp, b, sum(r) FROM per_series GROUP BY grp, b ORDER BY grp, b
+    """
+    return _collect(ctx.execute(sql, params))
+
+
+def _histogram_percentile(
+    ctx: ReadContext,
+    p: int,
+    params: dict[str, SqlParam],
+    outputs: list[tuple[dict[str, str], list[_Series]]],
+) -> dict[int, list[tuple[int, float]]]:
+    if _temporality(outputs) == "delta":
+        # Delta points count what happened since the previous point: sum them per bound.
+        sql = f"""
+            WITH {_POINTS}
+            SELECT grp, b,
+                   json_extract(pts.h, '$.explicit_bounds[' || j.key || ']') AS le,
+                   sum(j.value)
+            FROM pts, json_each(pts.h, '$.bucket_counts') j
+            GROUP BY grp, b, le
+            ORDER BY grp, b, le IS NULL, le
+        """
+    else:
+        # Cumulative points count since the series' start: per series and bucket take the
+        # last point, subtract the previous bucket's last point (or the last point before the
+        # range) bound by bound; a smaller total count, or a new start time, is a reset (the
+        # point counts whole). A series' first point ever counts whole.
+        sql = f"""
+            WITH {_POINTS},
+            lastp AS (
+                SELECT grp, series_id, b, st, h FROM (
+                    SELECT grp, series_id, b, st, h,
+                           row_number() OVER (PARTITION BY series_id, b ORDER BY t DESC) AS rn
+                    FROM pts
+                ) WHERE rn = 1
+            ),
+            prev AS (
+                SELECT g.grp, p.series_id, -1 AS b, p.start_time_unix_nano AS st,
+                       p.histogram AS h
+                FROM g CROSS JOIN metric_points p
+                    ON p.series_id = g.series_id AND p.time_unix_nano = (
+                        SELECT max(q.time_unix_nano) FROM metric_points q
+                        WHERE q.series_id = g.series_id AND q.time_unix_nano < :start)
+            ),
+            seq AS (
+                SELECT grp, series_id, b, st, h,
+                       lag(h) OVER w AS ph, lag(st) OVER w AS pst
+                FROM (SELECT * FROM lastp UNION ALL SELECT * FROM prev)
+                WINDOW w AS (PARTITION BY series_id ORDER BY b)
+            ),
+            inc AS (
+                SELECT grp, b, json_extract(h, '$.explicit_bounds[' || j.key || ']') AS le,
+                       CASE WHEN ph IS NULL
+                                 OR json_extract(h, '$.count') < json_extract(ph, '$.count')
+                                 OR (st > 0 AND pst > 0 AND st != pst)
+                            THEN j.value
+                            ELSE j.value - coalesce(
+                                json_extract(ph, '$.bucket_counts[' || j.key || ']'), 0)
+                       END AS c
+                FROM seq, json_each(seq.h, '$.bucket_counts') j
+                WHERE b >= 0
+            )
+            SELECT grp, b, le, sum(c) FROM inc
+            GROUP BY grp, b, le
+            ORDER BY grp, b, le IS NULL, le
+        """
+    rows = cast("list[tuple[int, int, float | None, int]]", ctx.execute(sql, params))
+    # The documented Python step, over the already summed bucket counts of each output bucket.
+    merged: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
+    for grp, b, le, count in rows:
+        bounds, counts = merged.setdefault((grp, b), ([], []))
+        bounds.append(math.inf if le is None else float(le))
+        counts.append(int(count))
+    points: dict[int, list[tuple[int, float]]] = {}
+    for (grp, b), (bounds, counts) in merged.items():
+        value = histogram_quantile(p / 100, bounds, counts)
+        if value is not None:
+            points.setdefault(grp, []).append((b, value))
+    return points
+
+
+def histogram_quantile(q: float, bounds: list[float], counts: list[int]) -> float | None:
+    """Prometheus' ``histogram_quantile`` over one merged histogram.
+
+    Args:
+        q: the quantile, 0..1.
+        bounds: the buckets' upper bounds, ascending, the last ``inf``.
+        counts: each bucket's (not cumulative) count.
+
+    Returns:
+        The estimate: linear interpolation inside the bucket holding rank ``q * total``,
+        whose lower bound is the previous bucket's upper bound (0 for the first bucket when
+        its upper bound is positive); in the ``+Inf`` bucket, the largest finite bound.
+        ``None`` when the histogram counts nothing.
+    """
+    cumulative: list[int] = []
+    running = 0
+    for count in counts:
+        running += max(0, count)
+        cumulative.append(running)
+    total = running
+    if total == 0:
+        return None
+    rank = q * total
+    i = bisect.bisect_left(cumulative, rank)
+    i = min(i, len(bounds) - 1)
+    upper = bounds[i]
+    if math.isinf(upper):
+        finite = [b for b in bounds if not math.isinf(b)]
+        return finite[-1] if finite else None
+    lower = bounds[i - 1] if i > 0 else (0.0 if upper > 0 else upper)
+    below = cumulative[i - 1] if i > 0 else 0
+    in_bucket = cumulative[i] - below
+    if in_bucket == 0:
+        return upper
+    return lower + (upper - lower) * (rank - below) / in_bucket

@@ -1,0 +1,208 @@
+"""The embedded store's schema and its forward migrations.
+
+The schema version is SQLite's ``PRAGMA user_version``. :data:`MIGRATIONS` is the ordered list
+of steps; step ``i`` (0-based) takes a database from version ``i`` to ``i + 1`` in one
+transaction, so a crash mid-migration leaves the previous version intact. Opening a database
+runs every step above its version; a database *newer* than :data:`SCHEMA_VERSION` (written by
+a later Coremetry) is refused, never downgraded.
+
+Tables (version 2):
+
+- ``resources``: one row per distinct resource (``service.name`` + resource attributes),
+  interned so that spans, log records and metric series store a small integer instead of the
+  same attribute map over and over. ``version`` is the resource attribute ``service.version``
+  as text (``""`` when absent), which is how deploys are read.
+- ``spans``: one row per span. Ids are stored as raw bytes (16-byte trace id, 8-byte span id;
+  ``parent_span_id`` is NULL for a root span) — half the size of hex text in the table and in
+  each index. ``duration_ns`` is ``max(0, end - start)``. Attributes, events and links are
+  JSON text (NULL when empty). Unique on ``(trace_id, span_id)``: writes use
+  ``INSERT OR IGNORE``, which makes them idempotent.
+- ``logs``: one row per log record; ``fingerprint`` (16-byte BLAKE2b of every field) is
+  unique, which makes log writes idempotent. ``logs_fts`` (version 2) is an FTS5
+  *external-content* index over ``logs.body`` (unicode61 tokenizer: case- and
+  diacritic-insensitive), kept in step by triggers.
+- ``metric_series`` / ``metric_points``: a series is ``(name, service_name, attributes)``
+  (``fingerprint`` unique); its points are keyed by ``(series_id, time_unix_nano)``. A NaN
+  value is stored as NULL (SQLite has no NaN), ±Inf as itself; histogram points keep their
+  buckets as JSON in ``histogram``.
+
+Every query of :mod:`coremetry.store.sqlite` has an index; the comment on each index names the
+queries that use it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Final
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SchemaTooNew", "migrate", "schema_version"]
+
+_V1: Final[tuple[str, ...]] = (
+    """
+    CREATE TABLE resources (
+        id INTEGER PRIMARY KEY,
+        fingerprint BLOB NOT NULL UNIQUE,
+        service_name TEXT NOT NULL,
+        version TEXT NOT NULL,
+        attributes TEXT
+    )
+    """,
+    """
+    CREATE TABLE spans (
+        id INTEGER PRIMARY KEY,
+        trace_id BLOB NOT NULL,
+        span_id BLOB NOT NULL,
+        parent_span_id BLOB,
+        service_name TEXT NOT NULL,
+        name TEXT NOT NULL,
+        kind INTEGER NOT NULL,
+        start_unix_nano INTEGER NOT NULL,
+        end_unix_nano INTEGER NOT NULL,
+        duration_ns INTEGER NOT NULL,
+        status_code INTEGER NOT NULL,
+        status_message TEXT,
+        resource_id INTEGER NOT NULL,
+        attributes TEXT,
+        events TEXT,
+        links TEXT,
+        scope_name TEXT
+    )
+    """,
+    # Identity (idempotent writes) and the parent lookup of service_edges.
+    "CREATE UNIQUE INDEX spans_identity ON spans (trace_id, span_id)",
+    # get_trace (ordered pages), a trace's start for search_traces' ordering.
+    "CREATE INDEX spans_trace_start ON spans (trace_id, start_unix_nano, span_id)",
+    # Range scans: services, edges, deploys, search_traces without a service, retention.
+    "CREATE INDEX spans_start ON spans (start_unix_nano)",
+    # operations, search_traces by service.
+    "CREATE INDEX spans_service_start ON spans (service_name, start_unix_nano)",
+    """
+    CREATE TABLE logs (
+        id INTEGER PRIMARY KEY,
+        time_unix_nano INTEGER NOT NULL,
+        observed_time_unix_nano INTEGER NOT NULL,
+        severity_number INTEGER NOT NULL,
+        severity_text TEXT NOT NULL,
+        body TEXT NOT NULL,
+        service_name TEXT NOT NULL,
+        trace_id BLOB,
+        span_id BLOB,
+        resource_id INTEGER NOT NULL,
+        attributes TEXT,
+        scope_name TEXT,
+        fingerprint BLOB NOT NULL
+    )
+    """,
+    "CREATE UNIQUE INDEX logs_identity ON logs (fingerprint)",
+    # search_logs newest first, retention.
+    "CREATE INDEX logs_time ON logs (time_unix_nano)",
+    # search_logs by service.
+    "CREATE INDEX logs_service_time ON logs (service_name, time_unix_nano)",
+    # search_logs by trace id.
+    "CREATE INDEX logs_trace ON logs (trace_id, time_unix_nano) WHERE trace_id IS NOT NULL",
+    """
+    CREATE TABLE metric_series (
+        id INTEGER PRIMARY KEY,
+        fingerprint BLOB NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        service_name TEXT NOT NULL,
+        type TEXT NOT NULL,
+        unit TEXT NOT NULL,
+        description TEXT NOT NULL,
+        attributes TEXT,
+        resource_id INTEGER NOT NULL,
+        is_monotonic INTEGER NOT NULL,
+        temporality TEXT NOT NULL
+    )
+    """,
+    # metric_names (by name / prefix), metric_series (the series of one name).
+    "CREATE INDEX metric_series_name ON metric_series (name, service_name)",
+    """
+    CREATE TABLE metric_points (
+        series_id INTEGER NOT NULL,
+        time_unix_nano INTEGER NOT NULL,
+        start_time_unix_nano INTEGER NOT NULL,
+        value REAL,
+        histogram TEXT,
+        PRIMARY KEY (series_id, time_unix_nano)
+    ) WITHOUT ROWID
+    """,
+    # Retention and the store's time extent; the primary key serves every series read.
+    "CREATE INDEX metric_points_time ON metric_points (time_unix_nano)",
+)
+
+_V2: Final[tuple[str, ...]] = (
+    """
+    CREATE VIRTUAL TABLE logs_fts USING fts5(
+        body, content='logs', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
+    )
+    """,
+    """
+    CREATE TRIGGER logs_fts_insert AFTER INSERT ON logs BEGIN
+        INSERT INTO logs_fts (rowid, body) VALUES (new.id, new.body);
+    END
+    """,
+    """
+    CREATE TRIGGER logs_fts_delete AFTER DELETE ON logs BEGIN
+        INSERT INTO logs_fts (logs_fts, rowid, body) VALUES ('delete', old.id, old.body);
+    END
+    """,
+    # Index what version 1 stored (external content: rebuild reads logs.body).
+    "INSERT INTO logs_fts (logs_fts) VALUES ('rebuild')",
+)
+
+MIGRATIONS: Final[tuple[Sequence[str], ...]] = (_V1, _V2)
+"""Step ``i`` takes the schema from version ``i`` to ``i + 1``: 1 the tables and indexes, 2 the
+full-text index over log bodies (built from the logs already stored)."""
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+"""The version this code writes and reads."""
+
+
+class SchemaTooNew(Exception):
+    """Raised by :func:`migrate` when the database was written by a newer schema version."""
+
+    def __init__(self, found: int) -> None:
+        super().__init__(
+            f"its schema version is {found}, newer than this Coremetry's {SCHEMA_VERSION}: "
+            "upgrade Coremetry, or point it at another data directory"
+        )
+        self.found = found
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """Return the database's ``PRAGMA user_version`` (blocking)."""
+    row = conn.execute("PRAGMA user_version").fetchone()
+    return int(row[0])
+
+
+def migrate(conn: sqlite3.Connection, *, target: int = SCHEMA_VERSION) -> int:
+    """Bring the database up to ``target`` (blocking); return the version found before.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``). Each step runs in its own
+    ``BEGIN IMMEDIATE`` transaction together with the new ``user_version``, so concurrent
+    openers serialise and never run a step twice.
+
+    Raises:
+        SchemaTooNew: the database's version is above :data:`SCHEMA_VERSION`.
+        sqlite3.Error: a step failed (its transaction is rolled back).
+    """
+    found = schema_version(conn)
+    if found > SCHEMA_VERSION:
+        raise SchemaTooNew(found)
+    for step in range(found, min(target, SCHEMA_VERSION)):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Another process may have migrated while we waited for the lock.
+            if schema_version(conn) > step:
+                conn.execute("COMMIT")
+                continue
+            for statement in MIGRATIONS[step]:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {step + 1}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return found

@@ -1,0 +1,304 @@
+"""The write side of the embedded store: one connection, blocking, run in a worker thread.
+
+:class:`Writer` owns the store's single writer connection (the caller serialises calls with a
+trio lock) and two caches of interned ids (resources, metric series). Each
+:meth:`Writer.write` is one ``BEGIN IMMEDIATE`` ... ``COMMIT`` transaction: on any error it
+rolls back (nothing of the batch is stored) and drops the caches, which may hold ids of rows
+the rollback removed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+from coremetry.store.interface import RetentionResult, WriteResult
+from coremetry.store.model import Attributes, MetricPoint, TelemetryBatch
+
+from ._codec import (
+    LogRow,
+    PointRow,
+    SpanRow,
+    encode_attributes,
+    encode_json,
+    fingerprint,
+    validate_batch,
+)
+
+__all__ = ["Writer"]
+
+_CACHE_MAX: Final = 100_000
+"""Interned ids remembered per kind; the cache is cleared when it grows past this."""
+
+_INSERT_SPAN: Final = (
+    "INSERT OR IGNORE INTO spans (trace_id, span_id, parent_span_id, service_name, name, kind, "
+    "start_unix_nano, end_unix_nano, duration_ns, status_code, status_message, resource_id, "
+    "attributes, events, links, scope_name) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_LOG: Final = (
+    "INSERT OR IGNORE INTO logs (time_unix_nano, observed_time_unix_nano, severity_number, "
+    "severity_text, body, service_name, trace_id, span_id, resource_id, attributes, "
+    "scope_name, fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_POINT: Final = (
+    "INSERT OR IGNORE INTO metric_points "
+    "(series_id, time_unix_nano, start_time_unix_nano, value, histogram) VALUES (?, ?, ?, ?, ?)"
+)
+_INSERT_RESOURCE: Final = (
+    "INSERT OR IGNORE INTO resources (fingerprint, service_name, version, attributes) "
+    "VALUES (?, ?, ?, ?)"
+)
+_INSERT_SERIES: Final = (
+    "INSERT OR IGNORE INTO metric_series (fingerprint, name, service_name, type, unit, "
+    "description, attributes, resource_id, is_monotonic, temporality) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+_DELETE_SPANS: Final = (
+    "DELETE FROM spans WHERE id IN "
+    "(SELECT id FROM spans WHERE start_unix_nano < ? ORDER BY start_unix_nano LIMIT ?)"
+)
+_DELETE_LOGS: Final = (
+    "DELETE FROM logs WHERE id IN "
+    "(SELECT id FROM logs WHERE time_unix_nano < ? ORDER BY time_unix_nano LIMIT ?)"
+)
+_DELETE_POINTS: Final = (
+    "DELETE FROM metric_points WHERE (series_id, time_unix_nano) IN "
+    "(SELECT series_id, time_unix_nano FROM metric_points WHERE time_unix_nano < ? "
+    "ORDER BY time_unix_nano LIMIT ?)"
+)
+_DELETE_EMPTY_SERIES: Final = (
+    "DELETE FROM metric_series WHERE NOT EXISTS "
+    "(SELECT 1 FROM metric_points p WHERE p.series_id = metric_series.id)"
+)
+
+
+def _version_text(attributes: Attributes) -> str:
+    value = attributes.get("service.version", "")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else encode_json(value)
+
+
+class Writer:
+    """The writer connection and its interned-id caches. Not thread-safe: one call at a time.
+
+    Args:
+        conn: an open connection in autocommit mode (``isolation_level=None``) on a migrated
+            database.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self._resources: dict[bytes, int] = {}
+        self._series: dict[bytes, int] = {}
+
+    def _resource_id(
+        self, service_name: str, attributes: Attributes, memo: dict[tuple[int, str], int]
+    ) -> int:
+        # Records of one OTLP resource usually share one attribute dict: remember it by
+        # identity for this batch (the batch keeps every dict alive, so ids are stable).
+        key = (id(attributes), service_name)
+        found = memo.get(key)
+        if found is not None:
+            return found
+        text = encode_attributes(attributes)
+        digest = fingerprint(service_name, text)
+        resource_id = self._resources.get(digest)
+        if resource_id is None:
+            self.conn.execute(
+                _INSERT_RESOURCE, (digest, service_name, _version_text(attributes), text)
+            )
+            row = self.conn.execute(
+                "SELECT id FROM resources WHERE fingerprint = ?", (digest,)
+            ).fetchone()
+            resource_id = int(row[0])
+            if len(self._resources) >= _CACHE_MAX:
+                self._resources.clear()
+            self._resources[digest] = resource_id
+        memo[key] = resource_id
+        return resource_id
+
+    def _series_id(
+        self, point: MetricPoint, attributes_text: str | None, memo: dict[tuple[int, str], int]
+    ) -> int:
+        digest = fingerprint(point.name, point.service_name, attributes_text)
+        series_id = self._series.get(digest)
+        if series_id is None:
+            resource_id = self._resource_id(point.service_name, point.resource_attributes, memo)
+            self.conn.execute(
+                _INSERT_SERIES,
+                (
+                    digest,
+                    point.name,
+                    point.service_name,
+                    point.type,
+                    point.unit,
+                    point.description,
+                    attributes_text,
+                    resource_id,
+                    int(point.is_monotonic),
+                    point.temporality,
+                ),
+            )
+            row = self.conn.execute(
+                "SELECT id FROM metric_series WHERE fingerprint = ?", (digest,)
+            ).fetchone()
+            series_id = int(row[0])
+            if len(self._series) >= _CACHE_MAX:
+                self._series.clear()
+            self._series[digest] = series_id
+        return series_id
+
+    def _span_rows(self, batch: TelemetryBatch, memo: dict[tuple[int, str], int]) -> list[SpanRow]:
+        rows: list[SpanRow] = []
+        for span in batch.spans:
+            rows.append(
+                (
+                    bytes.fromhex(span.trace_id),
+                    bytes.fromhex(span.span_id),
+                    bytes.fromhex(span.parent_span_id) if span.parent_span_id else None,
+                    span.service_name,
+                    span.name,
+                    int(span.kind),
+                    span.start_time_unix_nano,
+                    span.end_time_unix_nano,
+                    max(0, span.end_time_unix_nano - span.start_time_unix_nano),
+                    int(span.status_code),
+                    span.status_message or None,
+                    self._resource_id(span.service_name, span.resource_attributes, memo),
+                    encode_attributes(span.attributes),
+                    encode_json(span.events) if span.events else None,
+                    encode_json(span.links) if span.links else None,
+                    span.scope_name or None,
+                )
+            )
+        return rows
+
+    def _log_rows(self, batch: TelemetryBatch, memo: dict[tuple[int, str], int]) -> list[LogRow]:
+        rows: list[LogRow] = []
+        for record in batch.logs:
+            attributes = encode_attributes(record.attributes)
+            resource_id = self._resource_id(record.service_name, record.resource_attributes, memo)
+            rows.append(
+                (
+                    record.time_unix_nano,
+                    record.observed_time_unix_nano,
+                    record.severity_number,
+                    record.severity_text,
+                    record.body,
+                    record.service_name,
+                    bytes.fromhex(record.trace_id) if record.trace_id else None,
+                    bytes.fromhex(record.span_id) if record.span_id else None,
+                    resource_id,
+                    attributes,
+                    record.scope_name or None,
+                    # Identity: every field (the resource by its interned id, which is
+                    # itself unique per service name + resource attributes).
+                    fingerprint(
+                        record.time_unix_nano,
+                        record.observed_time_unix_nano,
+                        record.severity_number,
+                        record.severity_text,
+                        record.body,
+                        record.service_name,
+                        record.trace_id,
+                        record.span_id,
+                        attributes,
+                        resource_id,
+                        record.scope_name,
+                    ),
+                )
+            )
+        return rows
+
+    def _point_rows(
+        self, batch: TelemetryBatch, memo: dict[tuple[int, str], int]
+    ) -> list[PointRow]:
+        rows: list[PointRow] = []
+        for point in batch.metrics:
+            series_id = self._series_id(point, encode_attributes(point.attributes), memo)
+            histogram = point.histogram
+            rows.append(
+                (
+                    series_id,
+                    point.time_unix_nano,
+                    point.start_time_unix_nano,
+                    # SQLite stores a NaN REAL as NULL: NULL *is* our NaN (see _schema).
+                    float(point.value) if point.value is not None else None,
+                    encode_json(histogram) if histogram is not None else None,
+                )
+            )
+        return rows
+
+    def write(self, batch: TelemetryBatch, cutoff_unix_nano: int | None) -> WriteResult:
+        """Store ``batch`` in one transaction (blocking).
+
+        Args:
+            batch: the records.
+            cutoff_unix_nano: records older than this are counted in ``outside_retention``
+                (``None``: retention is off).
+
+        Raises:
+            QueryRejected: a malformed record (nothing is stored).
+            sqlite3.Error: the database failed (nothing is stored).
+        """
+        validate_batch(batch)
+        outside = 0
+        if cutoff_unix_nano is not None:
+            outside = (
+                sum(1 for s in batch.spans if s.start_time_unix_nano < cutoff_unix_nano)
+                + sum(1 for r in batch.logs if r.time_unix_nano < cutoff_unix_nano)
+                + sum(1 for p in batch.metrics if p.time_unix_nano < cutoff_unix_nano)
+            )
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            memo: dict[tuple[int, str], int] = {}
+            spans = logs = points = 0
+            if batch.spans:
+                spans = conn.executemany(_INSERT_SPAN, self._span_rows(batch, memo)).rowcount
+            if batch.logs:
+                logs = conn.executemany(_INSERT_LOG, self._log_rows(batch, memo)).rowcount
+            if batch.metrics:
+                points = conn.executemany(_INSERT_POINT, self._point_rows(batch, memo)).rowcount
+            conn.execute("COMMIT")
+        except BaseException:
+            self._resources.clear()
+            self._series.clear()
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return WriteResult(
+            spans_written=spans,
+            spans_duplicate=len(batch.spans) - spans,
+            logs_written=logs,
+            logs_duplicate=len(batch.logs) - logs,
+            metric_points_written=points,
+            metric_points_duplicate=len(batch.metrics) - points,
+            outside_retention=outside,
+        )
+
+    def delete_chunk(self, cutoff_unix_nano: int, chunk: int) -> RetentionResult:
+        """Delete up to ``chunk`` spans, logs and points each older than the cutoff (blocking).
+
+        One transaction. Metric series left without points are deleted with the last chunk
+        (when fewer than ``chunk`` points were deleted).
+        """
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            spans = conn.execute(_DELETE_SPANS, (cutoff_unix_nano, chunk)).rowcount
+            logs = conn.execute(_DELETE_LOGS, (cutoff_unix_nano, chunk)).rowcount
+            points = conn.execute(_DELETE_POINTS, (cutoff_unix_nano, chunk)).rowcount
+            if 0 < points < chunk:
+                conn.execute(_DELETE_EMPTY_SERIES)
+                self._series.clear()
+            conn.execute("COMMIT")
+        except BaseException:
+            self._series.clear()
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return RetentionResult(spans_deleted=spans, logs_deleted=logs, metric_points_deleted=points)
