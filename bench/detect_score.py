@@ -1,0 +1,218 @@
+"""Score the anomaly detector on the Numenta Anomaly Benchmark files copied in shared/data/nab.
+
+Run: ``python bench/detect_score.py [--nab DIR] [--set FIELD=VALUE ...] [--repeat R]``
+``[--json PATH] [--quiet]``.
+
+For every series listed in ``labels/combined_windows.json`` whose CSV is present, the detector
+(:func:`coremetry.detection.detect_series`, one parameter set for every series: the defaults
+of :class:`~coremetry.detection.DetectorConfig`, or ``--set`` overrides for experiments) runs
+over the whole series; a window counts as detected when an anomaly is raised inside it, and
+anomalies raised outside every window are false positives, per 1,000 points outside windows
+(rules in :mod:`coremetry.detection.evaluation`). Printed per series, per folder and in total,
+for the detector and, as the baseline measured in the same run, NAB's "windowed Gaussian"
+reference detector (trailing mean and standard deviation, a point beyond 4 standard
+deviations raises an anomaly; no evidence rule, no hysteresis) scored the same way.
+
+Then the targets of issue 7 (informational; exit 0 either way) and the detector's runtime over
+the whole set (best of R runs, parsing excluded), beside the reference's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import msgspec
+
+from coremetry.detection import Anomaly, DetectorConfig, Series, detect_series
+from coremetry.detection.evaluation import (
+    SeriesScore,
+    Window,
+    load_nab_series,
+    load_nab_windows,
+    score_series,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_NAB = REPO.parent / "shared" / "data" / "nab"
+NO_ANOMALY_SERIES = "realAWSCloudwatch/ec2_cpu_utilization_c6585a.csv"
+
+
+def windowed_gaussian(key: str, points: list[tuple[int, float]]) -> list[Anomaly]:
+    """NAB's windowed-Gaussian reference: trailing 288-point mean/std, |z| >= 4 raises."""
+    window: deque[float] = deque(maxlen=288)
+    found: list[Anomaly] = []
+    total = 0.0
+    total_sq = 0.0
+    for t, x in sorted(points):
+        if len(window) >= 72:
+            n = len(window)
+            mean = total / n
+            std = math.sqrt(max(total_sq / n - mean * mean, 0.0))
+            if std > 0 and abs(x - mean) / std >= 4.0:
+                found.append(
+                    Anomaly(
+                        series_id=key,
+                        name=key,
+                        direction="up" if x > mean else "down",
+                        start_unix_nano=t,
+                        detected_unix_nano=t,
+                        end_unix_nano=t,
+                        baseline=mean,
+                        observed=x,
+                        score=abs(x - mean) / std,
+                        points=1,
+                    )
+                )
+        if len(window) == window.maxlen:
+            old = window[0]
+            total -= old
+            total_sq -= old * old
+        window.append(x)
+        total += x
+        total_sq += x * x
+    return found
+
+
+def parse_overrides(items: list[str]) -> DetectorConfig:
+    fields: dict[str, object] = {}
+    defaults = msgspec.structs.asdict(DetectorConfig())
+    for item in items:
+        name, _, text = item.partition("=")
+        if name not in defaults:
+            raise SystemExit(f"--set: unknown DetectorConfig field {name!r}")
+        fields[name] = type(defaults[name])(text)
+    config = msgspec.convert({**defaults, **fields}, DetectorConfig)
+    config.validate()
+    return config
+
+
+def print_table(title: str, scores: list[SeriesScore]) -> dict[str, SeriesScore]:
+    print(f"\n{title}")
+    header = f"{'series':58} {'points':>6} {'windows':>7} {'found':>5} {'recall':>6} "
+    header += f"{'anoms':>5} {'FP':>3} {'FP/1k':>6}"
+    print(header)
+    print("-" * len(header))
+    folders: dict[str, list[SeriesScore]] = {}
+    for score in scores:
+        folders.setdefault(score.key.split("/")[0], []).append(score)
+        recall = "-" if score.recall is None else f"{score.recall:.2f}"
+        print(
+            f"{score.key:58} {score.points:6d} {score.windows:7d} {score.detected:5d} "
+            f"{recall:>6} {score.anomalies:5d} {score.false_positives:3d} "
+            f"{score.fp_per_1000:6.2f}"
+        )
+    totals: dict[str, SeriesScore] = {}
+    print("-" * len(header))
+    for name, group in [*sorted(folders.items()), ("ALL", scores)]:
+        total = SeriesScore(
+            key=name,
+            points=sum(s.points for s in group),
+            points_outside=sum(s.points_outside for s in group),
+            windows=sum(s.windows for s in group),
+            detected=sum(s.detected for s in group),
+            anomalies=sum(s.anomalies for s in group),
+            false_positives=sum(s.false_positives for s in group),
+        )
+        totals[name] = total
+        recall = "-" if total.recall is None else f"{total.recall:.2f}"
+        print(
+            f"{name:58} {total.points:6d} {total.windows:7d} {total.detected:5d} "
+            f"{recall:>6} {total.anomalies:5d} {total.false_positives:3d} "
+            f"{total.fp_per_1000:6.2f}"
+        )
+    return totals
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nab", type=Path, default=DEFAULT_NAB, help="NAB folder")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs (best counts)")
+    parser.add_argument("--json", type=Path, help="also write every figure as JSON")
+    parser.add_argument("--quiet", action="store_true", help="totals only")
+    args = parser.parse_args()
+    config = parse_overrides(args.set)
+
+    windows = load_nab_windows(args.nab / "labels" / "combined_windows.json")
+    data: list[tuple[str, list[tuple[int, float]], list[Window]]] = []
+    for key in sorted(windows):
+        path = args.nab / key
+        if path.exists():
+            data.append((key, load_nab_series(path), windows[key]))
+    if not data:
+        print(f"ERROR: no NAB series found under {args.nab}", file=sys.stderr)
+        return 1
+    print(f"{len(data)} series, {sum(len(p) for _, p, _ in data)} points from {args.nab}")
+    if args.set:
+        print(f"overrides: {', '.join(args.set)}")
+
+    ours: dict[str, list[Anomaly]] = {}
+    runs: list[float] = []
+    for _ in range(max(1, args.repeat)):
+        started = time.perf_counter()
+        for key, points, _ in data:
+            ours[key] = detect_series(Series(series_id=key, name=key, points=points), config)[0]
+        runs.append(time.perf_counter() - started)
+    reference: dict[str, list[Anomaly]] = {}
+    reference_runs: list[float] = []
+    for _ in range(max(1, args.repeat)):
+        started = time.perf_counter()
+        for key, points, _ in data:
+            reference[key] = windowed_gaussian(key, points)
+        reference_runs.append(time.perf_counter() - started)
+
+    our_scores = [score_series(k, p, w, ours[k]) for k, p, w in data]
+    reference_scores = [score_series(k, p, w, reference[k]) for k, p, w in data]
+    if args.quiet:
+        totals = print_table("coremetry detector", our_scores)
+    else:
+        totals = print_table("coremetry detector (DetectorConfig defaults)", our_scores)
+        print_table("reference: windowed Gaussian (288 points, |z| >= 4)", reference_scores)
+
+    points_total = sum(len(p) for _, p, _ in data)
+    best = min(runs)
+    print(
+        f"\nruntime, whole set ({points_total} points): {best:.3f} s best of {len(runs)} "
+        f"(median {statistics.median(runs):.3f} s, {points_total / best / 1000:.0f}k points/s); "
+        f"reference {min(reference_runs):.3f} s = {best / min(reference_runs):.1f}x"
+    )
+    aws = totals.get("realAWSCloudwatch")
+    if aws is not None and aws.recall is not None:
+        ok = aws.recall >= 0.7 and aws.fp_per_1000 <= 2.0
+        print(
+            f"target realAWSCloudwatch: recall {aws.recall:.3f} (>= 0.7), "
+            f"FP/1k {aws.fp_per_1000:.2f} (<= 2): {'PASS' if ok else 'FAIL'}"
+        )
+    quiet = next((s for s in our_scores if s.key == NO_ANOMALY_SERIES), None)
+    if quiet is not None:
+        print(
+            f"target {NO_ANOMALY_SERIES}: {quiet.anomalies} anomalies (0): "
+            f"{'PASS' if quiet.anomalies == 0 else 'FAIL'}"
+        )
+    if args.json:
+        args.json.write_bytes(
+            msgspec.json.encode(
+                {
+                    "config": config,
+                    "scores": [msgspec.structs.asdict(s) for s in our_scores],
+                    "reference": [msgspec.structs.asdict(s) for s in reference_scores],
+                    "runtime_s": runs,
+                    "reference_runtime_s": reference_runs,
+                    "anomalies": {
+                        k: [(a.detected_unix_nano, a.end_unix_nano) for a in v]
+                        for k, v in ours.items()
+                    },
+                }
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
