@@ -234,8 +234,8 @@ _RFC3339 = re.compile(
     r"^(?P<second>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(?P<fraction>\d{1,9}))?(?P<zone>Z)?$"
 )
 
-NEZHA_LICENSE_NOTE: Final = "MIT (see nezha/LICENSE)"
-ZIPKIN_LICENSE_NOTE: Final = "Apache-2.0 (see zipkin/LICENSE)"
+NEZHA_LICENSE_NOTE: Final = "MIT"
+ZIPKIN_LICENSE_NOTE: Final = "Apache-2.0"
 
 
 class ConversionError(Exception):

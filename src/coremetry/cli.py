@@ -13,6 +13,8 @@ Subcommands:
 - ``coremetry token create --name N --role R [--expires-in 30d]`` (prints the token alone on
   stdout, once) / ``token list`` / ``token revoke NAME`` — service tokens.
 - ``coremetry audit tail [-n N] [--sub SUB]`` — the newest audit records.
+- ``coremetry demo load [--data-dir DIR] [--force]`` — load the shipped demo telemetry, shifted
+  so that it ends now (:mod:`coremetry.demo`); ``serve --demo`` does it first, then serves.
 - ``coremetry config show [--config FILE]`` — the effective configuration, secrets redacted.
 - ``coremetry conformance-fixture [--port P]`` — the official conformance suite's fixture on
   loopback only, without authentication (a test fixture; never part of ``serve``).
@@ -40,6 +42,7 @@ import trio
 from coremetry import __version__
 from coremetry.auth import TOKEN_PREFIX
 from coremetry.config import Config, ConfigError, load_config, render_config
+from coremetry.demo.cli import add_demo_parser, prepare_serve_demo, run_demo
 from coremetry.mcp import ROLES, Caller, Server
 from coremetry.server import Security, open_security
 
@@ -58,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", help="where the store and secrets live")
     serve.add_argument("--config", help="a TOML configuration file")
     serve.add_argument("--fixture", action="store_true", help="also serve the test fixture entries")
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="first load the shipped demo telemetry into the data dir (unless it is there)",
+    )
     _log_level_option(serve)
 
     stdio = sub.add_parser("stdio", help="serve MCP as newline-delimited JSON-RPC on stdin/stdout")
@@ -110,6 +118,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     audit_tail.add_argument("-n", type=int, default=50, help="how many (default 50)")
     audit_tail.add_argument("--sub", help="only this identity")
+
+    add_demo_parser(sub)
 
     config = sub.add_parser("config", help="inspect the configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
@@ -178,6 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command in ("user", "token", "audit"):
         return _admin(args, config)
+    if args.command == "demo":
+        return run_demo(args, config)
+    if args.command == "serve" and args.demo and (status := prepare_serve_demo(config)):
+        return status
     _setup_logging(str(args.log_level))
     from coremetry.server import build_mcp_server, serve
 

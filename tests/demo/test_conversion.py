@@ -5,27 +5,33 @@ modules, independently of the converter, and compared with the shipped gzip'd OT
 with this file's own minimal msgspec Structs of the OTLP JSON mapping).
 """
 
-import csv
 import gzip
 import json
 import math
 import subprocess
 import sys
 from collections import Counter
-from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Final, TypeVar
 
 import msgspec
-from conftest import REPO, SHARED
+from conftest import REPO
 
 from coremetry.demo.manifest import DataFile, Dataset, read_data_file, read_manifest
 from coremetry.store.model import SpanKind, StatusCode
 
-NEZHA: Final = SHARED / "data" / "nezha"
-ZIPKIN: Final = SHARED / "data" / "zipkin"
-DAY: Final = "2023-01-30"
+from ._support import (
+    DAY,
+    NEZHA,
+    ZIPKIN,
+    log_csvs,
+    metric_csvs,
+    parse_timestamp_ns,
+    rows,
+    trace_csvs,
+)
+
 METRIC_KEYS: Final = {"Time", "TimeStamp", "PodName", "ServiceName"}
 T = TypeVar("T")
 
@@ -137,25 +143,6 @@ class Metrics(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 
     def metrics(self) -> list[Metric]:
         return [m for r in self.resource_metrics for s in r.scope_metrics for m in s.metrics]
-
-
-def rows(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
-
-
-def trace_csvs() -> list[Path]:
-    return sorted((NEZHA / "construct_data" / DAY / "trace").glob("*.csv")) + sorted(
-        (NEZHA / "rca_data" / DAY / "trace").glob("*.csv")
-    )
-
-
-def log_csvs() -> list[Path]:
-    return sorted((NEZHA / "rca_data" / DAY / "log").glob("*.csv"))
-
-
-def metric_csvs() -> list[Path]:
-    return sorted((NEZHA / "rca_data" / DAY / "metric").glob("*.csv"))
 
 
 def nezha() -> Dataset:
@@ -278,12 +265,6 @@ def test_span_kind_is_derived_from_the_tree() -> None:
         assert span.kind == want, key
         kinds[want] += 1
     assert set(kinds) == {SpanKind.SERVER, SpanKind.CLIENT, SpanKind.INTERNAL}
-
-
-def parse_timestamp_ns(text: str) -> int:
-    whole, _, fraction = text.rstrip("Z").partition(".")
-    seconds = int(datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp())
-    return seconds * 10**9 + int((fraction + "0" * 9)[:9])
 
 
 def test_log_records_are_exactly_the_csv_rows_with_repaired_times() -> None:

@@ -63,7 +63,7 @@ class Dataset(msgspec.Struct, frozen=True, kw_only=True):
         name: a stable identifier (``nezha-trainticket-2023-01-30``).
         title: one line for people.
         source: upstream repository URL; ``commit``: the upstream commit copied.
-        license: SPDX id and where the text is; ``license_file``: that text's path.
+        license: the SPDX licence id; ``license_file``: the licence text's path.
         last_event_unix_nano: the dataset's latest event time (unix ns), as recorded.
         faults: path of the fault list (``faults.json``), ``""`` when it has none.
         fault_count: how many faults it lists.

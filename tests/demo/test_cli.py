@@ -1,0 +1,106 @@
+"""``coremetry demo load`` and ``coremetry serve --demo`` as a user runs them: processes."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Final
+
+import httpx
+import trio
+
+from coremetry.demo import demo_state
+from coremetry.store.sqlite import open_sqlite_store
+
+LIMIT_S: Final = 120.0
+"""Hang guard: a hang fails, a slow machine does not."""
+
+LISTENING: Final = re.compile(r"listening on (http://127\.0\.0\.1:\d+)\n")
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "coremetry", *args]
+
+
+def env_without_coremetry() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COREMETRY_")}
+    env["COREMETRY_DATA_DIR"] = tempfile.mkdtemp(prefix="coremetry-test-")  # never the user's
+    return env
+
+
+async def run(*args: str) -> tuple[int, str, str]:
+    done = await trio.run_process(
+        command(*args),
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env=env_without_coremetry(),
+    )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+async def test_demo_load_prints_what_it_stored_and_is_idempotent(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    with trio.fail_after(LIMIT_S):
+        status, out, err = await run("demo", "load", "--data-dir", str(data_dir))
+        assert status == 0, err
+        assert f"loaded the demo into {data_dir / 'telemetry.db'}" in out
+        assert "21669 spans (87 with status ERROR), 2169 log records, 144495 metric points" in out
+        assert "(12 h 21 min)" in out  # the Nezha day, ending now
+        assert f"17 injected faults (shifted alike) in {data_dir / 'demo' / 'faults.json'}" in out
+        assert "smartthings-mobile-web-install (Apache-2.0)" in out
+        assert "loading nezha-trainticket-2023-01-30 (21 files)..." in err
+
+        again_status, again, _ = await run("demo", "load", "--data-dir", str(data_dir))
+        assert again_status == 0
+        assert "the demo is already in" in again
+        assert "nothing to do" in again
+        async with open_sqlite_store(data_dir / "telemetry.db") as store:
+            stats = await store.statistics()
+    assert (stats.log_count, stats.metric_point_count) == (2169, 144495)
+
+
+async def test_demo_load_names_a_bad_data_dir(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with trio.fail_after(LIMIT_S):
+        status, out, err = await run("demo", "load", "--data-dir", str(blocker / "data"))
+    assert status == 1
+    assert out == ""
+    assert err.startswith("coremetry: demo load failed:")
+    assert str(blocker) in err
+
+
+async def test_serve_demo_loads_then_serves(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    with trio.fail_after(LIMIT_S):
+        process = await trio.lowlevel.open_process(
+            command("serve", "--demo", "--port", "0", "--data-dir", str(data_dir)),
+            stderr=subprocess.PIPE,
+            env=env_without_coremetry(),
+        )
+        assert process.stderr is not None
+        try:
+            stderr = bytearray()
+            while (match := LISTENING.search(stderr.decode())) is None:
+                chunk = await process.stderr.receive_some(4096)
+                assert chunk, f"the server exited early: {bytes(stderr)!r}"
+                stderr.extend(chunk)
+            text = stderr.decode()
+            assert text.index("loaded the demo into") < text.index("listening on")
+            state = demo_state(data_dir)
+            assert state is not None
+            assert state.state == "loaded"
+            async with httpx.AsyncClient(timeout=LIMIT_S) as client:
+                health = await client.get(match.group(1) + "/healthz")
+            assert health.status_code == 200
+            async with open_sqlite_store(data_dir / "telemetry.db") as store:
+                stats = await store.statistics()  # a second reader while the server runs
+            assert stats.newest_unix_nano == state.started_unix_nano
+        finally:
+            process.send_signal(signal.SIGTERM)
+            await process.wait()
+    assert process.returncode == 0
