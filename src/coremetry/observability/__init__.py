@@ -1,0 +1,44 @@
+"""The Coremetry tools, resources and prompts: what a model sees of the telemetry store.
+
+:func:`register_observability` puts every entry on a :class:`~coremetry.mcp.Server`. The
+package reads only through the :class:`~coremetry.store.TelemetryStore` protocol and knows the
+protocol core's registry types, nothing of HTTP (``shared/DESIGN.md`` §2). Modules:
+
+- :mod:`.ranges`: time windows in (``range``/``start``/``end``) and times out (RFC 3339);
+- :mod:`.budget`: the output budget every result passes through, and opaque cursors;
+- :mod:`.trace_analysis`: trace tree, self time, clock skew, critical path (pure);
+- :mod:`.origin`: the likely origin of slowness (whose critical-path time grew);
+- :mod:`.tools`: the tool handlers and their argument Structs;
+- :mod:`.descriptions`: the full and compact tool descriptions;
+- :mod:`.entries`: resources, templates, prompts and completion;
+- :mod:`.registration`: the wiring, and the store-error classification;
+- :mod:`.cli`: ``coremetry tools --catalog compact|full``.
+"""
+
+from .budget import DEFAULT_BUDGET_BYTES as DEFAULT_BUDGET_BYTES
+from .budget import MIN_BUDGET_BYTES as MIN_BUDGET_BYTES
+from .budget import Shaped as Shaped
+from .budget import Trimmable as Trimmable
+from .budget import fit as fit
+from .registration import TOOL_NAMES as TOOL_NAMES
+from .registration import register_observability as register_observability
+from .registration import register_store_errors as register_store_errors
+from .tools import DETECTION_NOTE as DETECTION_NOTE
+from .tools import ObservabilityTools as ObservabilityTools
+from .trace_analysis import TraceAnalysis as TraceAnalysis
+from .trace_analysis import analyse_trace as analyse_trace
+
+__all__ = [
+    "DEFAULT_BUDGET_BYTES",
+    "DETECTION_NOTE",
+    "MIN_BUDGET_BYTES",
+    "ObservabilityTools",
+    "Shaped",
+    "TOOL_NAMES",
+    "TraceAnalysis",
+    "Trimmable",
+    "analyse_trace",
+    "fit",
+    "register_observability",
+    "register_store_errors",
+]

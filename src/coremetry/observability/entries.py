@@ -1,0 +1,437 @@
+"""Resources, resource templates, prompts and completion over the tools' handlers.
+
+Resources (``application/json``, viewer floor, the tools' output budget), windows anchored on
+the newest stored data (:mod:`.anchoring`):
+
+================================  =========================================================
+URI                               contents
+================================  =========================================================
+``coremetry://services``          ``list_services`` over the last 24 h of stored data
+``coremetry://service/{name}``    ``get_service`` of that service, same window
+``coremetry://trace/{trace_id}``  ``get_trace`` (first page of the tree)
+``coremetry://logs/{service}``    the service's 50 newest log records, same window
+``coremetry://metric/{name}``     ``query_metric`` of that metric (10 series), same window
+``coremetry://problems``          ``list_problems``
+``coremetry://problem/{id}``      ``get_problem`` (not found until detection is available)
+================================  =========================================================
+
+Prompts fetch the data and embed it (JSON in a fenced block after a short instruction), so
+the model can reason without a follow-up call; each message stays within the output budget:
+``explain_trace(trace_id)``, ``suggest_runbook(problem_id | service)``,
+``compare_deploys(service, from_version?, to_version?)``, ``investigate_service(service,
+range?)``, ``triage_brief(range?)``. A missing required argument is ``-32602`` naming it
+(the dispatcher checks declared ones; ``suggest_runbook`` checks its either-or itself).
+
+Completion suggests service names, trace ids, metric names and versions (prefix match first,
+then substring), from the last 24 h of stored data.
+"""
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+import msgspec
+
+from coremetry.mcp import CallContext, ProtocolError, codes
+from coremetry.store import (
+    MAX_LIMIT,
+    Aggregation,
+    LogQuery,
+    MetricQuery,
+    QueryRejected,
+    TelemetryStore,
+    TimeRange,
+    TraceQuery,
+)
+
+from ._reading import stored_extent
+from .anchoring import anchored_args
+from .budget import JsonObject, Shaped, Trimmable, fit
+from .origin import likely_origin
+from .ranges import RangeArgs, auto_step_ns, resolve_range, rfc3339
+from .tools import (
+    DETECTION_NOTE,
+    SEVERITIES,
+    CompareDeploysArgs,
+    GetProblemArgs,
+    GetServiceArgs,
+    GetTraceArgs,
+    ListProblemsArgs,
+    ListServicesArgs,
+    ObservabilityTools,
+    QueryMetricArgs,
+    SearchLogsArgs,
+    SearchTracesArgs,
+    log_row,
+    service_row,
+)
+
+__all__ = ["ObservabilityEntries"]
+
+_JSON: Final = msgspec.json.Encoder()
+_MAX_SUGGESTIONS: Final = 100
+
+
+def _match(values: Sequence[str], partial: str) -> list[str]:
+    """Prefix matches first, then substring matches (case-insensitive), each sorted."""
+    needle = partial.lower()
+    prefix = sorted(v for v in values if v.lower().startswith(needle))
+    inner = sorted(v for v in values if needle in v.lower() and not v.lower().startswith(needle))
+    return (prefix + inner)[:_MAX_SUGGESTIONS]
+
+
+class ObservabilityEntries:
+    """Resource, template and prompt handlers plus completers, over :class:`ObservabilityTools`.
+
+    Args:
+        tools: the tool handlers (and their store).
+        budget_bytes: the output budget of every resource and prompt message, in bytes.
+    """
+
+    def __init__(self, tools: ObservabilityTools, budget_bytes: int) -> None:
+        self.tools = tools
+        self.store: TelemetryStore = tools.store
+        self.budget_bytes = budget_bytes
+
+    async def _window(self, range_text: str | None = None) -> RangeArgs:
+        return await anchored_args(self.store, range_text, self.tools.clock())
+
+    def _text(self, shaped: Shaped) -> str:
+        return _JSON.encode(fit(shaped, self.budget_bytes)).decode()
+
+    # ---- resources ------------------------------------------------------------------------
+
+    async def services(self, uri: str, ctx: CallContext) -> str:
+        """``coremetry://services``."""
+        window = await self._window()
+        args = ListServicesArgs(start=window.start, end=window.end)
+        return self._text(await self.tools.list_services(args, ctx))
+
+    async def service(self, uri: str, variables: Mapping[str, str], ctx: CallContext) -> str:
+        """``coremetry://service/{name}``."""
+        window = await self._window()
+        args = GetServiceArgs(service=variables["name"], start=window.start, end=window.end)
+        return self._text(await self.tools.get_service(args, ctx))
+
+    async def trace(self, uri: str, variables: Mapping[str, str], ctx: CallContext) -> str:
+        """``coremetry://trace/{trace_id}``."""
+        args = GetTraceArgs(trace_id=variables["trace_id"])
+        return self._text(await self.tools.get_trace(args, ctx))
+
+    async def logs(self, uri: str, variables: Mapping[str, str], ctx: CallContext) -> str:
+        """``coremetry://logs/{service}``."""
+        window = await self._window()
+        args = SearchLogsArgs(service=variables["service"], start=window.start, end=window.end)
+        return self._text(await self.tools.search_logs(args, ctx))
+
+    async def metric(self, uri: str, variables: Mapping[str, str], ctx: CallContext) -> str:
+        """``coremetry://metric/{name}``."""
+        window = await self._window()
+        args = QueryMetricArgs(name=variables["name"], start=window.start, end=window.end)
+        return self._text(await self.tools.query_metric(args, ctx))
+
+    async def problems(self, uri: str, ctx: CallContext) -> str:
+        """``coremetry://problems``."""
+        window = await self._window()
+        args = ListProblemsArgs(start=window.start, end=window.end)
+        return self._text(await self.tools.list_problems(args, ctx))
+
+    async def problem(self, uri: str, variables: Mapping[str, str], ctx: CallContext) -> str:
+        """``coremetry://problem/{id}``."""
+        args = GetProblemArgs(problem_id=variables["id"])
+        return self._text(await self.tools.get_problem(args, ctx))
+
+    # ---- completion -------------------------------------------------------------------------
+
+    async def _service_names(self) -> list[str]:
+        window = resolve_range(await self._window(), self.tools.clock())
+        page = await self.store.services(window.time_range, limit=MAX_LIMIT)
+        return [s.service_name for s in page.items]
+
+    async def _trace_ids(self, service: str | None) -> list[str]:
+        window = resolve_range(await self._window(), self.tools.clock())
+        page = await self.store.search_traces(
+            TraceQuery(time_range=window.time_range, service_name=service or None), limit=200
+        )
+        return [t.trace_id for t in page.items]
+
+    async def _metric_names(self, partial: str) -> list[str]:
+        extent = await stored_extent(self.store)
+        if extent is None:
+            return []
+        page = await self.store.metric_names(extent, limit=1000)
+        return [d.name for d in page.items]
+
+    async def _versions(self, service: str | None) -> list[str]:
+        extent = await stored_extent(self.store)
+        if extent is None or not service:
+            return []
+        records = await self.store.deploys(extent, limit=1000, service_name=service)
+        return sorted({r.version for r in records})
+
+    async def complete(
+        self, argument: str, partial: str, context: Mapping[str, str]
+    ) -> Sequence[str]:
+        """Suggest values for an argument or template variable (see the module docstring)."""
+        if argument in ("service", "name_service"):
+            return _match(await self._service_names(), partial)
+        if argument == "trace_id":
+            return _match(await self._trace_ids(context.get("service")), partial)
+        if argument in ("from_version", "to_version"):
+            return _match(await self._versions(context.get("service")), partial)
+        return []
+
+    async def complete_service_template(
+        self, argument: str, partial: str, context: Mapping[str, str]
+    ) -> Sequence[str]:
+        """Completer of the templates whose variable is a service name."""
+        return _match(await self._service_names(), partial)
+
+    async def complete_metric_template(
+        self, argument: str, partial: str, context: Mapping[str, str]
+    ) -> Sequence[str]:
+        """Completer of ``coremetry://metric/{name}``."""
+        return _match(await self._metric_names(partial), partial)
+
+    async def complete_trace_template(
+        self, argument: str, partial: str, context: Mapping[str, str]
+    ) -> Sequence[str]:
+        """Completer of ``coremetry://trace/{trace_id}``."""
+        return _match(await self._trace_ids(None), partial)
+
+    async def complete_nothing(
+        self, argument: str, partial: str, context: Mapping[str, str]
+    ) -> Sequence[str]:
+        """Completer with no suggestions (problem ids: detection is not available yet)."""
+        return []
+
+    # ---- prompts ----------------------------------------------------------------------------
+
+    def _message(self, instruction: str, shaped: Shaped) -> str:
+        """The instruction and the data, the whole text within the output budget."""
+        frame = f"{instruction}\n\nData (JSON):\n```json\n\n```"
+        room = self.budget_bytes - len(frame.encode()) - 2
+        data = _JSON.encode(fit(shaped, max(1024, room))).decode()
+        return f"{instruction}\n\nData (JSON):\n```json\n{data}\n```"
+
+    async def explain_trace(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
+        """``explain_trace(trace_id)``."""
+        trace_id = arguments["trace_id"]
+        shaped = await self.tools.get_trace(GetTraceArgs(trace_id=trace_id, limit=60), ctx)
+        return self._message(
+            f"Explain trace {trace_id}: what the request did, where the time went (the critical "
+            "path, the dominant span, and which service a caller was waiting on), and any "
+            "errors. Use only the data below; say when something is not in it. For a large "
+            "trace, get_trace with the cursor shows the remaining spans.",
+            shaped,
+        )
+
+    async def suggest_runbook(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
+        """``suggest_runbook(problem_id | service)``."""
+        problem_id = arguments.get("problem_id", "").strip()
+        service = arguments.get("service", "").strip()
+        if not problem_id and not service:
+            raise ProtocolError(
+                codes.INVALID_PARAMS,
+                "Missing required argument(s) for prompt 'suggest_runbook': problem_id or "
+                "service (give one)",
+                {"missing": ["problem_id", "service"]},
+            )
+        if problem_id:
+            await self.tools.get_problem(GetProblemArgs(problem_id=problem_id), ctx)
+        window = await self._window()
+        overview = await self.tools.get_service(
+            GetServiceArgs(service=service, start=window.start, end=window.end), ctx
+        )
+        logs = await self.tools.search_logs(
+            SearchLogsArgs(
+                service=service, min_severity="ERROR", limit=10, start=window.start, end=window.end
+            ),
+            ctx,
+        )
+        body: JsonObject = {
+            "service": fit(overview, self.budget_bytes * 2 // 3),
+            "error_logs": logs.body.get("records", []),
+        }
+        return self._message(
+            f"Suggest a runbook for {service}: how to confirm the issue, mitigate it and verify "
+            "recovery, as numbered steps with the tool call or command for each. Ground every "
+            "step in the data below (likely_origin, edges, error logs); mark assumptions.",
+            Shaped(body, [Trimmable(("error_logs",))]),
+        )
+
+    async def compare_deploys(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
+        """``compare_deploys(service, from_version?, to_version?)``."""
+        window = await self._window("30d")
+        args = CompareDeploysArgs(
+            service=arguments["service"],
+            from_version=arguments.get("from_version") or None,
+            to_version=arguments.get("to_version") or None,
+            start=window.start,
+            end=window.end,
+        )
+        shaped = await self.tools.compare_deploys(args, ctx)
+        return self._message(
+            f"Compare {arguments['service']} before and after the version change below: did "
+            "latency or errors change, in which operations, and is the deploy a plausible "
+            "cause? Note that traffic mix may differ between the two windows.",
+            shaped,
+        )
+
+    async def investigate_service(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
+        """``investigate_service(service, range?)``."""
+        service = arguments["service"]
+        window = await self._window(arguments.get("range") or None)
+        overview = await self.tools.get_service(
+            GetServiceArgs(service=service, start=window.start, end=window.end), ctx
+        )
+        red = overview.body.get("red")
+        p95 = red.get("p95_ms") if isinstance(red, dict) else None
+        slow = await self.tools.search_traces(
+            SearchTracesArgs(
+                service=service,
+                min_duration_ms=float(p95) if isinstance(p95, int | float) else None,
+                limit=5,
+                start=window.start,
+                end=window.end,
+            ),
+            ctx,
+        )
+        logs = await self.tools.search_logs(
+            SearchLogsArgs(
+                service=service, min_severity="WARN", limit=10, start=window.start, end=window.end
+            ),
+            ctx,
+        )
+        body: JsonObject = {
+            "service": fit(overview, self.budget_bytes // 2),
+            "slow_traces": slow.body.get("traces", []),
+            "warn_and_error_logs": logs.body.get("records", []),
+        }
+        return self._message(
+            f"Investigate {service}: is it healthy? If not, is the cause in {service} itself or "
+            "in a service it calls (see likely_origin: a slow callee makes its callers slow)? "
+            "Cite trace ids, log lines and figures from the data; end with next steps.",
+            Shaped(body, [Trimmable(("warn_and_error_logs",)), Trimmable(("slow_traces",))]),
+        )
+
+    async def triage_brief(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
+        """``triage_brief(range?)``."""
+        shaped = await self.triage_data(arguments.get("range") or None, ctx)
+        origin = shaped.body.get("likely_origin")
+        lead = origin.get("summary") if isinstance(origin, dict) else None
+        return self._message(
+            "Write a triage brief of this system for an on-call engineer: lead with the likely "
+            "origin, then the affected services, the evidence (slow traces, error logs, metric "
+            "shifts), and the next checks. Use only the data below."
+            + (f"\nLikely origin, as computed: {lead}" if isinstance(lead, str) else ""),
+            shaped,
+        )
+
+    async def triage_data(self, range_text: str | None, ctx: CallContext) -> Shaped:
+        """The data of ``triage_brief``: likely origin first, then the supporting evidence."""
+        window_args = await self._window(range_text)
+        window = resolve_range(window_args, self.tools.clock())
+        tr = window.time_range
+        summaries = (await self.store.services(tr, limit=MAX_LIMIT)).items
+        edges = await self.store.service_edges(tr, limit=MAX_LIMIT)
+        await ctx.report_progress(1, 3, "analysing slow traces")
+        origin = await likely_origin(
+            self.store,
+            tr,
+            summaries,
+            edges,
+            slow_traces=self.tools.origin_slow_traces,
+            typical_traces=self.tools.origin_typical_traces,
+        )
+        await ctx.report_progress(2, 3, "reading logs and metrics")
+        logs = await self.store.search_logs(
+            LogQuery(time_range=tr, min_severity_number=SEVERITIES["ERROR"]), limit=200
+        )
+        by_service: dict[str, int] = {}
+        for record in logs.items:
+            by_service[record.service_name] = by_service.get(record.service_name, 0) + 1
+        ranked_services = sorted(
+            summaries, key=lambda s: (-s.error_rate, -(s.p95_duration_ns or 0), s.service_name)
+        )
+        body: JsonObject = {
+            "window": window.as_json(),
+            "window_anchor": "ends at the newest stored record",
+            "likely_origin": origin,
+            "problems": [],
+            "problems_note": DETECTION_NOTE,
+            "error_logs": {
+                "sampled": len(logs.items),
+                "sample_is_complete": logs.next_cursor is None,
+                "by_service": dict(sorted(by_service.items(), key=lambda item: -item[1])),
+                "examples": [log_row(r) for r in logs.items[:5]],
+            },
+            "metric_shifts": await self._metric_shifts(tr),
+            "metric_shifts_method": "per service and latency metric: peak bucket (max) against "
+            "the median bucket in the window; a heuristic, not a detector",
+            "services": [service_row(s, tr) for s in ranked_services],
+            "truncated": False,
+        }
+        if not summaries:
+            extent = await stored_extent(self.store)
+            body["note"] = "no spans in this window" + (
+                f"; stored data spans {rfc3339(extent.start_unix_nano)} .. "
+                f"{rfc3339(extent.end_unix_nano - 1)}"
+                if extent is not None
+                else "; the store is empty"
+            )
+        return Shaped(
+            body,
+            [
+                Trimmable(("services",)),
+                Trimmable(("error_logs", "examples")),
+                Trimmable(("metric_shifts",)),
+                Trimmable(("likely_origin", "candidates")),
+            ],
+        )
+
+    async def _metric_shifts(self, tr: TimeRange) -> list[JsonObject]:
+        names = await self.store.metric_names(tr, limit=1000)
+        latency = [
+            d
+            for d in names.items
+            if ("duration" in d.name.lower() or "latency" in d.name.lower()) and d.type != "sum"
+        ]
+        step = auto_step_ns(tr.end_unix_nano - tr.start_unix_nano, 120, 60 * 1_000_000_000)
+        shifts: list[JsonObject] = []
+        for descriptor in latency[:3]:
+            aggregation: Aggregation = "p95" if descriptor.type == "histogram" else "max"
+            try:
+                series = await self.store.metric_series(
+                    MetricQuery(
+                        name=descriptor.name,
+                        time_range=tr,
+                        step_ns=step,
+                        aggregation=aggregation,
+                        group_by=["service.name"],
+                    ),
+                    limit=200,
+                )
+            except QueryRejected:
+                continue
+            for one in series:
+                values = [v for _t, v in one.points if v == v]
+                if len(values) < 3:
+                    continue
+                median = statistics.median(values)
+                peak_time, peak = max(((t, v) for t, v in one.points if v == v), key=lambda p: p[1])
+                if median <= 0:
+                    continue
+                shifts.append(
+                    {
+                        "service": one.labels.get("service.name", ""),
+                        "metric": descriptor.name,
+                        "unit": one.unit,
+                        "median": round(median, 6),
+                        "peak": round(peak, 6),
+                        "peak_time": rfc3339(peak_time),
+                        "peak_to_median": round(peak / median, 2),
+                    }
+                )
+        shifts.sort(key=lambda s: -float(str(s["peak_to_median"])))
+        return shifts[:8]

@@ -1,0 +1,383 @@
+"""Likely origin of slowness: whose own time on the critical path grew in slow requests.
+
+A slow callee makes every caller slow: the caller's latency *includes* the callee's, so the
+service with the highest raw latency is usually the front door, not the cause. This module
+looks past that, the way an engineer reads traces:
+
+1. **Entry groups.** With a service named, the group is that service; without one, the *entry
+   services* — services with requests that are never a callee in the window (the front doors),
+   at most :data:`MAX_ENTRY_GROUPS`, busiest first — each form a group.
+2. **Samples.** Per group, *slow* traces are those with a span of the group's service at or above
+   that service's p95 entry-span duration (``search_traces`` with ``min_duration_ns``, newest
+   first, at most ``slow_traces``); *typical* traces are the newest traces through the service
+   that are not slow (at most ``typical_traces``). Each trace is read (at most
+   :data:`ANALYSIS_SPANS` spans) and analysed (:mod:`.trace_analysis`).
+3. **Attribution.** Each critical-path segment counts for the service doing the work — or, for a
+   span waiting on a call into another service, for that callee (network and queueing are the
+   callee's latency as its callers see it). With a service named, only segments inside that
+   service's subtrees, or attributed to it, count ("the service and its downstream").
+4. **Growth.** Per service, the mean critical-path time per slow trace minus the mean per typical
+   trace (``excess_ms``). The service whose time grew most is the likely origin. A group with
+   no typical trace gives no baseline and is skipped while another group has one.
+5. **Evidence** for the top candidate: per-edge latency of calls into it, its ERROR-or-worse log
+   records, and its latency metrics' peak against their median in the window.
+
+Cost bound: per group two trace searches plus at most ``slow_traces + typical_traces`` trace
+reads, then at most six more queries for the evidence; everything under the call's deadline.
+The method is a heuristic over samples; the result says which and how many traces it read.
+"""
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from coremetry.store import (
+    Aggregation,
+    LogQuery,
+    MetricQuery,
+    QueryRejected,
+    ServiceEdge,
+    ServiceSummary,
+    TelemetryStore,
+    TimeRange,
+    TraceQuery,
+    TraceSummary,
+)
+
+from ._reading import fetch_trace_spans
+from .budget import JsonObject, shorten
+from .ranges import auto_step_ns, ms, rfc3339
+from .trace_analysis import TraceAnalysis, analyse_trace
+
+__all__ = [
+    "ANALYSIS_SPANS",
+    "MAX_ENTRY_GROUPS",
+    "METHOD",
+    "entry_services",
+    "likely_origin",
+    "metric_shift",
+]
+
+ANALYSIS_SPANS: Final = 2_000
+"""Most spans read per trace for the origin analysis."""
+MAX_ENTRY_GROUPS: Final = 3
+"""Most entry services analysed when no service is named."""
+MIN_REQUESTS: Final = 5
+"""An entry service needs this many requests in the window to have a meaningful p95."""
+ERROR_SEVERITY: Final = 17
+"""OTel severity number of ERROR (ERROR and worse are 17..24)."""
+METHOD: Final = (
+    "critical-path time per slow trace (a span at or above the entry service's p95) minus per "
+    "typical trace, per service; a caller's wait on a call into another service counts for "
+    "the callee"
+)
+
+
+@dataclass
+class _Tally:
+    """Critical-path nanoseconds per service over a set of traces."""
+
+    traces: int = 0
+    own: dict[str, int] = field(default_factory=dict)
+    waiting: dict[str, int] = field(default_factory=dict)
+
+    def add(self, analysis: TraceAnalysis, scope: str | None) -> None:
+        self.traces += 1
+        inside = _scope_nodes(analysis, scope)
+        for segment in analysis.critical_path:
+            target = segment.attributed_service
+            if scope is not None and target != scope and segment.node not in inside:
+                continue
+            bucket = self.waiting if segment.waiting else self.own
+            bucket[target] = bucket.get(target, 0) + segment.duration_ns
+
+    def mean_ns(self, service: str) -> tuple[float, float]:
+        if self.traces == 0:
+            return 0.0, 0.0
+        return (
+            self.own.get(service, 0) / self.traces,
+            self.waiting.get(service, 0) / self.traces,
+        )
+
+    def services(self) -> set[str]:
+        return set(self.own) | set(self.waiting)
+
+
+def _scope_nodes(analysis: TraceAnalysis, scope: str | None) -> set[object]:
+    """Nodes of ``scope`` and everything below them (nodes are in depth-first order)."""
+    if scope is None:
+        return set()
+    inside: set[object] = set()
+    for node in analysis.nodes:
+        if node.service == scope or (node.parent is not None and node.parent in inside):
+            inside.add(node)
+    return inside
+
+
+def entry_services(
+    summaries: Sequence[ServiceSummary], edges: Sequence[ServiceEdge]
+) -> list[ServiceSummary]:
+    """Services with requests that no other service calls in the window, busiest first."""
+    callees = {edge.callee for edge in edges}
+    entries = [
+        s for s in summaries if s.service_name not in callees and s.request_count >= MIN_REQUESTS
+    ]
+    entries.sort(key=lambda s: (-s.request_count, s.service_name))
+    return entries
+
+
+async def _analyse(
+    store: TelemetryStore, summaries: Sequence[TraceSummary], tally: _Tally, scope: str | None
+) -> None:
+    for summary in summaries:
+        spans, _total = await fetch_trace_spans(store, summary.trace_id, max_spans=ANALYSIS_SPANS)
+        if spans:
+            tally.add(analyse_trace(spans), scope)
+
+
+async def metric_shift(
+    store: TelemetryStore, name: str, metric_type: str, window: TimeRange, service: str
+) -> JsonObject | None:
+    """One latency metric of a service: peak against median over the window.
+
+    Gauges and sums are aggregated with ``max`` per bucket (series merged), histograms with
+    ``p95``. Returns ``None`` when the service has no points of it or the store refuses the
+    aggregation.
+    """
+    aggregation: Aggregation = "p95" if metric_type == "histogram" else "max"
+    step = auto_step_ns(window.end_unix_nano - window.start_unix_nano, 120, 60 * 1_000_000_000)
+    try:
+        series = await store.metric_series(
+            MetricQuery(
+                name=name,
+                time_range=window,
+                step_ns=step,
+                aggregation=aggregation,
+                service_name=service,
+                group_by=[],
+            ),
+            limit=1,
+        )
+    except QueryRejected:
+        return None
+    points = [(t, v) for s in series for t, v in s.points if v == v]  # NaN != NaN
+    if not points:
+        return None
+    values = [v for _t, v in points]
+    median = statistics.median(values)
+    peak_time, peak = max(points, key=lambda p: p[1])
+    return {
+        "metric": name,
+        "unit": series[0].unit,
+        "aggregation": aggregation,
+        "step_s": step // 1_000_000_000,
+        "median": round(median, 6),
+        "peak": round(peak, 6),
+        "peak_time": rfc3339(peak_time),
+        "peak_to_median": round(peak / median, 2) if median > 0 else None,
+        "last": round(points[-1][1], 6),
+    }
+
+
+async def _evidence(store: TelemetryStore, window: TimeRange, service: str) -> JsonObject:
+    edges = await store.service_edges(window, limit=50, service_name=service)
+    calls_into = [
+        {
+            "caller": e.caller,
+            "calls": e.call_count,
+            "errors": e.error_count,
+            "p50_ms": ms(e.p50_duration_ns),
+            "p95_ms": ms(e.p95_duration_ns),
+        }
+        for e in edges
+        if e.callee == service and e.caller != service
+    ][:5]
+    logs = await store.search_logs(
+        LogQuery(time_range=window, service_name=service, min_severity_number=ERROR_SEVERITY),
+        limit=3,
+    )
+    error_logs: JsonObject = {
+        "count": logs.total if logs.total is not None else len(logs.items),
+        "count_is_lower_bound": logs.total is None and logs.next_cursor is not None,
+        "examples": [
+            {
+                "time": rfc3339(r.time_unix_nano),
+                "severity": r.severity_text or str(r.severity_number),
+                "body": shorten(r.body, 200),
+                "trace_id": r.trace_id or None,
+            }
+            for r in logs.items[:2]
+        ],
+    }
+    names = await store.metric_names(window, limit=1000)
+    latency = [
+        d for d in names.items if "duration" in d.name.lower() or "latency" in d.name.lower()
+    ]
+    latency.sort(key=lambda d: (0 if "server" in d.name.lower() else 1, d.name))
+    metrics: list[JsonObject] = []
+    for descriptor in latency[:4]:
+        shift = await metric_shift(store, descriptor.name, descriptor.type, window, service)
+        if shift is not None:
+            metrics.append(shift)
+        if len(metrics) == 2:
+            break
+    return {"calls_into": calls_into, "error_logs": error_logs, "latency_metrics": metrics}
+
+
+async def likely_origin(
+    store: TelemetryStore,
+    window: TimeRange,
+    summaries: Sequence[ServiceSummary],
+    edges: Sequence[ServiceEdge],
+    *,
+    service: str | None = None,
+    slow_traces: int = 20,
+    typical_traces: int = 20,
+    evidence: bool = True,
+) -> JsonObject:
+    """Name the service whose own critical-path time grew most in slow traces (module doc).
+
+    Args:
+        store: the store.
+        window: the window to analyse.
+        summaries: ``store.services(window)`` (RED of every service).
+        edges: ``store.service_edges(window)`` (used to find entry services).
+        service: analyse this service and its downstream; ``None`` for the whole system.
+        slow_traces: most slow traces read per group.
+        typical_traces: most typical traces read per group.
+        evidence: also gather per-edge latency, error logs and metrics for the top candidate.
+
+    Returns:
+        A JSON object: ``service`` (the likely origin, or ``None``), ``summary`` (one
+        sentence), ``candidates`` (top 5 with ``excess_ms``, ``slow_trace_ms``,
+        ``typical_trace_ms``, ``own_ms``, ``callers_waiting_ms``), ``highest_raw_latency``,
+        ``slow_traces`` (the three slowest read), ``traces_analysed``, ``method``, and
+        ``evidence`` when asked.
+
+    Raises:
+        QueryRejected, StoreUnavailable, StoreClosed: from the store.
+    """
+    by_name = {s.service_name: s for s in summaries}
+    if service is not None:
+        own = by_name.get(service)
+        groups = [own] if own is not None else []
+    else:
+        groups = entry_services(summaries, edges)[:MAX_ENTRY_GROUPS]
+    tallies: list[tuple[_Tally, _Tally]] = []
+    slow_seen: list[TraceSummary] = []
+    for group in groups:
+        threshold = group.p95_duration_ns if group.request_count >= MIN_REQUESTS else None
+        slow_page = await store.search_traces(
+            TraceQuery(
+                time_range=window, service_name=group.service_name, min_duration_ns=threshold
+            ),
+            limit=slow_traces,
+        )
+        slow_ids = {t.trace_id for t in slow_page.items}
+        typical_page = await store.search_traces(
+            TraceQuery(time_range=window, service_name=group.service_name),
+            limit=typical_traces + len(slow_ids),
+        )
+        usual = [t for t in typical_page.items if t.trace_id not in slow_ids][:typical_traces]
+        slow_tally, typical_tally = _Tally(), _Tally()
+        await _analyse(store, slow_page.items, slow_tally, service)
+        await _analyse(store, usual, typical_tally, service)
+        tallies.append((slow_tally, typical_tally))
+        slow_seen.extend(slow_page.items)
+    with_baseline = [pair for pair in tallies if pair[0].traces and pair[1].traces]
+    used = with_baseline or [pair for pair in tallies if pair[0].traces]
+    rows: dict[str, list[float]] = {}
+    for slow, typical in used:
+        for name in slow.services() | typical.services():
+            slow_own, slow_wait = slow.mean_ns(name)
+            typical_own, typical_wait = typical.mean_ns(name)
+            row = rows.setdefault(name, [0.0, 0.0, 0.0, 0.0, 0.0])
+            row[0] += (slow_own + slow_wait) - (typical_own + typical_wait)
+            row[1] += slow_own + slow_wait
+            row[2] += typical_own + typical_wait
+            row[3] += slow_own
+            row[4] += slow_wait
+    ranked = sorted(rows.items(), key=lambda item: (-item[1][0], item[0]))
+    candidates: list[JsonObject] = [
+        {
+            "service": name,
+            "excess_ms": ms(row[0]),
+            "slow_trace_ms": ms(row[1]),
+            "typical_trace_ms": ms(row[2]),
+            "own_ms": ms(row[3]),
+            "callers_waiting_ms": ms(row[4]),
+        }
+        for name, row in ranked[:5]
+    ]
+    top = ranked[0][0] if ranked and ranked[0][1][0] > 0 else None
+    in_scope = [by_name[name] for name in rows if name in by_name] or list(summaries)
+    raw = max(
+        (s for s in in_scope if s.p95_duration_ns is not None),
+        key=lambda s: (s.p95_duration_ns or 0, s.service_name),
+        default=None,
+    )
+    slowest = sorted(slow_seen, key=lambda t: -t.duration_ns)[:3]
+    result: JsonObject = {
+        "service": top,
+        "summary": _sentence(top, rows, raw, bool(with_baseline), service),
+        "candidates": candidates,
+        "highest_raw_latency": (
+            None
+            if raw is None
+            else {"service": raw.service_name, "p95_ms": ms(raw.p95_duration_ns)}
+        ),
+        "slow_traces": [
+            {
+                "trace_id": t.trace_id,
+                "duration_ms": ms(t.duration_ns),
+                "start": rfc3339(t.start_time_unix_nano),
+                "root": f"{t.root_service_name} {t.root_name}",
+            }
+            for t in slowest
+        ],
+        "traces_analysed": {
+            "slow": sum(slow.traces for slow, _ in tallies),
+            "typical": sum(typical.traces for _, typical in tallies),
+        },
+        "method": METHOD,
+    }
+    if evidence and top is not None:
+        result["evidence"] = await _evidence(store, window, top)
+    return result
+
+
+def _sentence(
+    top: str | None,
+    rows: dict[str, list[float]],
+    raw: ServiceSummary | None,
+    baseline: bool,
+    scope: str | None,
+) -> str:
+    if top is None:
+        where = f"{scope} or its downstream" if scope else "any service"
+        return (
+            f"No slow traces with a grown critical path were found for {where} in this window; "
+            "nothing points at an origin."
+        )
+    excess, _slow, _typical, own, waiting = rows[top]
+    parts = [
+        f"{top} is the likely origin: its time on the critical path of slow traces is "
+        f"{ms(excess):,.0f} ms per trace above typical traces"
+        if baseline
+        else f"{top} is the likely origin: it holds the most critical-path time in slow traces "
+        "(no typical traces to compare with)"
+    ]
+    if waiting > own:
+        parts.append(
+            f" (mostly callers waiting on its calls, {ms(waiting):,.0f} ms: network or queueing "
+            "before its own spans)"
+        )
+    else:
+        parts.append(f" (mostly in its own spans, {ms(own):,.0f} ms)")
+    if raw is not None and raw.service_name != top:
+        parts.append(
+            f". {raw.service_name} shows the highest raw p95 latency "
+            f"({ms(raw.p95_duration_ns):,.0f} ms) because its requests include those calls"
+        )
+    return "".join(parts) + "."

@@ -1,0 +1,292 @@
+"""``register_observability``: every Coremetry tool, resource, template and prompt on a server.
+
+Each tool handler returns a :class:`~.budget.Shaped` result; the wrapper made here passes it
+through :func:`~.budget.fit` with the configured budget before the dispatcher sees it, so no
+tool can exceed the output budget (resources and prompts fit their text the same way in
+:mod:`.entries`). The store's errors are mapped onto the tool-error classes here, because the
+store package never imports the protocol core (``coremetry.store.errors``):
+
+==========================  =======================  ==========================================
+store exception             tool error               detail
+==========================  =======================  ==========================================
+``QueryRejected``           ``bad_args``             its message (names the field)
+``StoreUnavailable``        ``backend_unavailable``  generic sentence
+``StoreClosed``             ``backend_unavailable``  generic sentence
+==========================  =======================  ==========================================
+
+Every entry is read-only (``readOnlyHint: true``) with the viewer floor (``min_role=""``).
+"""
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar
+
+import msgspec
+
+from coremetry.mcp import (
+    CallContext,
+    Prompt,
+    PromptArgument,
+    Resource,
+    ResourceTemplate,
+    Server,
+    Tool,
+    ToolErrorKind,
+    register_error_class,
+)
+from coremetry.mcp.registry import ToolOutput
+from coremetry.mcp.wire import ToolAnnotations
+from coremetry.store import QueryRejected, StoreClosed, StoreUnavailable, TelemetryStore
+
+from .budget import DEFAULT_BUDGET_BYTES, MIN_BUDGET_BYTES, Shaped, fit
+from .descriptions import DESCRIPTIONS, SHORT_DESCRIPTIONS
+from .entries import ObservabilityEntries
+from .tools import (
+    CompareDeploysArgs,
+    GetProblemArgs,
+    GetServiceArgs,
+    GetServiceMapArgs,
+    GetTraceArgs,
+    ListAnomaliesArgs,
+    ListDeploysArgs,
+    ListMetricsArgs,
+    ListProblemsArgs,
+    ListServicesArgs,
+    ObservabilityTools,
+    QueryMetricArgs,
+    SearchLogsArgs,
+    SearchTracesArgs,
+)
+
+__all__ = ["TOOL_NAMES", "register_observability", "register_store_errors"]
+
+ArgsT = TypeVar("ArgsT", bound=msgspec.Struct)
+
+TOOL_NAMES: Final = tuple(DESCRIPTIONS)
+"""Every tool this package registers, in catalog order."""
+
+_STORE_HINT: Final = (
+    "The telemetry store did not answer. Retry once; if it fails again, say which data could "
+    "not be read."
+)
+
+
+def register_store_errors() -> None:
+    """Map the store's exceptions onto the tool-error classes (idempotent; table above)."""
+    register_error_class(QueryRejected, ToolErrorKind.BAD_ARGS, keep_message=True)
+    register_error_class(StoreUnavailable, ToolErrorKind.BACKEND_UNAVAILABLE, hint=_STORE_HINT)
+    register_error_class(StoreClosed, ToolErrorKind.BACKEND_UNAVAILABLE, hint=_STORE_HINT)
+
+
+def _budgeted(
+    method: Callable[[ArgsT, CallContext], Awaitable[Shaped]], budget_bytes: int
+) -> Callable[[ArgsT, CallContext], Awaitable[ToolOutput]]:
+    async def handler(args: ArgsT, ctx: CallContext) -> ToolOutput:
+        return fit(await method(args, ctx), budget_bytes)
+
+    return handler
+
+
+def _tool(
+    name: str,
+    args: type[ArgsT],
+    method: Callable[[ArgsT, CallContext], Awaitable[Shaped]],
+    budget_bytes: int,
+) -> Tool[ArgsT]:
+    return Tool(
+        name,
+        DESCRIPTIONS[name],
+        args,
+        _budgeted(method, budget_bytes),
+        short_description=SHORT_DESCRIPTIONS[name],
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+        title=name.replace("_", " ").capitalize(),
+        min_role="",
+    )
+
+
+def register_observability(
+    server: Server,
+    store: TelemetryStore,
+    *,
+    budget_bytes: int = DEFAULT_BUDGET_BYTES,
+    clock: Callable[[], int] = time.time_ns,
+) -> ObservabilityTools:
+    """Register every Coremetry tool, resource, template and prompt on ``server``.
+
+    Args:
+        server: the dispatcher.
+        store: where telemetry is read from (the caller owns it and closes it).
+        budget_bytes: the output budget of every result, in bytes of compact JSON.
+        clock: the current time in unix nanoseconds (tests pin it).
+
+    Returns:
+        The tool handlers (for tests and benchmarks that call them directly).
+
+    Raises:
+        ValueError: ``budget_bytes`` is below :data:`~.budget.MIN_BUDGET_BYTES`.
+    """
+    if budget_bytes < MIN_BUDGET_BYTES:
+        raise ValueError(f"budget_bytes must be at least {MIN_BUDGET_BYTES}")
+    register_store_errors()
+    tools = ObservabilityTools(store, clock=clock)
+    entries = ObservabilityEntries(tools, budget_bytes)
+    for tool in (
+        _tool("list_services", ListServicesArgs, tools.list_services, budget_bytes),
+        _tool("get_service", GetServiceArgs, tools.get_service, budget_bytes),
+        _tool("get_service_map", GetServiceMapArgs, tools.get_service_map, budget_bytes),
+        _tool("search_traces", SearchTracesArgs, tools.search_traces, budget_bytes),
+        _tool("get_trace", GetTraceArgs, tools.get_trace, budget_bytes),
+        _tool("search_logs", SearchLogsArgs, tools.search_logs, budget_bytes),
+        _tool("list_metrics", ListMetricsArgs, tools.list_metrics, budget_bytes),
+        _tool("query_metric", QueryMetricArgs, tools.query_metric, budget_bytes),
+        _tool("list_deploys", ListDeploysArgs, tools.list_deploys, budget_bytes),
+        _tool("compare_deploys", CompareDeploysArgs, tools.compare_deploys, budget_bytes),
+        _tool("list_problems", ListProblemsArgs, tools.list_problems, budget_bytes),
+        _tool("get_problem", GetProblemArgs, tools.get_problem, budget_bytes),
+        _tool("list_anomalies", ListAnomaliesArgs, tools.list_anomalies, budget_bytes),
+    ):
+        server.register_tool(tool)
+    _register_resources(server, entries)
+    _register_prompts(server, entries)
+    return tools
+
+
+def _register_resources(server: Server, entries: ObservabilityEntries) -> None:
+    window = "the 24 h ending at the newest stored record"
+    server.register_resource(
+        Resource(
+            "coremetry://services",
+            "services",
+            entries.services,
+            title="Services",
+            description=f"Every service with RED (requests, errors, p50/p95/p99 ms) over {window}.",
+            min_role="",
+        )
+    )
+    server.register_resource(
+        Resource(
+            "coremetry://problems",
+            "problems",
+            entries.problems,
+            title="Problems",
+            description="Detected problems (detection not available yet: empty, with a note).",
+            min_role="",
+        )
+    )
+    templates = (
+        (
+            "coremetry://service/{name}",
+            "service",
+            entries.service,
+            "One service: RED, operations, edges, versions and the likely origin of slowness, "
+            f"over {window}.",
+            entries.complete_service_template,
+        ),
+        (
+            "coremetry://trace/{trace_id}",
+            "trace",
+            entries.trace,
+            "One trace: tree with self times, critical path, dominant span, error spans (first "
+            "page; get_trace pages the rest).",
+            entries.complete_trace_template,
+        ),
+        (
+            "coremetry://logs/{service}",
+            "logs",
+            entries.logs,
+            f"A service's 50 newest log records over {window}.",
+            entries.complete_service_template,
+        ),
+        (
+            "coremetry://metric/{name}",
+            "metric",
+            entries.metric,
+            f"One metric as bucketed series (up to 10) with min/max/mean/last, over {window}.",
+            entries.complete_metric_template,
+        ),
+        (
+            "coremetry://problem/{id}",
+            "problem",
+            entries.problem,
+            "One detected problem (detection not available yet: not found).",
+            entries.complete_nothing,
+        ),
+    )
+    for uri, name, handler, description, completer in templates:
+        server.register_resource_template(
+            ResourceTemplate(
+                uri,
+                name,
+                handler,
+                title=name.capitalize(),
+                description=description,
+                min_role="",
+                completer=completer,
+            )
+        )
+
+
+def _register_prompts(server: Server, entries: ObservabilityEntries) -> None:
+    service = PromptArgument(name="service", description="service.name, exactly", required=True)
+    range_arg = PromptArgument(
+        name="range", description='Window length ending at the newest data, e.g. "1h" (24h)'
+    )
+    prompts = (
+        Prompt(
+            "explain_trace",
+            "Explain one trace: what it did, its critical path and dominant span, its errors. "
+            "Embeds get_trace.",
+            entries.explain_trace,
+            min_role="",
+            completer=entries.complete,
+            arguments=[
+                PromptArgument(name="trace_id", description="32 hex characters", required=True)
+            ],
+        ),
+        Prompt(
+            "suggest_runbook",
+            "Suggest a runbook (confirm, mitigate, verify) for a problem or a service. Give "
+            "problem_id or service. Embeds get_service and the service's error logs.",
+            entries.suggest_runbook,
+            min_role="",
+            completer=entries.complete,
+            arguments=[
+                PromptArgument(name="problem_id", description="from list_problems"),
+                PromptArgument(name="service", description="service.name, exactly"),
+            ],
+        ),
+        Prompt(
+            "compare_deploys",
+            "Judge a version change of a service: RED and operations before versus after. "
+            "Embeds compare_deploys.",
+            entries.compare_deploys,
+            min_role="",
+            completer=entries.complete,
+            arguments=[
+                service,
+                PromptArgument(name="from_version", description="default: the previous version"),
+                PromptArgument(name="to_version", description="default: the latest version"),
+            ],
+        ),
+        Prompt(
+            "investigate_service",
+            "Investigate one service: health, likely origin (itself or a callee), slow traces "
+            "and WARN/ERROR logs. Embeds get_service, search_traces, search_logs.",
+            entries.investigate_service,
+            min_role="",
+            completer=entries.complete,
+            arguments=[service, range_arg],
+        ),
+        Prompt(
+            "triage_brief",
+            "One-shot triage across services: the likely origin first, then affected services, "
+            "slow traces, error logs and metric shifts.",
+            entries.triage_brief,
+            min_role="",
+            completer=entries.complete,
+            arguments=[range_arg],
+        ),
+    )
+    for prompt in prompts:
+        server.register_prompt(prompt)

@@ -1,0 +1,1256 @@
+"""The Coremetry tools: read-only views of the telemetry store for a model.
+
+Each tool takes a msgspec Struct of arguments (the ``inputSchema`` is generated from it) and
+returns a :class:`~.budget.Shaped` result that the registration passes through
+:func:`~.budget.fit` — no result exceeds the output budget. Conventions of every result:
+
+- times are RFC 3339 UTC (``"2023-01-30T13:15:43.651Z"``), durations milliseconds in fields
+  named ``*_ms``, ratios in ``[0, 1]`` (``error_rate``);
+- a windowed result carries ``window: {start, end}``; an empty one carries ``note`` and
+  ``data_extent`` (where stored data actually is), so a model can retry rather than conclude
+  "nothing happened";
+- lists carry ``truncated`` (and ``total`` when cheap); a cut list carries ``cursor``: pass it
+  back with the same arguments to continue;
+- failures raise the five tool-error classes (:mod:`coremetry.mcp.tool_errors`) with hints that
+  name the next useful tool.
+
+Problems and anomalies come from the detector; until it is wired in, ``list_problems``,
+``list_anomalies`` and ``get_problem`` say so (:data:`DETECTION_NOTE`) and return no data —
+never made-up problems.
+"""
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Annotated, Final, Literal
+
+import msgspec
+
+from coremetry.mcp import BadArgs, CallContext, NotFound
+from coremetry.store import (
+    MAX_LIMIT,
+    Aggregation,
+    DeployRecord,
+    LabelMatcher,
+    LogQuery,
+    LogRecord,
+    MetricQuery,
+    MetricSeries,
+    ServiceEdge,
+    ServiceSummary,
+    Span,
+    SpanKind,
+    StatusFilter,
+    TelemetryStore,
+    TimeRange,
+    TraceQuery,
+    TraceSummary,
+)
+
+from ._reading import absent_data_note, fetch_trace_spans, parse_trace_id, stored_extent
+from .budget import (
+    CursorState,
+    JsonObject,
+    Shaped,
+    Trimmable,
+    decode_cursor,
+    encode_cursor,
+    fingerprint,
+    shorten,
+)
+from .origin import likely_origin
+from .ranges import (
+    NS_PER_MS,
+    NS_PER_S,
+    RangeArgs,
+    ResolvedRange,
+    auto_step_ns,
+    duration_ns,
+    ms,
+    resolve_range,
+    rfc3339,
+)
+from .trace_analysis import SpanNode, TraceAnalysis, analyse_trace
+
+__all__ = [
+    "DETECTION_NOTE",
+    "SEVERITIES",
+    "CompareDeploysArgs",
+    "GetProblemArgs",
+    "GetServiceArgs",
+    "GetServiceMapArgs",
+    "GetTraceArgs",
+    "ListAnomaliesArgs",
+    "ListDeploysArgs",
+    "ListMetricsArgs",
+    "ListProblemsArgs",
+    "ListServicesArgs",
+    "ObservabilityTools",
+    "QueryMetricArgs",
+    "SearchLogsArgs",
+    "SearchTracesArgs",
+    "key_attributes",
+]
+
+DETECTION_NOTE: Final = (
+    "Problem and anomaly detection is not available on this server yet, so there is nothing to "
+    "list: this is not evidence that all is well. Use get_service (likely_origin), "
+    "list_services (error rates, p95) and search_logs with min_severity ERROR instead."
+)
+"""What the problem and anomaly tools say until the detector is wired in."""
+
+SEVERITIES: Final[Mapping[str, int]] = {
+    "TRACE": 1,
+    "DEBUG": 5,
+    "INFO": 9,
+    "WARN": 13,
+    "ERROR": 17,
+    "FATAL": 21,
+}
+"""Severity names accepted by ``search_logs`` -> the lowest OTel severity number of each."""
+
+_KEY_ATTRIBUTES: Final = (
+    "http.request.method",
+    "http.method",
+    "http.route",
+    "url.path",
+    "http.target",
+    "url.full",
+    "http.url",
+    "http.response.status_code",
+    "http.status_code",
+    "rpc.system",
+    "rpc.method",
+    "db.system",
+    "db.operation.name",
+    "db.query.text",
+    "db.statement",
+    "messaging.system",
+    "messaging.destination.name",
+    "server.address",
+    "peer.service",
+    "error.type",
+    "exception.type",
+    "exception.message",
+    "error",
+)
+_MAX_KEY_ATTRIBUTES: Final = 6
+_MAX_ATTRIBUTE_CHARS: Final = 160
+_MAX_BODY_CHARS: Final = 1000
+_MAX_MESSAGE_CHARS: Final = 300
+_MAX_BUCKETS: Final = 1000
+
+
+# ---- arguments ------------------------------------------------------------------------------
+
+_Limit = Annotated[int, msgspec.Meta(ge=1, description="Most items to return.")]
+_Cursor = Annotated[
+    str | None,
+    msgspec.Meta(description="From a previous result's `cursor`, with the same arguments."),
+]
+_Service = Annotated[str, msgspec.Meta(min_length=1, description="service.name, exactly.")]
+_OptService = Annotated[str | None, msgspec.Meta(description="Only this service.name (exact).")]
+
+
+class ListServicesArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
+    """Arguments of ``list_services``."""
+
+    limit: Annotated[int, msgspec.Meta(ge=1, le=500, description="Most services.")] = 100
+    cursor: _Cursor = None
+
+
+class GetServiceArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
+    """Arguments of ``get_service``."""
+
+    service: _Service
+
+
+class GetServiceMapArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
+    """Arguments of ``get_service_map``."""
+
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000, description="Most edges.")] = 200
+    cursor: _Cursor = None
+
+
+class SearchTracesArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
+    """Arguments of ``search_traces``: all given conditions hold on one span of the trace."""
+
+    service: _OptService = None
+    operation: Annotated[
+        str | None, msgspec.Meta(description="Span name (exact), with or without service.")
+    ] = None
+    min_duration_ms: Annotated[
+        float | None, msgspec.Meta(ge=0, description="A matching span lasts at least this long.")
+    ] = None
+    status: Annotated[
+        StatusFilter, msgspec.Meta(description="error: spans with status ERROR; ok: others.")
+    ] = "any"
+    attributes: Annotated[
+        dict[str, str],
+        msgspec.Meta(
+            description="Span or resource attributes equal to these (as text), e.g. "
+            '{"http.response.status_code": "500"}.'
+        ),
+    ] = msgspec.field(default_factory=dict)
+    limit: Annotated[int, msgspec.Meta(ge=1, le=100, description="Most traces.")] = 20
+    cursor: _Cursor = None
+
+
+class GetTraceArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Arguments of ``get_trace``."""
+
+    trace_id: Annotated[
+        str, msgspec.Meta(min_length=1, description="32 hex characters (16 are left-padded).")
+    ]
+    limit: Annotated[
+        int, msgspec.Meta(ge=1, le=1000, description="Most spans of the tree per page.")
+    ] = 100
+    cursor: _Cursor = None
+
+
+class SearchLogsArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
+    """Arguments of ``search_logs``."""
+
+    text: Annotated[
+        str | None,
+        msgspec.Meta(
+            description='Full text over the body: words (all must occur), "quoted phrases", '
+            "prefix*; case-insensitive."
+        ),
+    ] = None
+    service: _OptService = None
+    min_severity: Annotated[
+        Literal["TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"] | None,
+        msgspec.Meta(description="Only records at or above this severity."),
+    ] = None
+    trace_id: Annotated[
+        str | None,
+        msgspec.Meta(description="Only records of this trace; without a window, any time."),
+    ] = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=200, description="Most records.")] = 50
+    cursor: _Cursor = None
+
+
+class ListMetricsArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
+    """Arguments of ``list_metrics``."""
+
+    prefix: Annotated[
+        str | None, msgspec.Meta(description='Only names starting with this, e.g. "http."')
+    ] = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000, description="Most metrics.")] = 200
+    cursor: _Cursor = None
+
+
+class QueryMetricArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
+    """Arguments of ``query_metric``."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1, description="Metric name, from list_metrics.")]
+    service: _OptService = None
+    labels: Annotated[
+        dict[str, str],
+        msgspec.Meta(description='Point attributes equal to these, e.g. {"quantile": "0.99"}.'),
+    ] = msgspec.field(default_factory=dict)
+    group_by: Annotated[
+        list[str] | None,
+        msgspec.Meta(
+            description="Label keys to keep; series agreeing on them are merged ([] merges "
+            "all). Default: every stored series apart."
+        ),
+    ] = None
+    aggregation: Annotated[
+        Aggregation,
+        msgspec.Meta(description="Per bucket. rate: per-second increase of a counter."),
+    ] = "avg"
+    step: Annotated[
+        str | None,
+        msgspec.Meta(description='Bucket width, e.g. "1m", "5m". Default: about 120 buckets.'),
+    ] = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=100, description="Most series.")] = 10
+    cursor: _Cursor = None
+
+
+class ListDeploysArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
+    """Arguments of ``list_deploys``."""
+
+    service: _OptService = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=500, description="Most versions.")] = 50
+
+
+class CompareDeploysArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
+    """Arguments of ``compare_deploys``."""
+
+    service: _Service
+    from_version: Annotated[
+        str | None, msgspec.Meta(description="Default: the version before to_version.")
+    ] = None
+    to_version: Annotated[
+        str | None, msgspec.Meta(description="Default: the latest version in the window.")
+    ] = None
+
+
+class ListProblemsArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
+    """Arguments of ``list_problems``."""
+
+    service: _OptService = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=200, description="Most problems.")] = 50
+
+
+class GetProblemArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Arguments of ``get_problem``."""
+
+    problem_id: Annotated[str, msgspec.Meta(min_length=1, description="From list_problems.")]
+
+
+class ListAnomaliesArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
+    """Arguments of ``list_anomalies``."""
+
+    service: _OptService = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=200, description="Most anomalies.")] = 50
+
+
+# ---- rendering ------------------------------------------------------------------------------
+
+
+def _number(value: float | None) -> float | None:
+    """A float for JSON: non-finite values become ``None``; 6 decimals."""
+    if value is None or not math.isfinite(value):
+        return None
+    return round(value, 6)
+
+
+def _attr_text(value: object) -> object:
+    if isinstance(value, str):
+        return shorten(value, _MAX_ATTRIBUTE_CHARS)
+    if isinstance(value, list):
+        return shorten(msgspec.json.encode(value).decode(), _MAX_ATTRIBUTE_CHARS)
+    return value
+
+
+def key_attributes(span: Span) -> JsonObject:
+    """The few attributes that say what a span did (HTTP, RPC, DB, messaging, errors).
+
+    At most six, in a fixed order of OpenTelemetry semantic-convention keys, span attributes
+    before resource attributes, values shortened to 160 characters; the first ``exception``
+    event's type and message are included when present.
+    """
+    chosen: JsonObject = {}
+    for key in _KEY_ATTRIBUTES:
+        value = span.attributes.get(key)
+        if value is not None:
+            chosen[key] = _attr_text(value)
+        if len(chosen) >= _MAX_KEY_ATTRIBUTES:
+            return chosen
+    for event in span.events:
+        if event.name == "exception":
+            for key in ("exception.type", "exception.message"):
+                value = event.attributes.get(key)
+                if value is not None and key not in chosen:
+                    chosen[key] = _attr_text(value)
+            break
+    return chosen
+
+
+def service_row(summary: ServiceSummary, window: TimeRange) -> JsonObject:
+    """One service's RED over a window."""
+    seconds = (window.end_unix_nano - window.start_unix_nano) / NS_PER_S
+    return {
+        "service": summary.service_name,
+        "request_count": summary.request_count,
+        "requests_per_s": round(summary.request_count / seconds, 4) if seconds > 0 else None,
+        "error_count": summary.error_count,
+        "error_rate": round(summary.error_rate, 4),
+        "p50_ms": ms(summary.p50_duration_ns),
+        "p95_ms": ms(summary.p95_duration_ns),
+        "p99_ms": ms(summary.p99_duration_ns),
+        "span_count": summary.span_count,
+        "versions": summary.versions,
+        "last_seen": rfc3339(summary.last_seen_unix_nano),
+    }
+
+
+def edge_row(edge: ServiceEdge) -> JsonObject:
+    """One caller -> callee edge with the callee-side RED of its calls."""
+    return {
+        "caller": edge.caller,
+        "callee": edge.callee,
+        "call_count": edge.call_count,
+        "error_count": edge.error_count,
+        "error_rate": round(edge.error_count / edge.call_count, 4) if edge.call_count else 0.0,
+        "p50_ms": ms(edge.p50_duration_ns),
+        "p95_ms": ms(edge.p95_duration_ns),
+        "p99_ms": ms(edge.p99_duration_ns),
+    }
+
+
+def trace_row(trace: TraceSummary) -> JsonObject:
+    """One trace summary."""
+    return {
+        "trace_id": trace.trace_id,
+        "root_service": trace.root_service_name,
+        "root_name": trace.root_name,
+        **({"root_missing": True} if trace.root_missing else {}),
+        "start": rfc3339(trace.start_time_unix_nano),
+        "duration_ms": ms(trace.duration_ns),
+        "span_count": trace.span_count,
+        "error_count": trace.error_count,
+        "services": trace.services,
+    }
+
+
+def log_row(record: LogRecord) -> JsonObject:
+    """One log record (body shortened to 1,000 characters)."""
+    row: JsonObject = {
+        "time": rfc3339(record.time_unix_nano),
+        "service": record.service_name,
+        "severity": record.severity_text or _severity_name(record.severity_number),
+        "body": shorten(record.body, _MAX_BODY_CHARS),
+    }
+    if record.trace_id:
+        row["trace_id"] = record.trace_id
+    if record.span_id:
+        row["span_id"] = record.span_id
+    return row
+
+
+def _severity_name(number: int) -> str:
+    for name, low in sorted(SEVERITIES.items(), key=lambda item: -item[1]):
+        if number >= low:
+            return name
+    return "UNSPECIFIED"
+
+
+def deploy_row(record: DeployRecord) -> JsonObject:
+    """One version of one service as seen in spans."""
+    return {
+        "service": record.service_name,
+        "version": record.version,
+        "first_seen": rfc3339(record.first_seen_unix_nano),
+        "last_seen": rfc3339(record.last_seen_unix_nano),
+        "span_count": record.span_count,
+    }
+
+
+def _kind(span: Span) -> str | None:
+    if span.kind in (SpanKind.UNSPECIFIED, SpanKind.INTERNAL):
+        return None
+    return span.kind.name.lower()
+
+
+def span_row(node: SpanNode, origin_ns: int, on_path: Mapping[SpanNode, int]) -> JsonObject:
+    """One span of a trace tree (compact: defaults omitted)."""
+    span = node.span
+    row: JsonObject = {"span_id": span.span_id}
+    if node.parent is not None:
+        row["parent_span_id"] = node.parent.span.span_id
+    elif span.parent_span_id:
+        row["parent_span_id"] = span.parent_span_id
+        row["orphan"] = True
+    row["depth"] = node.depth
+    row["service"] = node.service
+    row["name"] = span.name
+    kind = _kind(span)
+    if kind is not None:
+        row["kind"] = kind
+    row["start_offset_ms"] = ms(node.start_ns - origin_ns)
+    row["duration_ms"] = ms(node.duration_ns)
+    row["self_time_ms"] = ms(node.self_time_ns)
+    if node in on_path:
+        row["critical_path_ms"] = ms(on_path[node])
+    if node.is_error:
+        row["status"] = "error"
+        if span.status_message:
+            row["status_message"] = shorten(span.status_message, _MAX_MESSAGE_CHARS)
+    if node.skew_shift_ns:
+        row["skew_shift_ms"] = ms(node.skew_shift_ns)
+    attributes = key_attributes(span)
+    if attributes:
+        row["attributes"] = attributes
+    return row
+
+
+def _series_row(series: MetricSeries) -> JsonObject:
+    values = [v for _t, v in series.points if math.isfinite(v)]
+    return {
+        "labels": series.labels,
+        "min": _number(min(values)) if values else None,
+        "max": _number(max(values)) if values else None,
+        "mean": _number(sum(values) / len(values)) if values else None,
+        "last": _number(series.points[-1][1]) if series.points else None,
+        "point_count": len(series.points),
+        "points": [[rfc3339(t), _number(v)] for t, v in series.points],
+    }
+
+
+# ---- the tools --------------------------------------------------------------------------------
+
+
+def _offset_continuation(
+    tool: str, query: str, window: ResolvedRange, offset: int
+) -> Callable[[int], JsonObject]:
+    def continuation(kept: int) -> JsonObject:
+        state = CursorState(
+            tool=tool,
+            query=query,
+            offset=offset + kept,
+            start_unix_nano=window.start_unix_nano,
+            end_unix_nano=window.end_unix_nano,
+        )
+        return {"cursor": encode_cursor(state)}
+
+    return continuation
+
+
+class ObservabilityTools:
+    """The tool handlers over one store.
+
+    Args:
+        store: where telemetry is read from.
+        clock: the current time in unix nanoseconds (``time.time_ns``; tests pin it).
+        origin_slow_traces: slow traces read per group by the likely-origin analysis.
+        origin_typical_traces: typical traces read per group by the likely-origin analysis.
+    """
+
+    def __init__(
+        self,
+        store: TelemetryStore,
+        *,
+        clock: Callable[[], int] = time.time_ns,
+        origin_slow_traces: int = 20,
+        origin_typical_traces: int = 20,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.origin_slow_traces = origin_slow_traces
+        self.origin_typical_traces = origin_typical_traces
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _window(
+        self, args: RangeArgs, tool: str, query: str, cursor: str | None, default: str = "1h"
+    ) -> tuple[ResolvedRange, CursorState | None]:
+        """The window of a call: from the cursor when continuing (same as the first page)."""
+        if cursor is None:
+            return resolve_range(args, self.clock(), default), None
+        state = decode_cursor(cursor, tool=tool, query=query)
+        if state.start_unix_nano is None or state.end_unix_nano is None:
+            raise BadArgs(f"cursor: not a cursor that {tool} returned")
+        window = ResolvedRange(
+            time_range=TimeRange(
+                start_unix_nano=state.start_unix_nano, end_unix_nano=state.end_unix_nano
+            ),
+            explicit=True,
+        )
+        return window, state
+
+    async def _extent_json(self) -> JsonObject | None:
+        extent = await stored_extent(self.store)
+        if extent is None:
+            return None
+        return {
+            "start": rfc3339(extent.start_unix_nano),
+            "end": rfc3339(extent.end_unix_nano - 1),
+        }
+
+    async def _all_services(self, window: TimeRange) -> list[ServiceSummary]:
+        page = await self.store.services(window, limit=MAX_LIMIT)
+        return page.items
+
+    async def _find_service(
+        self, name: str, window: ResolvedRange
+    ) -> tuple[ServiceSummary, list[ServiceSummary]]:
+        summaries = await self._all_services(window.time_range)
+        for summary in summaries:
+            if summary.service_name == name:
+                return summary, summaries
+        shown = window.as_json()
+        extent = await self._extent_json()
+        where = f" (stored data: {extent['start']} .. {extent['end']})" if extent else ""
+        known = ", ".join(s.service_name for s in summaries[:8])
+        raise NotFound(
+            f"no spans of service {name!r} in {shown['start']} .. {shown['end']}{where}"
+            + (f"; services in this window: {known}" if known else ""),
+            hint="Check the exact name with list_services, or widen the window (start/end "
+            "inside the stored data): the service may only have older data.",
+        )
+
+    # -- services -----------------------------------------------------------------------------
+
+    async def list_services(self, args: ListServicesArgs, ctx: CallContext) -> Shaped:
+        """``list_services``: RED of every service with spans in the window."""
+        query = fingerprint(args.range, args.start, args.end, args.limit)
+        window, state = self._window(args, "list_services", query, args.cursor)
+        offset = state.offset if state is not None else 0
+        page = await self.store.services(
+            window.time_range, limit=min(MAX_LIMIT, offset + args.limit)
+        )
+        items = page.items[offset : offset + args.limit]
+        total = page.total if page.total is not None else len(page.items)
+        body: JsonObject = {
+            "window": window.as_json(),
+            "services": [service_row(s, window.time_range) for s in items],
+            "total": total,
+            "truncated": offset + len(items) < total,
+        }
+        if offset + len(items) < total:
+            body["cursor"] = _offset_continuation("list_services", query, window, offset)(
+                len(items)
+            )["cursor"]
+        if not items:
+            body.update(await absent_data_note(self.store, "spans", window, "traces"))
+        else:
+            body["data_extent"] = await self._extent_json()
+            body["next"] = (
+                "get_service(service) for one service's operations, edges and likely origin"
+            )
+        return Shaped(
+            body,
+            [
+                Trimmable(
+                    ("services",), _offset_continuation("list_services", query, window, offset)
+                )
+            ],
+        )
+
+    async def get_service(self, args: GetServiceArgs, ctx: CallContext) -> Shaped:
+        """``get_service``: one service's RED, operations, edges, deploys and likely origin."""
+        window = resolve_range(args, self.clock())
+        tr = window.time_range
+        summary, summaries = await self._find_service(args.service, window)
+        operations = await self.store.operations(args.service, tr, limit=10)
+        edges = await self.store.service_edges(tr, limit=100, service_name=args.service)
+        deploys = await self.store.deploys(tr, limit=5, service_name=args.service)
+        await ctx.report_progress(1, 2, "analysing slow traces")
+        origin = await likely_origin(
+            self.store,
+            tr,
+            summaries,
+            edges,
+            service=args.service,
+            slow_traces=self.origin_slow_traces,
+            typical_traces=self.origin_typical_traces,
+        )
+        upstream = [edge_row(e) for e in edges if e.callee == args.service]
+        downstream = [edge_row(e) for e in edges if e.caller == args.service]
+        body: JsonObject = {
+            "service": args.service,
+            "window": window.as_json(),
+            "red": service_row(summary, tr),
+            "likely_origin": origin,
+            "operations": [
+                {
+                    "name": o.name,
+                    "span_count": o.span_count,
+                    "error_count": o.error_count,
+                    "p50_ms": ms(o.p50_duration_ns),
+                    "p95_ms": ms(o.p95_duration_ns),
+                    "p99_ms": ms(o.p99_duration_ns),
+                }
+                for o in operations.items
+            ],
+            "operations_total": operations.total,
+            "upstream": upstream,
+            "downstream": downstream,
+            "deploys": [deploy_row(d) for d in deploys],
+            "problems": [],
+            "problems_note": DETECTION_NOTE,
+            "truncated": False,
+            "next": "search_traces(service, min_duration_ms) for slow traces, get_trace for one, "
+            "search_logs(service, min_severity=ERROR), query_metric for its metrics",
+        }
+        return Shaped(
+            body,
+            [
+                Trimmable(("deploys",)),
+                Trimmable(("likely_origin", "slow_traces")),
+                Trimmable(("operations",)),
+                Trimmable(("upstream",)),
+                Trimmable(("downstream",)),
+                Trimmable(("likely_origin", "candidates")),
+            ],
+        )
+
+    async def get_service_map(self, args: GetServiceMapArgs, ctx: CallContext) -> Shaped:
+        """``get_service_map``: services and caller -> callee edges with RED."""
+        query = fingerprint(args.range, args.start, args.end, args.limit)
+        window, state = self._window(args, "get_service_map", query, args.cursor)
+        offset = state.offset if state is not None else 0
+        tr = window.time_range
+        edges = await self.store.service_edges(tr, limit=min(MAX_LIMIT, offset + args.limit + 1))
+        shown = edges[offset : offset + args.limit]
+        more = len(edges) > offset + len(shown)
+        summaries = await self._all_services(tr) if offset == 0 else []
+        body: JsonObject = {
+            "window": window.as_json(),
+            "edges": [edge_row(e) for e in shown],
+            "truncated": more,
+        }
+        if offset == 0:
+            body["services"] = [
+                {
+                    "service": s.service_name,
+                    "request_count": s.request_count,
+                    "error_rate": round(s.error_rate, 4),
+                    "p95_ms": ms(s.p95_duration_ns),
+                }
+                for s in summaries
+            ]
+        continuation = _offset_continuation("get_service_map", query, window, offset)
+        if more:
+            body["cursor"] = continuation(len(shown))["cursor"]
+        if not shown and offset == 0:
+            body.update(await absent_data_note(self.store, "service calls", window, "traces"))
+        return Shaped(body, [Trimmable(("services",)), Trimmable(("edges",), continuation)])
+
+    # -- traces -------------------------------------------------------------------------------
+
+    async def search_traces(self, args: SearchTracesArgs, ctx: CallContext) -> Shaped:
+        """``search_traces``: traces with a span matching every condition, newest first."""
+        min_ns = None if args.min_duration_ms is None else int(args.min_duration_ms * NS_PER_MS)
+        query = fingerprint(
+            args.range,
+            args.start,
+            args.end,
+            args.service,
+            args.operation,
+            min_ns,
+            args.status,
+            sorted(args.attributes.items()),
+            args.limit,
+        )
+        window, state = self._window(args, "search_traces", query, args.cursor)
+        offset = state.offset if state is not None else 0
+        store_cursor = state.store_cursor if state is not None else None
+        trace_query = TraceQuery(
+            time_range=window.time_range,
+            service_name=args.service,
+            operation=args.operation,
+            min_duration_ns=min_ns,
+            status=args.status,
+            attributes=dict(args.attributes),
+        )
+        page = await self.store.search_traces(
+            trace_query, limit=offset + args.limit, cursor=store_cursor
+        )
+        items = page.items[offset : offset + args.limit]
+
+        def continuation(kept: int) -> JsonObject:
+            if offset + kept < len(page.items) or page.next_cursor is None:
+                position, store_at = offset + kept, store_cursor
+            else:
+                position, store_at = 0, page.next_cursor
+            return {
+                "cursor": encode_cursor(
+                    CursorState(
+                        tool="search_traces",
+                        query=query,
+                        offset=position,
+                        store_cursor=store_at,
+                        start_unix_nano=window.start_unix_nano,
+                        end_unix_nano=window.end_unix_nano,
+                    )
+                )
+            }
+
+        more = page.next_cursor is not None or offset + len(items) < len(page.items)
+        body: JsonObject = {"window": window.as_json(), "traces": [trace_row(t) for t in items]}
+        if page.total is not None and store_cursor is None:
+            body["total"] = page.total
+        body["truncated"] = more
+        if more:
+            body.update(continuation(len(items)))
+        if not items and state is None:
+            body.update(await absent_data_note(self.store, "matching traces", window, "traces"))
+        elif items:
+            body["next"] = "get_trace(trace_id) for the tree, self times and critical path"
+        return Shaped(body, [Trimmable(("traces",), continuation)])
+
+    async def get_trace(self, args: GetTraceArgs, ctx: CallContext) -> Shaped:
+        """``get_trace``: the trace tree with self times, critical path and error spans."""
+        trace_id = parse_trace_id(args.trace_id)
+        query = fingerprint(trace_id, args.limit)
+        offset = 0
+        if args.cursor is not None:
+            offset = decode_cursor(args.cursor, tool="get_trace", query=query).offset
+        spans, total = await fetch_trace_spans(self.store, trace_id)
+        if not spans:
+            raise NotFound(
+                f"no trace {trace_id} is stored",
+                hint="Use search_traces over a wider range (or search_logs with this trace_id) "
+                "to find a stored trace id.",
+            )
+        analysis = analyse_trace(spans)
+        return Shaped(*self.trace_body(analysis, total, query, offset, args.limit))
+
+    def trace_body(
+        self, analysis: TraceAnalysis, total: int, query: str, offset: int, limit: int
+    ) -> tuple[JsonObject, list[Trimmable]]:
+        """The ``get_trace`` result of an analysed trace (also used by resources and prompts)."""
+        root = analysis.root
+        origin = analysis.start_ns
+        on_path = analysis.critical_time_by_span()
+        by_service: dict[str, list[int]] = {}
+        for node in analysis.nodes:
+            row = by_service.setdefault(node.service, [0, 0, 0, 0])
+            row[0] += 1
+            row[1] += node.self_time_ns
+            row[2] += 1 if node.is_error else 0
+        for service, (own, waiting) in analysis.critical_time_by_service().items():
+            row = by_service.setdefault(service, [0, 0, 0, 0])
+            row[3] = own + waiting
+        services = sorted(by_service.items(), key=lambda item: (-item[1][3], item[0]))
+        path_rows: list[JsonObject] = []
+        seen: set[SpanNode] = set()
+        for segment in analysis.critical_path:
+            node = segment.node
+            if node in seen:
+                continue
+            seen.add(node)
+            path_row: JsonObject = {
+                "span_id": node.span.span_id,
+                "service": node.service,
+                "name": node.span.name,
+                "critical_path_ms": ms(on_path[node]),
+                "self_time_ms": ms(node.self_time_ns),
+            }
+            if segment.waiting:
+                path_row["waiting_on"] = segment.attributed_service
+            path_rows.append(path_row)
+        dominant = max(analysis.critical_path, key=lambda s: on_path[s.node], default=None)
+        errors = [n for n in analysis.nodes if n.is_error]
+        notes: list[str] = []
+        if total > len(analysis.nodes):
+            notes.append(
+                f"the trace has {total} spans; the first {len(analysis.nodes)} by start time "
+                "were analysed"
+            )
+        if analysis.skew_adjusted:
+            notes.append(
+                f"{analysis.skew_adjusted} spans started before or ended after their caller "
+                "(clock skew between hosts) and were shifted into it, with their subtrees"
+            )
+        tail = analysis.async_tail_spans
+        if tail:
+            notes.append(
+                f"{tail} spans end after the root span ended (asynchronous work or follow-up "
+                "requests): the critical path covers the root's duration only"
+            )
+        orphans = sum(1 for n in analysis.roots if n.orphan)
+        if orphans:
+            notes.append(f"{orphans} spans name a parent that is not stored; shown as roots")
+        if analysis.cycles_broken:
+            notes.append(f"{analysis.cycles_broken} parent cycles were cut (corrupt ids)")
+        page = analysis.nodes[offset : offset + limit]
+        tool_query = query
+
+        def continuation(kept: int) -> JsonObject:
+            return {
+                "cursor": encode_cursor(
+                    CursorState(tool="get_trace", query=tool_query, offset=offset + kept)
+                )
+            }
+
+        body: JsonObject = {
+            "trace_id": root.span.trace_id,
+            "root": {
+                "service": root.service,
+                "name": root.span.name,
+                "span_id": root.span.span_id,
+                "duration_ms": ms(root.duration_ns),
+            },
+            "start": rfc3339(origin),
+            "duration_ms": ms(analysis.end_ns - analysis.start_ns),
+            "span_count": total,
+            "error_count": len(errors),
+            "dominant_span": (
+                None
+                if dominant is None
+                else {
+                    "span_id": dominant.node.span.span_id,
+                    "service": dominant.node.service,
+                    "name": dominant.node.span.name,
+                    "critical_path_ms": ms(on_path[dominant.node]),
+                    "share_of_root": round(on_path[dominant.node] / analysis.duration_ns, 3)
+                    if analysis.duration_ns
+                    else None,
+                    **({"waiting_on": dominant.attributed_service} if dominant.waiting else {}),
+                }
+            ),
+            "services": [
+                {
+                    "service": name,
+                    "span_count": row[0],
+                    "self_time_ms": ms(row[1]),
+                    "critical_path_ms": ms(row[3]),
+                    "error_count": row[2],
+                }
+                for name, row in services
+            ],
+            "critical_path": path_rows,
+            "error_spans": [span_row(n, origin, on_path) for n in errors[:20]],
+            "notes": notes,
+            "spans": [span_row(n, origin, on_path) for n in page],
+            "spans_offset": offset,
+            "truncated": offset + len(page) < len(analysis.nodes),
+        }
+        if offset + len(page) < len(analysis.nodes):
+            body.update(continuation(len(page)))
+        return body, [
+            Trimmable(("error_spans",)),
+            Trimmable(("spans",), continuation),
+            Trimmable(("critical_path",)),
+            Trimmable(("services",)),
+        ]
+
+    # -- logs ---------------------------------------------------------------------------------
+
+    async def search_logs(self, args: SearchLogsArgs, ctx: CallContext) -> Shaped:
+        """``search_logs``: log records by text, service, severity and trace id."""
+        trace_id = None if args.trace_id is None else parse_trace_id(args.trace_id)
+        query = fingerprint(
+            args.range,
+            args.start,
+            args.end,
+            args.text,
+            args.service,
+            args.min_severity,
+            trace_id,
+            args.limit,
+        )
+        if (
+            trace_id is not None
+            and args.cursor is None
+            and args.range is None
+            and args.start is None
+            and args.end is None
+        ):
+            extent = await stored_extent(self.store)
+            whole = extent or TimeRange(start_unix_nano=0, end_unix_nano=1)
+            window, state = ResolvedRange(time_range=whole, explicit=False), None
+        else:
+            window, state = self._window(args, "search_logs", query, args.cursor)
+        offset = state.offset if state is not None else 0
+        store_cursor = state.store_cursor if state is not None else None
+        log_query = LogQuery(
+            time_range=window.time_range,
+            text=args.text,
+            service_name=args.service,
+            min_severity_number=None
+            if args.min_severity is None
+            else SEVERITIES[args.min_severity],
+            trace_id=trace_id,
+        )
+        page = await self.store.search_logs(
+            log_query, limit=offset + args.limit, cursor=store_cursor
+        )
+        items = page.items[offset : offset + args.limit]
+
+        def continuation(kept: int) -> JsonObject:
+            if offset + kept < len(page.items) or page.next_cursor is None:
+                position, store_at = offset + kept, store_cursor
+            else:
+                position, store_at = 0, page.next_cursor
+            return {
+                "cursor": encode_cursor(
+                    CursorState(
+                        tool="search_logs",
+                        query=query,
+                        offset=position,
+                        store_cursor=store_at,
+                        start_unix_nano=window.start_unix_nano,
+                        end_unix_nano=window.end_unix_nano,
+                    )
+                )
+            }
+
+        more = page.next_cursor is not None or offset + len(items) < len(page.items)
+        body: JsonObject = {"window": window.as_json(), "records": [log_row(r) for r in items]}
+        if page.total is not None and store_cursor is None:
+            body["total"] = page.total
+        body["truncated"] = more
+        if more:
+            body.update(continuation(len(items)))
+        if not items and state is None:
+            body.update(await absent_data_note(self.store, "matching log records", window, "logs"))
+        return Shaped(body, [Trimmable(("records",), continuation)])
+
+    # -- metrics ------------------------------------------------------------------------------
+
+    async def list_metrics(self, args: ListMetricsArgs, ctx: CallContext) -> Shaped:
+        """``list_metrics``: metric names with type, unit, label keys."""
+        query = fingerprint(args.range, args.start, args.end, args.prefix, args.limit)
+        window, state = self._window(args, "list_metrics", query, args.cursor)
+        offset = state.offset if state is not None else 0
+        page = await self.store.metric_names(
+            window.time_range, limit=min(MAX_LIMIT, offset + args.limit), prefix=args.prefix
+        )
+        items = page.items[offset : offset + args.limit]
+        total = page.total if page.total is not None else len(page.items)
+        continuation = _offset_continuation("list_metrics", query, window, offset)
+        body: JsonObject = {
+            "window": window.as_json(),
+            "metrics": [
+                {
+                    "name": d.name,
+                    "type": d.type,
+                    "unit": d.unit,
+                    "description": shorten(d.description, 200),
+                    "label_keys": d.label_keys,
+                    "series_count": d.series_count,
+                    "last_seen": rfc3339(d.last_seen_unix_nano),
+                }
+                for d in items
+            ],
+            "total": total,
+            "truncated": offset + len(items) < total,
+        }
+        if offset + len(items) < total:
+            body.update(continuation(len(items)))
+        if not items and state is None:
+            body.update(await absent_data_note(self.store, "metric points", window, "metrics"))
+        return Shaped(body, [Trimmable(("metrics",), continuation)])
+
+    async def query_metric(self, args: QueryMetricArgs, ctx: CallContext) -> Shaped:
+        """``query_metric``: one metric as bucketed series with min/max/mean/last."""
+        query = fingerprint(
+            args.range,
+            args.start,
+            args.end,
+            args.name,
+            args.service,
+            sorted(args.labels.items()),
+            args.group_by,
+            args.aggregation,
+            args.step,
+            args.limit,
+        )
+        window, state = self._window(args, "query_metric", query, args.cursor)
+        offset = state.offset if state is not None else 0
+        length = window.end_unix_nano - window.start_unix_nano
+        if args.step is not None:
+            step = duration_ns(args.step, "step")
+            buckets = -(-length // step)
+            if buckets > _MAX_BUCKETS:
+                raise BadArgs(
+                    f"step: {args.step!r} gives {buckets} buckets over this window (at most "
+                    f"{_MAX_BUCKETS}); use a larger step, a shorter window, or omit step"
+                )
+        else:
+            step = auto_step_ns(length)
+        series = await self.store.metric_series(
+            MetricQuery(
+                name=args.name,
+                time_range=window.time_range,
+                step_ns=step,
+                aggregation=args.aggregation,
+                matchers=[LabelMatcher(label=k, value=v) for k, v in sorted(args.labels.items())],
+                service_name=args.service,
+                group_by=args.group_by,
+            ),
+            limit=min(MAX_LIMIT, offset + args.limit + 1),
+        )
+        shown = series[offset : offset + args.limit]
+        more = len(series) > offset + len(shown)
+        continuation = _offset_continuation("query_metric", query, window, offset)
+        body: JsonObject = {
+            "metric": args.name,
+            "window": window.as_json(),
+            "aggregation": args.aggregation,
+            "step_s": step / NS_PER_S,
+            "type": shown[0].type if shown else None,
+            "unit": shown[0].unit if shown else None,
+            "series": [_series_row(s) for s in shown],
+            "truncated": more,
+            "points_format": "[bucket start (RFC 3339), value]; empty buckets omitted; "
+            "null = not a finite number",
+        }
+        if more:
+            body.update(continuation(len(shown)))
+        if not shown and state is None:
+            await self._metric_must_exist(args.name)
+            body.update(
+                await absent_data_note(
+                    self.store, f"points of {args.name} matching the filters", window, "metrics"
+                )
+            )
+        return Shaped(
+            body,
+            [Trimmable(("series",), continuation), Trimmable(("series", 0, "points"))],
+        )
+
+    async def _metric_must_exist(self, name: str) -> None:
+        extent = await stored_extent(self.store)
+        if extent is None:
+            return
+        page = await self.store.metric_names(extent, limit=50, prefix=name)
+        if any(d.name == name for d in page.items):
+            return
+        similar = ", ".join(d.name for d in page.items[:5])
+        raise NotFound(
+            f"no metric named {name!r} is stored"
+            + (f"; names starting with it: {similar}" if similar else ""),
+            hint="Use list_metrics (optionally with a prefix) to find the exact name.",
+        )
+
+    # -- deploys ------------------------------------------------------------------------------
+
+    async def list_deploys(self, args: ListDeploysArgs, ctx: CallContext) -> Shaped:
+        """``list_deploys``: versions seen per service, latest first."""
+        window = resolve_range(args, self.clock(), "7d")
+        records = await self.store.deploys(
+            window.time_range, limit=args.limit + 1, service_name=args.service
+        )
+        shown = records[: args.limit]
+        body: JsonObject = {
+            "window": window.as_json(),
+            "deploys": [deploy_row(r) for r in shown],
+            "truncated": len(records) > len(shown),
+        }
+        if not shown:
+            body.update(
+                await absent_data_note(
+                    self.store,
+                    "spans carrying service.version (the OTel resource attribute deploys show as)",
+                    window,
+                    "traces",
+                )
+            )
+        else:
+            body["next"] = "compare_deploys(service) for RED before versus after a change"
+        return Shaped(body, [Trimmable(("deploys",))])
+
+    async def compare_deploys(self, args: CompareDeploysArgs, ctx: CallContext) -> Shaped:
+        """``compare_deploys``: RED of one service before versus after a version change."""
+        window = resolve_range(args, self.clock(), "7d")
+        records = await self.store.deploys(
+            window.time_range, limit=MAX_LIMIT, service_name=args.service
+        )
+        by_version = {r.version: r for r in records}
+        if args.to_version is not None and args.to_version not in by_version:
+            raise NotFound(
+                f"to_version: {args.service} has no spans with version {args.to_version!r} in "
+                "this window",
+                hint="Use list_deploys(service) to see the versions seen, or widen the window.",
+            )
+        if args.from_version is not None and args.from_version not in by_version:
+            raise NotFound(
+                f"from_version: {args.service} has no spans with version "
+                f"{args.from_version!r} in this window",
+                hint="Use list_deploys(service) to see the versions seen, or widen the window.",
+            )
+        ordered = sorted(records, key=lambda r: r.first_seen_unix_nano)
+        after = (
+            by_version[args.to_version]
+            if args.to_version is not None
+            else (ordered[-1] if ordered else None)
+        )
+        before: DeployRecord | None
+        if args.from_version is not None:
+            before = by_version[args.from_version]
+        else:
+            older = [
+                r
+                for r in ordered
+                if after is not None
+                and r.first_seen_unix_nano < after.first_seen_unix_nano
+                and r.version != after.version
+            ]
+            before = older[-1] if older else None
+        if after is None or before is None or before.version == after.version:
+            raise NotFound(
+                f"{args.service} shows {len(records)} version(s) in this window; a comparison "
+                "needs two",
+                hint="Use list_deploys to find services with version changes, or widen the "
+                "window; versions come from the service.version resource attribute.",
+            )
+        before_end = min(before.last_seen_unix_nano + 1, after.first_seen_unix_nano)
+        if before_end <= before.first_seen_unix_nano:
+            before_end = before.last_seen_unix_nano + 1
+        windows = {
+            "before": TimeRange(
+                start_unix_nano=before.first_seen_unix_nano, end_unix_nano=before_end
+            ),
+            "after": TimeRange(
+                start_unix_nano=after.first_seen_unix_nano,
+                end_unix_nano=after.last_seen_unix_nano + 1,
+            ),
+        }
+        sides: dict[str, JsonObject] = {}
+        operations: dict[str, dict[str, JsonObject]] = {}
+        for side, tr in windows.items():
+            summaries = await self._all_services(tr)
+            red = next((s for s in summaries if s.service_name == args.service), None)
+            sides[side] = {
+                "version": (before if side == "before" else after).version,
+                "window": {
+                    "start": rfc3339(tr.start_unix_nano),
+                    "end": rfc3339(tr.end_unix_nano),
+                },
+                "red": None if red is None else service_row(red, tr),
+            }
+            ops = await self.store.operations(args.service, tr, limit=20)
+            for op in ops.items:
+                operations.setdefault(op.name, {})[side] = {
+                    "span_count": op.span_count,
+                    "error_count": op.error_count,
+                    "p95_ms": ms(op.p95_duration_ns),
+                }
+        change: JsonObject = {}
+        red_before = sides["before"]["red"]
+        red_after = sides["after"]["red"]
+        if isinstance(red_before, dict) and isinstance(red_after, dict):
+            for key in ("error_rate", "p50_ms", "p95_ms", "p99_ms"):
+                old, new = red_before.get(key), red_after.get(key)
+                if isinstance(old, int | float) and isinstance(new, int | float):
+                    change[f"{key}_delta"] = round(new - old, 4)
+        body: JsonObject = {
+            "service": args.service,
+            "from_version": before.version,
+            "to_version": after.version,
+            "before": sides["before"],
+            "after": sides["after"],
+            "change": change,
+            "operations": [
+                {"name": name, **values}
+                for name, values in sorted(operations.items(), key=lambda item: item[0])
+            ],
+            "truncated": False,
+            "note": "each side covers the time its version was seen; traffic mix may differ",
+        }
+        return Shaped(body, [Trimmable(("operations",))])
+
+    # -- problems -----------------------------------------------------------------------------
+
+    async def list_problems(self, args: ListProblemsArgs, ctx: CallContext) -> Shaped:
+        """``list_problems``: none until the detector is wired in (says so)."""
+        window = resolve_range(args, self.clock(), "24h")
+        body: JsonObject = {
+            "window": window.as_json(),
+            "problems": [],
+            "total": 0,
+            "truncated": False,
+            "detection_available": False,
+            "note": DETECTION_NOTE,
+        }
+        return Shaped(body)
+
+    async def get_problem(self, args: GetProblemArgs, ctx: CallContext) -> Shaped:
+        """``get_problem``: not found until the detector is wired in."""
+        raise NotFound(
+            f"no problem {args.problem_id[:64]!r}: problem detection is not available on this "
+            "server yet",
+            hint="Use get_service (likely_origin), list_services and search_logs with "
+            "min_severity ERROR to investigate instead.",
+        )
+
+    async def list_anomalies(self, args: ListAnomaliesArgs, ctx: CallContext) -> Shaped:
+        """``list_anomalies``: none until the detector is wired in (says so)."""
+        window = resolve_range(args, self.clock(), "24h")
+        body: JsonObject = {
+            "window": window.as_json(),
+            "anomalies": [],
+            "total": 0,
+            "truncated": False,
+            "detection_available": False,
+            "note": DETECTION_NOTE,
+        }
+        return Shaped(body)
