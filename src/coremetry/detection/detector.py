@@ -26,15 +26,17 @@ Method, per point ``x`` (parameters are the fields of :class:`DetectorConfig`):
    textbook robust location/scale pair (Rousseeuw & Croux, "Alternatives to the Median
    Absolute Deviation", JASA 1993); the IQR rather than the MAD because it reads off the
    sorted window in O(1) per point.
-4. **Seasonal baseline** (daily, ``season_ns``), after Twitter's seasonal hybrid ESD
-   (Hochenbaum, Vallis & Kejariwal, "Automatic Anomaly Detection in the Cloud Via
-   Statistical Learning", 2017), which uses medians rather than means of the seasonal
-   decomposition: the expected value is the median of the values at the same phase
-   (± ``season_neighbours`` points) over up to ``season_periods`` prior seasons, once
-   ``min_season_periods`` exist; its scale is the robust scale of the trailing seasonal
-   residuals. It replaces the plain baseline at a point only when its residual scale is
-   below ``season_gain`` times the plain scale, so series without a daily pattern never pay
-   for one.
+4. **Seasonal baselines** (a day and a week, ``seasons_ns``), after Twitter's seasonal
+   hybrid ESD (Hochenbaum, Vallis & Kejariwal, "Automatic Anomaly Detection in the Cloud
+   Via Statistical Learning", 2017), which uses medians rather than means of the seasonal
+   decomposition: for each season, the expected value is the median of the values at the
+   same phase (± ``season_neighbours`` points) over up to ``season_periods`` prior seasons,
+   once ``min_season_periods`` exist; its scale is the robust scale of the trailing
+   residuals against it. A seasonal baseline replaces the plain one at a point only when
+   its residual scale is below ``season_gain`` times the plain scale (the smallest wins), so
+   series without a daily or weekly pattern never pay for one; then the envelope below is
+   taken over the residuals too (a night-time value as high as a normal midday is still
+   anomalous at night).
 5. **Exceeding.** ``z = (x - expected) / scale``. A point exceeds upwards when
    ``z >= z_open``, ``x - expected >= min_relative_change · |expected|``, and ``x`` lies
    beyond the recent *envelope*: above the ``1 - envelope_tail`` quantile ``hi`` of the last
@@ -77,6 +79,8 @@ __all__ = [
     "DetectorConfig",
     "Direction",
     "Series",
+    "Signal",
+    "Watch",
     "detect_anomalies",
     "detect_series",
 ]
@@ -86,6 +90,12 @@ Direction: TypeAlias = Literal["up", "down"]
 
 Watch: TypeAlias = Literal["both", "up", "down"]
 """Which departures a series cares about (latency: ``up``; request rate: ``both``)."""
+
+Signal: TypeAlias = Literal["latency", "errors", "traffic", "saturation", "logs", "other"]
+"""What a series measures, in the terms of Google SRE's four golden signals (latency, traffic,
+errors, saturation) plus ``logs`` (severity rates, new templates) and ``other``. Problems use
+it to rank origins: a traffic drop at a callee is usually a consequence of its caller's
+trouble, not a cause, so ``traffic`` anomalies do not make a service an origin candidate."""
 
 _DAY_NS: Final = 86_400 * 1_000_000_000
 _IQR_TO_SIGMA: Final = 1.349
@@ -108,7 +118,8 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
             at least this fraction of ``|expected|`` (0 disables).
         relative_scale_floor: the scale is at least this fraction of ``|expected|``.
         absolute_scale_floor: the scale is at least this (series unit).
-        season_ns: season length in nanoseconds (default one day); 0 disables seasonality.
+        seasons_ns: season lengths in nanoseconds tried (default a day and a week; empty
+            disables seasonality). Each needs ``min_season_periods`` of history.
         season_periods: prior seasons the seasonal baseline uses at most.
         min_season_periods: prior seasons needed before the seasonal baseline is tried.
         season_neighbours: points either side of the same phase taken from each season.
@@ -134,7 +145,7 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
     min_relative_change: float = 0.0
     relative_scale_floor: float = 0.01
     absolute_scale_floor: float = 1e-9
-    season_ns: int = _DAY_NS
+    seasons_ns: tuple[int, ...] = (_DAY_NS, 7 * _DAY_NS)
     season_periods: int = 7
     min_season_periods: int = 2
     season_neighbours: int = 2
@@ -166,7 +177,7 @@ class DetectorConfig(msgspec.Struct, frozen=True, kw_only=True):
             ("min_relative_change", self.min_relative_change >= 0, "must not be negative"),
             ("relative_scale_floor", self.relative_scale_floor >= 0, "must not be negative"),
             ("absolute_scale_floor", self.absolute_scale_floor > 0, "must be positive"),
-            ("season_ns", self.season_ns >= 0, "must not be negative"),
+            ("seasons_ns", all(season > 0 for season in self.seasons_ns), "must be positive"),
             ("season_periods", self.season_periods >= 1, "must be at least 1"),
             (
                 "min_season_periods",
@@ -199,6 +210,7 @@ class Series(msgspec.Struct, frozen=True, kw_only=True):
             belongs to none; problems group anomalies by it.
         unit: the values' unit (UCUM, as OTel metrics: ``s``, ``1``, ``{request}/s``).
         watch: which departures matter: ``up`` (latency, error rate), ``down``, ``both``.
+        signal: what the series measures (see :data:`Signal`).
         points: ``(time_unix_nano, value)`` pairs, any order.
     """
 
@@ -209,6 +221,7 @@ class Series(msgspec.Struct, frozen=True, kw_only=True):
     service_name: str = ""
     unit: str = ""
     watch: Watch = "both"
+    signal: Signal = "other"
 
 
 class Anomaly(msgspec.Struct, frozen=True, kw_only=True):
@@ -230,7 +243,8 @@ class Anomaly(msgspec.Struct, frozen=True, kw_only=True):
         observed: the most extreme value during it, in its direction (series unit).
         score: the largest ``|z|`` during it (robust standard deviations).
         points: how many of its points were at or beyond ``z_close``.
-        seasonal: whether the seasonal baseline judged the opening point.
+        season_ns: the season whose baseline judged the opening point (0: the plain one).
+        signal: the series' :data:`Signal`.
     """
 
     series_id: str
@@ -244,10 +258,11 @@ class Anomaly(msgspec.Struct, frozen=True, kw_only=True):
     score: float
     points: int
     ongoing: bool = False
-    seasonal: bool = False
+    season_ns: int = 0
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     service_name: str = ""
     unit: str = ""
+    signal: Signal = "other"
 
 
 class DetectionSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -333,72 +348,94 @@ def _clean(
 
 
 class _Judgement:
-    __slots__ = ("expected", "seasonal", "sign", "z")
+    __slots__ = ("expected", "season", "sign", "z")
 
-    def __init__(self, z: float, expected: float, seasonal: bool, sign: int) -> None:
+    def __init__(self, z: float, expected: float, season: int, sign: int) -> None:
         self.z = z
         self.expected = expected
-        self.seasonal = seasonal
+        self.season = season
         self.sign = sign
+
+
+class _Season:
+    """One season's same-phase lags and its residual windows, for one view."""
+
+    __slots__ = ("envelope", "lags", "length", "residual", "residuals")
+
+    def __init__(self, cfg: DetectorConfig, length: int, lags: list[list[int]]) -> None:
+        self.length = length
+        self.lags = lags
+        self.residuals = _SortedWindow(cfg.window_points)
+        self.envelope = _SortedWindow(cfg.envelope_points)
+        self.residual: float | None = None
 
 
 class _Channel:
     """Baseline, scale, envelope and seasonal residuals of one view of the series."""
 
-    def __init__(self, cfg: DetectorConfig, lags: list[list[int]]) -> None:
+    def __init__(self, cfg: DetectorConfig, lags: dict[int, list[list[int]]]) -> None:
         self.cfg = cfg
-        self.lags = lags
         self.values: list[float] = []
         self.window = _SortedWindow(cfg.window_points)
         self.envelope = _SortedWindow(cfg.envelope_points)
-        self.residuals = _SortedWindow(cfg.window_points)
+        self.seasons = [_Season(cfg, length, lag) for length, lag in lags.items()]
 
     def judge(self, x: float, up_allowed: bool, down_allowed: bool) -> _Judgement | None:
         """Judge the next value against the history, then add it; ``None`` while warming up."""
         cfg = self.cfg
         index = len(self.values)
         judgement: _Judgement | None = None
+        for season in self.seasons:
+            seasonal_expected = self._seasonal_expected(season.lags, index)
+            season.residual = None if seasonal_expected is None else x - seasonal_expected
         if len(self.window) >= cfg.min_history_points:
             expected = self.window.quantile(0.5)
             scale = self.window.scale()
-            seasonal_used = False
-            if self.lags:
-                seasonal_expected = self._seasonal_expected(index)
-                if seasonal_expected is not None:
-                    if len(self.residuals) >= cfg.min_history_points:
-                        seasonal_scale = self.residuals.scale()
-                        if seasonal_scale < cfg.season_gain * scale:
-                            expected = seasonal_expected + self.residuals.quantile(0.5)
-                            scale = seasonal_scale
-                            seasonal_used = True
-                    self.residuals.push(x - seasonal_expected)
+            envelope, position = self.envelope, x
+            used = 0
+            best = cfg.season_gain * scale
+            for season in self.seasons:
+                if season.residual is None or len(season.residuals) < cfg.min_history_points:
+                    continue
+                seasonal_scale = season.residuals.scale()
+                if seasonal_scale < best:
+                    best = seasonal_scale
+                    expected = x - season.residual + season.residuals.quantile(0.5)
+                    scale = seasonal_scale
+                    envelope, position = season.envelope, season.residual
+                    used = season.length
             scale = max(scale, cfg.relative_scale_floor * abs(expected), cfg.absolute_scale_floor)
             z = (x - expected) / scale
             sign = 0
             if abs(z) >= cfg.z_open and abs(x - expected) >= cfg.min_relative_change * abs(
                 expected
             ):
-                high = self.envelope.quantile(1 - cfg.envelope_tail)
-                low = self.envelope.quantile(cfg.envelope_tail)
-                middle = self.envelope.quantile(0.5)
-                if z > 0 and up_allowed and x > high + cfg.envelope_margin * (high - middle):
+                high = envelope.quantile(1 - cfg.envelope_tail)
+                low = envelope.quantile(cfg.envelope_tail)
+                middle = envelope.quantile(0.5)
+                margin = cfg.envelope_margin
+                if z > 0 and up_allowed and position > high + margin * (high - middle):
                     sign = 1
-                elif z < 0 and down_allowed and x < low - cfg.envelope_margin * (middle - low):
+                elif z < 0 and down_allowed and position < low - margin * (middle - low):
                     sign = -1
-            judgement = _Judgement(z, expected, seasonal_used, sign)
+            judgement = _Judgement(z, expected, used, sign)
+        for season in self.seasons:
+            if season.residual is not None:
+                season.residuals.push(season.residual)
+                season.envelope.push(season.residual)
         self.values.append(x)
         self.window.push(x)
         self.envelope.push(x)
         return judgement
 
-    def _seasonal_expected(self, index: int) -> float | None:
+    def _seasonal_expected(self, lags: list[list[int]], index: int) -> float | None:
         """Median of the same-phase neighbourhoods over prior seasons, or ``None``."""
         cfg = self.cfg
         values = self.values
         gathered: list[float] = []
         periods = 0
-        for lags in self.lags:
-            best = lags[index]
+        for lag in lags:
+            best = lag[index]
             if best < 0:
                 continue
             low = max(0, best - cfg.season_neighbours)
@@ -445,28 +482,42 @@ class _Open:
         "detected",
         "direction",
         "end",
+        "end_raw",
         "observed",
         "points",
         "score",
-        "seasonal",
+        "season",
         "start",
     )
 
     def __init__(
-        self, *, direction: Direction, start: int, detected: int, baseline: float, seasonal: bool
+        self, *, direction: Direction, start: int, detected: int, baseline: float, season: int
     ) -> None:
         self.direction: Direction = direction
         self.start = start
         self.detected = detected
         self.end = detected
+        self.end_raw: int | None = None
         self.baseline = baseline
-        self.seasonal = seasonal
+        self.season = season
         self.observed = baseline
         self.score = 0.0
         self.points = 0
 
-    def extend(self, time_unix_nano: int, value: float, score: float) -> None:
+    def final_end(self) -> int:
+        """The last point still anomalous, never before detection.
+
+        In the raw view when it has one: the smoothed view lags by up to half its window.
+        """
+        end = self.end if self.end_raw is None else self.end_raw
+        return max(end, self.detected)
+
+    def extend(self, time_unix_nano: int, value: float, score: float, raw_held: bool) -> None:
         self.end = max(self.end, time_unix_nano)
+        if raw_held:
+            self.end_raw = (
+                time_unix_nano if self.end_raw is None else max(self.end_raw, time_unix_nano)
+            )
         self.points += 1
         self.score = max(self.score, score)
         if (self.direction == "up" and value > self.observed) or (
@@ -481,7 +532,8 @@ def detect_series(
     """Judge one series; return its anomalies (by start time) and what was seen.
 
     See the module docstring for the method. Anomalies closed by the end of the points have
-    ``ongoing=False``; one still open at the last point has ``ongoing=True`` and ends there.
+    ``ongoing=False``; one still open at the last point has ``ongoing=True``. An anomaly ends
+    at its last point still at or beyond ``z_close`` (in the raw view when it has one there).
 
     Args:
         series: the series; its points in any order, times in unix ns.
@@ -503,16 +555,19 @@ def detect_series(
         diffs = sorted(b - a for a, b in itertools.pairwise(times))
         step = diffs[len(diffs) // 2]
     max_gap = cfg.max_gap_steps * step if step else math.inf
-    season = cfg.season_ns if step and cfg.season_ns >= 2 * step else 0
-    lags = _season_lags(times, season, cfg.season_periods, step) if season else []
+    lags = {
+        season: _season_lags(times, season, cfg.season_periods, step)
+        for season in sorted(set(cfg.seasons_ns))
+        if step and season >= 2 * step and times[-1] - times[0] >= cfg.min_season_periods * season
+    }
     raw = _Channel(cfg, lags)
     smooth = _Channel(cfg, lags) if cfg.smooth_points > 1 else None
     recent: deque[float] = deque(maxlen=max(1, cfg.smooth_points))
     up_allowed = series.watch in ("both", "up")
     down_allowed = series.watch in ("both", "down")
 
-    # (sign, time, value, score) of the last evidence_n judged points
-    evidence: deque[tuple[int, int, float, float]] = deque(maxlen=cfg.evidence_n)
+    # (sign, time, value, score, raw z) of the last evidence_n judged points
+    evidence: deque[tuple[int, int, float, float, float]] = deque(maxlen=cfg.evidence_n)
     found: list[Anomaly] = []
     current: _Open | None = None
     below = 0
@@ -528,16 +583,17 @@ def detect_series(
                     labels=series.labels,
                     service_name=series.service_name,
                     unit=series.unit,
+                    signal=series.signal,
                     direction=current.direction,
                     start_unix_nano=current.start,
                     detected_unix_nano=current.detected,
-                    end_unix_nano=current.end,
+                    end_unix_nano=current.final_end(),
                     ongoing=ongoing,
                     baseline=current.baseline,
                     observed=current.observed,
                     score=round(current.score, 3),
                     points=current.points,
-                    seasonal=current.seasonal,
+                    season_ns=current.season,
                 )
             )
         current = None
@@ -559,17 +615,15 @@ def detect_series(
         if judged is None:
             continue
         sign = judged.sign or (smoothed.sign if smoothed is not None else 0)
-        if current is None:
-            score = abs(judged.z)
-        elif current.direction == "up":
-            score = max(judged.z, smoothed.z if smoothed is not None else judged.z)
-        else:
-            score = -min(judged.z, smoothed.z if smoothed is not None else judged.z)
-        evidence.append((sign, t, x, score))
+        smoothed_z = smoothed.z if smoothed is not None else judged.z
+        direction = sign if current is None else (1 if current.direction == "up" else -1)
+        # The score of a point in a direction: the larger departure of the two views.
+        score = max(direction * judged.z, direction * smoothed_z) if direction else abs(judged.z)
+        evidence.append((sign, t, x, score, judged.z))
 
         if current is not None:
             if score >= cfg.z_close:
-                current.extend(t, x, score)
+                current.extend(t, x, score, direction * judged.z >= cfg.z_close)
                 below = 0
             else:
                 below += 1
@@ -587,11 +641,11 @@ def detect_series(
             start=next(time for s, time, *_ in evidence if s == sign),
             detected=t,
             baseline=basis.expected,
-            seasonal=basis.seasonal,
+            season=basis.season,
         )
-        for s, time, value, point_score in evidence:
+        for s, time, value, point_score, raw_z in evidence:
             if s == sign:
-                current.extend(time, value, point_score)
+                current.extend(time, value, point_score, sign * raw_z >= cfg.z_close)
         below = 0
 
     close(ongoing=True)
