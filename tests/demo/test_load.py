@@ -218,6 +218,32 @@ async def test_force_reloads_to_end_at_the_new_now(tmp_path: Path) -> None:
     assert counts(stats) == expected_counts()  # the old copy is gone, not doubled
 
 
+async def test_a_store_emptied_by_retention_gets_the_demo_again(
+    loaded: tuple[Path, LoadResult],
+) -> None:
+    data_dir, first = loaded
+    async with open_sqlite_store(data_dir / "telemetry.db") as store:
+        await store.delete_before(first.state.started_unix_nano + 1)  # all of it aged out
+    later = first.state.started_unix_nano + 8 * DAY_NS
+    result, stats = await load_into(data_dir, now_unix_nano=later)
+    assert result.status == "reloaded"
+    assert stats.newest_unix_nano == later
+    assert counts(stats) == expected_counts()
+
+
+async def test_force_after_retention_removed_part_of_the_demo(
+    loaded: tuple[Path, LoadResult],
+) -> None:
+    data_dir, first = loaded
+    async with open_sqlite_store(data_dir / "telemetry.db") as store:
+        pruned = await store.delete_before(first.state.started_unix_nano - DAY_NS // 4)
+    assert pruned.spans_deleted > 0  # the Nezha traces are 10.7-12.3 h old
+    later = first.state.started_unix_nano + DAY_NS
+    result, stats = await load_into(data_dir, force=True, now_unix_nano=later)
+    assert result.status == "reloaded"
+    assert counts(stats) == expected_counts()
+
+
 async def test_force_refuses_when_the_store_holds_other_telemetry(
     loaded: tuple[Path, LoadResult],
 ) -> None:

@@ -38,12 +38,16 @@ Idempotency
 
 Loading is idempotent: the store keeps one copy of a record, and the shift is fixed once per data
 dir. A data dir whose state is ``loaded`` is left alone (:attr:`LoadResult.status`
-``already_loaded``). A load that was interrupted (state ``loading``) resumes with the shifts it
-recorded, so records already written are recognised as duplicates and nothing is doubled.
-``force=True`` reloads with a new shift so the data ends "now" again — but only when the store
-holds nothing but the demo (its counts equal those recorded after the last load, or it is empty),
-because the old copy must be deleted first and the store cannot tell demo records from others;
-otherwise it raises :class:`DemoAlreadyLoaded` and asks for a fresh data dir.
+``already_loaded``) — unless its store is empty (retention removed the demo after 7 days, or the
+database was deleted): then the demo is loaded again, ending at the new "now" (``reloaded``). A
+load that was interrupted (state ``loading``) resumes with the shifts it recorded, so records
+already written are recognised as duplicates and nothing is doubled.
+
+``force=True`` reloads with a new shift so the data ends "now" again. The old copy must be
+deleted first and the store cannot tell demo records from others, so this is done only when the
+store can hold nothing but the demo: none of its counts exceeds those recorded after the last
+load (retention may have removed part of it) and nothing in it is newer than that load's "now".
+Otherwise it raises :class:`DemoAlreadyLoaded` and asks for a fresh data dir.
 """
 
 from __future__ import annotations
@@ -178,7 +182,7 @@ class LoadResult(msgspec.Struct, kw_only=True):
 
     Attributes:
         status: ``loaded`` (first load), ``resumed`` (an interrupted load finished),
-            ``reloaded`` (``force``: the old copy deleted, loaded again ending now) or
+            ``reloaded`` (``force``, or the store was found empty: loaded again ending now) or
             ``already_loaded`` (nothing done).
         state: the data dir's demo state after the call.
         datasets: per dataset, what was loaded (empty when ``already_loaded``).
@@ -368,10 +372,22 @@ async def _load_dataset(
     return load
 
 
+def _is_empty(stats: StoreStatistics) -> bool:
+    return stats.span_count == stats.log_count == stats.metric_point_count == 0
+
+
 def _store_holds_only_the_demo(stats: StoreStatistics, state: DemoState) -> bool:
-    if stats.span_count == stats.log_count == stats.metric_point_count == 0:
+    """Whether every record in the store can be one the last demo load wrote."""
+    if _is_empty(stats):
         return True
-    return state.store_counts is not None and StoreCounts.of(stats) == state.store_counts
+    loaded = state.store_counts
+    return (
+        loaded is not None
+        and stats.span_count <= loaded.span_count
+        and stats.log_count <= loaded.log_count
+        and stats.metric_point_count <= loaded.metric_point_count
+        and (stats.newest_unix_nano or 0) <= state.started_unix_nano
+    )
 
 
 async def load_demo(
@@ -390,8 +406,8 @@ async def load_demo(
     Args:
         store: where to write (the data dir's telemetry store).
         data_dir: where the demo's state and shifted faults live (``<data_dir>/demo/``).
-        force: reload even when loaded, with a new shift (only when the store holds nothing
-            but the demo; see "Idempotency").
+        force: reload even when loaded, with a new shift (only when the store can hold
+            nothing but the demo; see "Idempotency").
         now_unix_nano: the instant the last events move to (default: the current time).
         manifest: the datasets to load (default: the shipped manifest).
         on_file: called before each file is loaded (for progress output).
@@ -412,12 +428,14 @@ async def load_demo(
     state = demo_state(data_dir)
     status: Literal["loaded", "resumed", "reloaded"] = "loaded"
     if state is not None and state.state == "loaded" and not force:
-        return LoadResult(
-            status="already_loaded",
-            state=state,
-            datasets=[],
-            faults_path=_demo_dir(data_dir) / FAULTS_FILE,
-        )
+        if not _is_empty(await store.statistics()):
+            return LoadResult(
+                status="already_loaded",
+                state=state,
+                datasets=[],
+                faults_path=_demo_dir(data_dir) / FAULTS_FILE,
+            )
+        force = True  # emptied (by retention, or a deleted database): load it again, ending now
     now = now_unix_nano if now_unix_nano is not None else time.time_ns()
     if state is not None and state.state == "loaded":
         stats = await store.statistics()
