@@ -11,6 +11,8 @@ Routing, by path:
 - ``/api/auth/login`` — a session JWT for a user name and password (:mod:`coremetry.rest`).
 - ``/api/tools`` and ``/api/tools/<name>`` — the tools over REST, through the same gate
   (:mod:`coremetry.rest`).
+- ``/v1/traces``, ``/v1/logs``, ``/v1/metrics`` — the OTLP/HTTP receiver
+  (:mod:`coremetry.ingest.receiver`), when a store is given and ``ingest.enabled``.
 - everything else — the QuartTrio app: ``GET /healthz`` (unauthenticated, no data) and, later,
   the REST API.
 """
@@ -32,8 +34,10 @@ from quart_trio import QuartTrio
 from coremetry import __version__
 from coremetry.auth import LoginService
 from coremetry.config import Config
+from coremetry.ingest.receiver import OTLP_PATHS, OtlpReceiver
 from coremetry.mcp import Server
 from coremetry.rest import LOGIN_PATH, LoginEndpoint, RestTools
+from coremetry.store import TelemetryStore
 from coremetry.transports._http import Authenticate, HttpPolicy, anonymous
 from coremetry.transports.sse import LegacySse
 from coremetry.transports.streamable_http import StreamableHttp
@@ -55,6 +59,7 @@ class CoremetryApp:
         mcp: the dispatcher every MCP transport feeds.
         authenticate: resolves callers (default: everyone is an anonymous viewer).
         login: serves ``POST /api/auth/login`` when given.
+        store: the telemetry store the OTLP/HTTP receiver writes into (none: no receiver).
 
     Attributes:
         shutting_down: set when the server starts draining; long-lived streams end on it.
@@ -67,6 +72,7 @@ class CoremetryApp:
         *,
         authenticate: Authenticate = anonymous,
         login: LoginService | None = None,
+        store: TelemetryStore | None = None,
     ) -> None:
         self.config = config
         self.mcp = mcp
@@ -110,6 +116,16 @@ class CoremetryApp:
         self.rest = RestTools(mcp, self.policy, authenticate=authenticate)
         if login is not None:
             self.http_routes[LOGIN_PATH] = LoginEndpoint(login, self.policy)
+        if store is not None and config.ingest.enabled:
+            receiver = OtlpReceiver(
+                store,
+                self.policy,
+                authenticate=authenticate,
+                min_role=config.ingest.min_role,
+                max_body_bytes=config.ingest.max_body_bytes,
+            )
+            for path in OTLP_PATHS:
+                self.http_routes[path] = receiver
         self.quart = _quart_app()
 
     async def __call__(

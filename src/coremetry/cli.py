@@ -13,6 +13,8 @@ Subcommands:
 - ``coremetry token create --name N --role R [--expires-in 30d]`` (prints the token alone on
   stdout, once) / ``token list`` / ``token revoke NAME`` — service tokens.
 - ``coremetry audit tail [-n N] [--sub SUB]`` — the newest audit records.
+- ``coremetry ingest FILE… [--format …]`` — import telemetry files into the data dir's store
+  (:mod:`coremetry.ingest.cli`).
 - ``coremetry demo load [--data-dir DIR] [--force]`` — load the shipped demo telemetry, shifted
   so that it ends now (:mod:`coremetry.demo`); ``serve --demo`` does it first, then serves.
 - ``coremetry config show [--config FILE]`` — the effective configuration, secrets redacted.
@@ -34,6 +36,7 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -43,8 +46,10 @@ from coremetry import __version__
 from coremetry.auth import TOKEN_PREFIX
 from coremetry.config import Config, ConfigError, load_config, render_config
 from coremetry.demo.cli import add_demo_parser, prepare_serve_demo, run_demo
+from coremetry.ingest.cli import add_ingest_parser, run_ingest
 from coremetry.mcp import ROLES, Caller, Server
 from coremetry.server import Security, open_security
+from coremetry.store.errors import StoreError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     stdio.add_argument("--config", help="a TOML configuration file")
     _log_level_option(stdio)
+
+    add_ingest_parser(sub)
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", help="a TOML configuration file")
@@ -186,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "config":
         sys.stdout.write(render_config(config))
         return 0
+    if args.command == "ingest":
+        return run_ingest(args, config)
     if args.command in ("user", "token", "audit"):
         return _admin(args, config)
     if args.command == "demo":
@@ -193,9 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve" and args.demo and (status := prepare_serve_demo(config)):
         return status
     _setup_logging(str(args.log_level))
-    from coremetry.server import build_mcp_server, serve
+    from coremetry.server import build_mcp_server, serve_with_store
 
-    mcp = build_mcp_server(
+    build_mcp = partial(
+        build_mcp_server,
         fixture=bool(getattr(args, "fixture", False)),
         max_budget_s=config.mcp.max_budget_s,
         page_size=config.mcp.page_size,
@@ -204,17 +214,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         if args.command == "stdio":
-            return _run_stdio(mcp, config)
+            return _run_stdio(build_mcp(), config)
         if args.command == "conformance-fixture":
             return _conformance_fixture(args)
         security = open_security(config)
         first = security.store.create_first_admin_token()
         _tune_gc()
         try:
+            # The telemetry store is opened inside the loop, around the server
+            # (serve_with_store): the OTLP receiver writes into it, the tools read it.
             trio.run(
-                lambda: serve(
+                lambda: serve_with_store(
                     config,
-                    mcp,
+                    lambda store: build_mcp(store=store),
                     install_signal_handlers=True,
                     security=security,
                     first_admin_token=first[0] if first is not None else None,
@@ -231,6 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(leaf, OSError):
             where = f" ({leaf.filename})" if leaf.filename else ""
             print(f"coremetry: {leaf.strerror or leaf}{where}", file=sys.stderr)
+            return 1
+        if isinstance(leaf, StoreError):
+            print(f"coremetry: telemetry store: {leaf}", file=sys.stderr)
             return 1
         raise
 

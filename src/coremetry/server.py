@@ -7,10 +7,12 @@ the listener stops accepting, long-lived streams end, in-flight calls get
 ``http.graceful_shutdown_s`` to finish, then everything still running is cancelled.
 """
 
+import importlib
 import shutil
 import signal
 import sys
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from functools import partial
 from pathlib import Path
 
@@ -32,6 +34,7 @@ from coremetry.auth import (
 )
 from coremetry.config import Config
 from coremetry.mcp import CallContext, Resource, Server, versions
+from coremetry.store import TelemetryStore
 
 INSTRUCTIONS = (
     "Coremetry exposes a system's telemetry (traces, logs, metrics, detected problems, deploys). "
@@ -50,6 +53,7 @@ def build_mcp_server(
     page_size: int = 100,
     list_ttl_ms: int = 60_000,
     read_ttl_ms: int = 0,
+    store: TelemetryStore | None = None,
 ) -> Server:
     """Build the dispatcher with the production registry.
 
@@ -59,6 +63,7 @@ def build_mcp_server(
         page_size: items per page of the list methods.
         list_ttl_ms: ``ttlMs`` of 2026-07-28 list results, in milliseconds.
         read_ttl_ms: ``ttlMs`` of 2026-07-28 ``resources/read`` results, in milliseconds.
+        store: the telemetry store the observability tools read (none: no telemetry tools).
 
     Returns:
         A ready :class:`~coremetry.mcp.Server`.
@@ -101,7 +106,49 @@ def build_mcp_server(
         from coremetry.testing.fixture import register_fixture
 
         register_fixture(server)
+    if store is not None:
+        register_observability_tools(server, store)
     return server
+
+
+def register_observability_tools(server: Server, store: TelemetryStore) -> None:
+    """Register the telemetry tools, resources and prompts over ``store`` on ``server``.
+
+    The place where :mod:`coremetry.observability` plugs in: until that package exports
+    ``register_observability(server, store)`` this registers nothing. (Its author replaces
+    this lookup with a direct import.)
+    """
+    try:
+        module = importlib.import_module("coremetry.observability")
+    except ImportError:
+        return
+    register = getattr(module, "register_observability", None)
+    if register is not None:
+        register(server, store)
+
+
+TELEMETRY_DB = "telemetry.db"
+"""The embedded store's file name inside the data dir."""
+
+
+def open_telemetry_store(config: Config) -> AbstractAsyncContextManager[TelemetryStore]:
+    """Open the configured telemetry store: embedded SQLite at ``<data_dir>/telemetry.db``.
+
+    Settings from ``config.store`` (retention, its interval, query threads). Use as
+    ``async with open_telemetry_store(config) as store:``; the store closes on exit.
+
+    Raises:
+        StoreUnavailable: (on entry) the database cannot be opened or migrated.
+        ValueError: (on entry) a store setting is out of range.
+    """
+    from coremetry.store.sqlite import open_sqlite_store
+
+    return open_sqlite_store(
+        Path(config.data_dir).expanduser() / TELEMETRY_DB,
+        retention_days=config.store.retention_days,
+        retention_interval_s=config.store.retention_interval_s,
+        query_threads=config.store.query_threads,
+    )
 
 
 class Security:
@@ -201,6 +248,7 @@ async def serve(
     install_signal_handlers: bool = False,
     security: Security | None = None,
     first_admin_token: str | None = None,
+    store: TelemetryStore | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the app until ``shutdown`` is set (or SIGINT/SIGTERM when handlers are installed).
@@ -215,6 +263,9 @@ async def serve(
             every caller as an anonymous viewer — for tests and fixtures only.
         first_admin_token: a token minted for this first start, printed once to stdout with
             the lines to paste into Claude Code and Claude Desktop.
+        store: the telemetry store; with one, the OTLP/HTTP receiver (``/v1/traces``,
+            ``/v1/logs``, ``/v1/metrics``) writes into it (unless ``ingest.enabled`` is off).
+            The caller opens and closes it (:func:`open_telemetry_store`).
         task_status: receives the bound base URL (``http://127.0.0.1:PORT``).
 
     Raises:
@@ -224,9 +275,11 @@ async def serve(
 
     if security is not None:
         security.install(mcp)
-        app = CoremetryApp(config, mcp, authenticate=security.authenticator, login=security.login)
+        app = CoremetryApp(
+            config, mcp, authenticate=security.authenticator, login=security.login, store=store
+        )
     else:
-        app = CoremetryApp(config, mcp)
+        app = CoremetryApp(config, mcp, store=store)
     stop = shutdown if shutdown is not None else trio.Event()
 
     async def trigger() -> None:
@@ -262,6 +315,41 @@ async def serve(
         if security is not None:
             with trio.CancelScope(shield=True):
                 await security.audit.aclose()
+
+
+async def serve_with_store(
+    config: Config,
+    build_mcp: Callable[[TelemetryStore], Server],
+    *,
+    install_signal_handlers: bool = False,
+    security: Security | None = None,
+    first_admin_token: str | None = None,
+    shutdown: trio.Event | None = None,
+    announce: bool = True,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """:func:`serve` with the telemetry store open: what ``coremetry serve`` runs.
+
+    Opens :func:`open_telemetry_store`, builds the dispatcher with ``build_mcp(store)`` (so the
+    observability tools read the store), serves with the OTLP receiver writing into it, and
+    closes the store once the server has drained. The other arguments are :func:`serve`'s.
+
+    Raises:
+        StoreUnavailable: the store cannot be opened.
+        OSError: the address cannot be bound.
+    """
+    async with open_telemetry_store(config) as store:
+        await serve(
+            config,
+            build_mcp(store),
+            announce=announce,
+            shutdown=shutdown,
+            install_signal_handlers=install_signal_handlers,
+            security=security,
+            first_admin_token=first_admin_token,
+            store=store,
+            task_status=task_status,
+        )
 
 
 async def watch_signals(stop: trio.Event) -> None:
