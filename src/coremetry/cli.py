@@ -17,6 +17,8 @@ Subcommands:
   (:mod:`coremetry.ingest.cli`).
 - ``coremetry demo load [--data-dir DIR] [--force]`` — load the shipped demo telemetry, shifted
   so that it ends now (:mod:`coremetry.demo`); ``serve --demo`` does it first, then serves.
+- ``coremetry tools [--catalog compact|full] [--pretty]`` — the tool catalog and its size in
+  bytes (:mod:`coremetry.observability.cli`).
 - ``coremetry config show [--config FILE]`` — the effective configuration, secrets redacted.
 - ``coremetry conformance-fixture [--port P]`` — the official conformance suite's fixture on
   loopback only, without authentication (a test fixture; never part of ``serve``).
@@ -48,6 +50,7 @@ from coremetry.config import Config, ConfigError, load_config, render_config
 from coremetry.demo.cli import add_demo_parser, prepare_serve_demo, run_demo
 from coremetry.ingest.cli import add_ingest_parser, run_ingest
 from coremetry.mcp import ROLES, Caller, Server
+from coremetry.observability.cli import add_tools_parser, run_tools
 from coremetry.server import Security, open_security
 from coremetry.store.errors import StoreError
 
@@ -127,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     audit_tail.add_argument("--sub", help="only this identity")
 
     add_demo_parser(sub)
+    add_tools_parser(sub)
 
     config = sub.add_parser("config", help="inspect the configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
@@ -199,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _admin(args, config)
     if args.command == "demo":
         return run_demo(args, config)
+    if args.command == "tools":
+        return run_tools(args)
     if args.command == "serve" and args.demo and (status := prepare_serve_demo(config)):
         return status
     _setup_logging(str(args.log_level))
@@ -211,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         page_size=config.mcp.page_size,
         list_ttl_ms=config.mcp.list_ttl_ms,
         read_ttl_ms=config.mcp.read_ttl_ms,
+        output_budget_bytes=config.mcp.output_budget_bytes,
     )
     try:
         if args.command == "stdio":

@@ -60,6 +60,9 @@ class McpConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``ttlMs`` on 2026-07-28 list results, in milliseconds."""
     read_ttl_ms: int = 0
     """``ttlMs`` on 2026-07-28 ``resources/read`` results, in milliseconds."""
+    output_budget_bytes: int = 16 * 1024
+    """Largest tool, resource or prompt result, in bytes of JSON (lists beyond it are cut and
+    return a cursor); at least 1024."""
 
 
 class SseConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -256,6 +259,7 @@ def _check(config: Config) -> None:
         (config.http.graceful_shutdown_s >= 0, "http.graceful_shutdown_s must not be negative"),
         (config.mcp.max_budget_s > 0, "mcp.max_budget_s must be positive"),
         (config.mcp.page_size > 0, "mcp.page_size must be positive"),
+        (config.mcp.output_budget_bytes >= 1024, "mcp.output_budget_bytes must be at least 1024"),
         (config.mcp.list_ttl_ms >= 0, "mcp.list_ttl_ms must not be negative"),
         (config.mcp.read_ttl_ms >= 0, "mcp.read_ttl_ms must not be negative"),
         (config.sse.keepalive_interval_s > 0, "sse.keepalive_interval_s must be positive"),

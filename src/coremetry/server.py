@@ -7,7 +7,6 @@ the listener stops accepting, long-lived streams end, in-flight calls get
 ``http.graceful_shutdown_s`` to finish, then everything still running is cancelled.
 """
 
-import importlib
 import shutil
 import signal
 import sys
@@ -54,6 +53,7 @@ def build_mcp_server(
     list_ttl_ms: int = 60_000,
     read_ttl_ms: int = 0,
     store: TelemetryStore | None = None,
+    output_budget_bytes: int = 16 * 1024,
 ) -> Server:
     """Build the dispatcher with the production registry.
 
@@ -64,6 +64,7 @@ def build_mcp_server(
         list_ttl_ms: ``ttlMs`` of 2026-07-28 list results, in milliseconds.
         read_ttl_ms: ``ttlMs`` of 2026-07-28 ``resources/read`` results, in milliseconds.
         store: the telemetry store the observability tools read (none: no telemetry tools).
+        output_budget_bytes: the largest tool, resource or prompt result, in bytes of JSON.
 
     Returns:
         A ready :class:`~coremetry.mcp.Server`.
@@ -107,24 +108,10 @@ def build_mcp_server(
 
         register_fixture(server)
     if store is not None:
-        register_observability_tools(server, store)
+        from coremetry.observability import register_observability
+
+        register_observability(server, store, budget_bytes=output_budget_bytes)
     return server
-
-
-def register_observability_tools(server: Server, store: TelemetryStore) -> None:
-    """Register the telemetry tools, resources and prompts over ``store`` on ``server``.
-
-    The place where :mod:`coremetry.observability` plugs in: until that package exports
-    ``register_observability(server, store)`` this registers nothing. (Its author replaces
-    this lookup with a direct import.)
-    """
-    try:
-        module = importlib.import_module("coremetry.observability")
-    except ImportError:
-        return
-    register = getattr(module, "register_observability", None)
-    if register is not None:
-        register(server, store)
 
 
 TELEMETRY_DB = "telemetry.db"

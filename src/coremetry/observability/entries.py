@@ -26,7 +26,6 @@ Completion suggests service names, trace ids, metric names and versions (prefix 
 then substring), from the last 24 h of stored data.
 """
 
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Final
 
@@ -35,10 +34,7 @@ import msgspec
 from coremetry.mcp import CallContext, ProtocolError, codes
 from coremetry.store import (
     MAX_LIMIT,
-    Aggregation,
     LogQuery,
-    MetricQuery,
-    QueryRejected,
     TelemetryStore,
     TimeRange,
     TraceQuery,
@@ -47,8 +43,8 @@ from coremetry.store import (
 from ._reading import stored_extent
 from .anchoring import anchored_args
 from .budget import JsonObject, Shaped, Trimmable, fit
-from .origin import likely_origin
-from .ranges import RangeArgs, auto_step_ns, resolve_range, rfc3339
+from .origin import latency_metric_names, latency_series, likely_origin, series_shift
+from .ranges import RangeArgs, resolve_range, rfc3339
 from .tools import (
     DETECTION_NOTE,
     SEVERITIES,
@@ -345,6 +341,7 @@ class ObservabilityEntries:
             typical_traces=self.tools.origin_typical_traces,
         )
         await ctx.report_progress(2, 3, "reading logs and metrics")
+        focus = origin.focus
         logs = await self.store.search_logs(
             LogQuery(time_range=tr, min_severity_number=SEVERITIES["ERROR"]), limit=200
         )
@@ -357,7 +354,7 @@ class ObservabilityEntries:
         body: JsonObject = {
             "window": window.as_json(),
             "window_anchor": "ends at the newest stored record",
-            "likely_origin": origin,
+            "likely_origin": origin.body,
             "problems": [],
             "problems_note": DETECTION_NOTE,
             "error_logs": {
@@ -366,9 +363,10 @@ class ObservabilityEntries:
                 "by_service": dict(sorted(by_service.items(), key=lambda item: -item[1])),
                 "examples": [log_row(r) for r in logs.items[:5]],
             },
-            "metric_shifts": await self._metric_shifts(tr),
-            "metric_shifts_method": "per service and latency metric: peak bucket (max) against "
-            "the median bucket in the window; a heuristic, not a detector",
+            "metric_shifts": await self._metric_shifts(tr, focus),
+            "metric_shifts_method": "per service and latency metric: the highest bucket (max "
+            "per bucket) while the slow traces ran (likely_origin.focus) against the median "
+            "bucket of the whole window; a heuristic, not a detector",
             "services": [service_row(s, tr) for s in ranked_services],
             "truncated": False,
         }
@@ -390,48 +388,16 @@ class ObservabilityEntries:
             ],
         )
 
-    async def _metric_shifts(self, tr: TimeRange) -> list[JsonObject]:
+    async def _metric_shifts(self, tr: TimeRange, focus: TimeRange) -> list[JsonObject]:
         names = await self.store.metric_names(tr, limit=1000)
-        latency = [
-            d
-            for d in names.items
-            if ("duration" in d.name.lower() or "latency" in d.name.lower()) and d.type != "sum"
-        ]
-        step = auto_step_ns(tr.end_unix_nano - tr.start_unix_nano, 120, 60 * 1_000_000_000)
         shifts: list[JsonObject] = []
-        for descriptor in latency[:3]:
-            aggregation: Aggregation = "p95" if descriptor.type == "histogram" else "max"
-            try:
-                series = await self.store.metric_series(
-                    MetricQuery(
-                        name=descriptor.name,
-                        time_range=tr,
-                        step_ns=step,
-                        aggregation=aggregation,
-                        group_by=["service.name"],
-                    ),
-                    limit=200,
-                )
-            except QueryRejected:
-                continue
-            for one in series:
-                values = [v for _t, v in one.points if v == v]
-                if len(values) < 3:
-                    continue
-                median = statistics.median(values)
-                peak_time, peak = max(((t, v) for t, v in one.points if v == v), key=lambda p: p[1])
-                if median <= 0:
-                    continue
-                shifts.append(
-                    {
-                        "service": one.labels.get("service.name", ""),
-                        "metric": descriptor.name,
-                        "unit": one.unit,
-                        "median": round(median, 6),
-                        "peak": round(peak, 6),
-                        "peak_time": rfc3339(peak_time),
-                        "peak_to_median": round(peak / median, 2),
-                    }
-                )
-        shifts.sort(key=lambda s: -float(str(s["peak_to_median"])))
+        for descriptor in latency_metric_names(names.items)[:3]:
+            for series in await latency_series(self.store, descriptor, tr):
+                shift = series_shift(series, focus)
+                if shift is not None:
+                    shifts.append({"service": series.labels.get("service.name", ""), **shift})
+        # Server-side latency first: a client-side latency includes its callees' time.
+        shifts.sort(
+            key=lambda s: ("server" not in str(s["metric"]), -float(str(s["peak_to_median"])))
+        )
         return shifts[:8]

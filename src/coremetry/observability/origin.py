@@ -20,13 +20,15 @@ looks past that, the way an engineer reads traces:
    trace (``excess_ms``). The service whose time grew most is the likely origin. A group with
    no typical trace gives no baseline and is skipped while another group has one.
 5. **Evidence** for the top candidate: per-edge latency of calls into it, its ERROR-or-worse log
-   records, and its latency metrics' peak against their median in the window.
+   records, and its latency metrics' peak while the slow traces ran (the *focus*: their time
+   span plus five minutes each side) against the metric's median over the whole window.
 
 Cost bound: per group two trace searches plus at most ``slow_traces + typical_traces`` trace
 reads, then at most six more queries for the evidence; everything under the call's deadline.
 The method is a heuristic over samples; the result says which and how many traces it read.
 """
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,7 +37,9 @@ from typing import Final
 from coremetry.store import (
     Aggregation,
     LogQuery,
+    MetricDescriptor,
     MetricQuery,
+    MetricSeries,
     QueryRejected,
     ServiceEdge,
     ServiceSummary,
@@ -47,16 +51,20 @@ from coremetry.store import (
 
 from ._reading import fetch_trace_spans
 from .budget import JsonObject, shorten
-from .ranges import auto_step_ns, ms, rfc3339
+from .ranges import NS_PER_S, auto_step_ns, ms, rfc3339
 from .trace_analysis import TraceAnalysis, analyse_trace
 
 __all__ = [
     "ANALYSIS_SPANS",
     "MAX_ENTRY_GROUPS",
     "METHOD",
+    "Origin",
     "entry_services",
+    "focus_window",
+    "latency_metric_names",
+    "latency_series",
     "likely_origin",
-    "metric_shift",
+    "series_shift",
 ]
 
 ANALYSIS_SPANS: Final = 2_000
@@ -67,11 +75,26 @@ MIN_REQUESTS: Final = 5
 """An entry service needs this many requests in the window to have a meaningful p95."""
 ERROR_SEVERITY: Final = 17
 """OTel severity number of ERROR (ERROR and worse are 17..24)."""
+_ERROR_LOG_SAMPLE: Final = 200
+"""ERROR records counted per candidate (a larger count is reported as a lower bound)."""
 METHOD: Final = (
     "critical-path time per slow trace (a span at or above the entry service's p95) minus per "
     "typical trace, per service; a caller's wait on a call into another service counts for "
     "the callee"
 )
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What :func:`likely_origin` found.
+
+    Attributes:
+        body: the JSON object shown to the model (see :func:`likely_origin`).
+        focus: when the slow traces ran, widened by five minutes each side.
+    """
+
+    body: JsonObject
+    focus: TimeRange
 
 
 @dataclass
@@ -136,51 +159,89 @@ async def _analyse(
             tally.add(analyse_trace(spans), scope)
 
 
-async def metric_shift(
-    store: TelemetryStore, name: str, metric_type: str, window: TimeRange, service: str
-) -> JsonObject | None:
-    """One latency metric of a service: peak against median over the window.
+def latency_metric_names(descriptors: Sequence[MetricDescriptor]) -> list[MetricDescriptor]:
+    """Latency-like metrics (``duration`` or ``latency`` in the name, not sums), server first."""
+    chosen = [
+        d
+        for d in descriptors
+        if ("duration" in d.name.lower() or "latency" in d.name.lower()) and d.type != "sum"
+    ]
+    chosen.sort(key=lambda d: (0 if "server" in d.name.lower() else 1, d.name))
+    return chosen
 
-    Gauges and sums are aggregated with ``max`` per bucket (series merged), histograms with
-    ``p95``. Returns ``None`` when the service has no points of it or the store refuses the
-    aggregation.
+
+def series_shift(series: MetricSeries, focus: TimeRange) -> JsonObject | None:
+    """How far a series rose inside ``focus``: its peak there against its median overall.
+
+    Returns ``None`` for fewer than three finite points, no point inside ``focus``, or a
+    non-positive median (no ratio).
     """
-    aggregation: Aggregation = "p95" if metric_type == "histogram" else "max"
-    step = auto_step_ns(window.end_unix_nano - window.start_unix_nano, 120, 60 * 1_000_000_000)
+    points = [(t, v) for t, v in series.points if math.isfinite(v)]
+    inside = [(t, v) for t, v in points if focus.start_unix_nano <= t < focus.end_unix_nano]
+    if len(points) < 3 or not inside:
+        return None
+    median = statistics.median(v for _t, v in points)
+    if median <= 0:
+        return None
+    peak_time, peak = max(inside, key=lambda p: p[1])
+    return {
+        "metric": series.name,
+        "unit": series.unit,
+        "median": round(median, 6),
+        "peak_in_focus": round(peak, 6),
+        "peak_time": rfc3339(peak_time),
+        "peak_to_median": round(peak / median, 2),
+    }
+
+
+async def latency_series(
+    store: TelemetryStore,
+    descriptor: MetricDescriptor,
+    window: TimeRange,
+    *,
+    service: str | None = None,
+    limit: int = 200,
+) -> list[MetricSeries]:
+    """One latency metric per service over ``window`` (max per bucket, p95 for histograms).
+
+    With ``service``, that service's series merged into one; without, one series per
+    ``service.name``. Buckets are at least a minute, at most 300 per series. A refused
+    aggregation gives ``[]``.
+    """
+    aggregation: Aggregation = "p95" if descriptor.type == "histogram" else "max"
+    step = auto_step_ns(window.end_unix_nano - window.start_unix_nano, 300, 60 * NS_PER_S)
     try:
-        series = await store.metric_series(
+        return await store.metric_series(
             MetricQuery(
-                name=name,
+                name=descriptor.name,
                 time_range=window,
                 step_ns=step,
                 aggregation=aggregation,
                 service_name=service,
-                group_by=[],
+                group_by=[] if service is not None else ["service.name"],
             ),
-            limit=1,
+            limit=limit,
         )
     except QueryRejected:
-        return None
-    points = [(t, v) for s in series for t, v in s.points if v == v]  # NaN != NaN
-    if not points:
-        return None
-    values = [v for _t, v in points]
-    median = statistics.median(values)
-    peak_time, peak = max(points, key=lambda p: p[1])
-    return {
-        "metric": name,
-        "unit": series[0].unit,
-        "aggregation": aggregation,
-        "step_s": step // 1_000_000_000,
-        "median": round(median, 6),
-        "peak": round(peak, 6),
-        "peak_time": rfc3339(peak_time),
-        "peak_to_median": round(peak / median, 2) if median > 0 else None,
-        "last": round(points[-1][1], 6),
-    }
+        return []
 
 
-async def _evidence(store: TelemetryStore, window: TimeRange, service: str) -> JsonObject:
+def focus_window(slow: Sequence[TraceSummary], window: TimeRange) -> TimeRange:
+    """The span of time the slow traces cover, widened by 5 minutes each side (in ``window``)."""
+    if not slow:
+        return window
+    margin = 5 * 60 * NS_PER_S
+    start = min(t.start_time_unix_nano for t in slow) - margin
+    end = max(t.start_time_unix_nano + t.duration_ns for t in slow) + margin
+    return TimeRange(
+        start_unix_nano=max(window.start_unix_nano, start),
+        end_unix_nano=max(min(window.end_unix_nano, end), max(window.start_unix_nano, start) + 1),
+    )
+
+
+async def _evidence(
+    store: TelemetryStore, window: TimeRange, focus: TimeRange, service: str
+) -> JsonObject:
     edges = await store.service_edges(window, limit=50, service_name=service)
     calls_into = [
         {
@@ -195,7 +256,7 @@ async def _evidence(store: TelemetryStore, window: TimeRange, service: str) -> J
     ][:5]
     logs = await store.search_logs(
         LogQuery(time_range=window, service_name=service, min_severity_number=ERROR_SEVERITY),
-        limit=3,
+        limit=_ERROR_LOG_SAMPLE,
     )
     error_logs: JsonObject = {
         "count": logs.total if logs.total is not None else len(logs.items),
@@ -211,15 +272,12 @@ async def _evidence(store: TelemetryStore, window: TimeRange, service: str) -> J
         ],
     }
     names = await store.metric_names(window, limit=1000)
-    latency = [
-        d for d in names.items if "duration" in d.name.lower() or "latency" in d.name.lower()
-    ]
-    latency.sort(key=lambda d: (0 if "server" in d.name.lower() else 1, d.name))
     metrics: list[JsonObject] = []
-    for descriptor in latency[:4]:
-        shift = await metric_shift(store, descriptor.name, descriptor.type, window, service)
-        if shift is not None:
-            metrics.append(shift)
+    for descriptor in latency_metric_names(names.items)[:4]:
+        for series in await latency_series(store, descriptor, window, service=service, limit=1):
+            shift = series_shift(series, focus)
+            if shift is not None:
+                metrics.append(shift)
         if len(metrics) == 2:
             break
     return {"calls_into": calls_into, "error_logs": error_logs, "latency_metrics": metrics}
@@ -235,7 +293,7 @@ async def likely_origin(
     slow_traces: int = 20,
     typical_traces: int = 20,
     evidence: bool = True,
-) -> JsonObject:
+) -> "Origin":
     """Name the service whose own critical-path time grew most in slow traces (module doc).
 
     Args:
@@ -249,11 +307,11 @@ async def likely_origin(
         evidence: also gather per-edge latency, error logs and metrics for the top candidate.
 
     Returns:
-        A JSON object: ``service`` (the likely origin, or ``None``), ``summary`` (one
-        sentence), ``candidates`` (top 5 with ``excess_ms``, ``slow_trace_ms``,
-        ``typical_trace_ms``, ``own_ms``, ``callers_waiting_ms``), ``highest_raw_latency``,
-        ``slow_traces`` (the three slowest read), ``traces_analysed``, ``method``, and
-        ``evidence`` when asked.
+        The :class:`Origin`: its ``body`` is a JSON object with ``service`` (the likely
+        origin, or ``None``), ``summary`` (one sentence), ``candidates`` (top 5 with
+        ``excess_ms``, ``slow_trace_ms``, ``typical_trace_ms``, ``own_ms``,
+        ``callers_waiting_ms``), ``highest_raw_latency``, ``slow_traces`` (the three slowest
+        read), ``focus``, ``traces_analysed``, ``method``, and ``evidence`` when asked.
 
     Raises:
         QueryRejected, StoreUnavailable, StoreClosed: from the store.
@@ -318,6 +376,7 @@ async def likely_origin(
         default=None,
     )
     slowest = sorted(slow_seen, key=lambda t: -t.duration_ns)[:3]
+    focus = focus_window(slow_seen, window)
     result: JsonObject = {
         "service": top,
         "summary": _sentence(top, rows, raw, bool(with_baseline), service),
@@ -336,6 +395,11 @@ async def likely_origin(
             }
             for t in slowest
         ],
+        "focus": {
+            "start": rfc3339(focus.start_unix_nano),
+            "end": rfc3339(focus.end_unix_nano),
+            "what": "when the slow traces ran (plus 5 min each side); metric peaks are taken in it",
+        },
         "traces_analysed": {
             "slow": sum(slow.traces for slow, _ in tallies),
             "typical": sum(typical.traces for _, typical in tallies),
@@ -343,8 +407,8 @@ async def likely_origin(
         "method": METHOD,
     }
     if evidence and top is not None:
-        result["evidence"] = await _evidence(store, window, top)
-    return result
+        result["evidence"] = await _evidence(store, window, focus, top)
+    return Origin(body=result, focus=focus)
 
 
 def _sentence(

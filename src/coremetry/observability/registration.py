@@ -39,6 +39,7 @@ from coremetry.mcp.wire import ToolAnnotations
 from coremetry.store import QueryRejected, StoreClosed, StoreUnavailable, TelemetryStore
 
 from .budget import DEFAULT_BUDGET_BYTES, MIN_BUDGET_BYTES, Shaped, fit
+from .catalog import ANNOTATIONS, TOOL_ARGS, input_schema, title_of
 from .descriptions import DESCRIPTIONS, SHORT_DESCRIPTIONS
 from .entries import ObservabilityEntries
 from .tools import (
@@ -62,7 +63,7 @@ __all__ = ["TOOL_NAMES", "register_observability", "register_store_errors"]
 
 ArgsT = TypeVar("ArgsT", bound=msgspec.Struct)
 
-TOOL_NAMES: Final = tuple(DESCRIPTIONS)
+TOOL_NAMES: Final = tuple(TOOL_ARGS)
 """Every tool this package registers, in catalog order."""
 
 _STORE_HINT: Final = (
@@ -93,15 +94,21 @@ def _tool(
     method: Callable[[ArgsT, CallContext], Awaitable[Shaped]],
     budget_bytes: int,
 ) -> Tool[ArgsT]:
+    if TOOL_ARGS[name] is not args:
+        raise TypeError(f"{name}: arguments {args.__name__} differ from the catalog's")
     return Tool(
         name,
         DESCRIPTIONS[name],
         args,
         _budgeted(method, budget_bytes),
         short_description=SHORT_DESCRIPTIONS[name],
-        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
-        title=name.replace("_", " ").capitalize(),
+        annotations=ToolAnnotations(
+            read_only_hint=bool(ANNOTATIONS["readOnlyHint"]),
+            open_world_hint=bool(ANNOTATIONS["openWorldHint"]),
+        ),
+        title=title_of(name),
         min_role="",
+        input_schema=input_schema(args),
     )
 
 

@@ -143,7 +143,6 @@ _MAX_BUCKETS: Final = 1000
 
 # ---- arguments ------------------------------------------------------------------------------
 
-_Limit = Annotated[int, msgspec.Meta(ge=1, description="Most items to return.")]
 _Cursor = Annotated[
     str | None,
     msgspec.Meta(description="From a previous result's `cursor`, with the same arguments."),
@@ -180,7 +179,8 @@ class SearchTracesArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
         str | None, msgspec.Meta(description="Span name (exact), with or without service.")
     ] = None
     min_duration_ms: Annotated[
-        float | None, msgspec.Meta(ge=0, description="A matching span lasts at least this long.")
+        Annotated[float, msgspec.Meta(ge=0)] | None,
+        msgspec.Meta(description="A matching span lasts at least this long."),
     ] = None
     status: Annotated[
         StatusFilter, msgspec.Meta(description="error: spans with status ERROR; ok: others.")
@@ -635,7 +635,7 @@ class ObservabilityTools:
             "service": args.service,
             "window": window.as_json(),
             "red": service_row(summary, tr),
-            "likely_origin": origin,
+            "likely_origin": origin.body,
             "operations": [
                 {
                     "name": o.name,
