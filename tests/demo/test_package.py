@@ -7,6 +7,10 @@ from typing import Final
 
 from conftest import REPO, SHARED
 
+import coremetry.demo
+import coremetry.demo.cli
+import coremetry.demo.loader
+import coremetry.demo.manifest
 from coremetry.demo.manifest import data_root, read_data_file, read_manifest
 
 SOURCE_DATA: Final = REPO / "src" / "coremetry" / "demo" / "data"
@@ -76,3 +80,15 @@ def test_no_research_only_data_is_shipped() -> None:
         assert path.name not in names or path.name in {"LICENSE", "README.md"}
         assert "loghub" not in str(path).lower()
     assert "loghub" not in (REPO / "NOTICE").read_text().lower()
+
+
+def test_the_demo_packages_public_names_are_sorted_and_importable() -> None:
+    for module in (
+        coremetry.demo,
+        coremetry.demo.cli,
+        coremetry.demo.loader,
+        coremetry.demo.manifest,
+    ):
+        names = list(module.__all__)
+        assert names == sorted(set(names)), module.__name__
+        assert all(hasattr(module, name) for name in names), module.__name__

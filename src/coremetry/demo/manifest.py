@@ -19,6 +19,7 @@ __all__ = [
     "DATA_PACKAGE",
     "DataFile",
     "Dataset",
+    "FileFormat",
     "Manifest",
     "data_root",
     "read_data_file",
