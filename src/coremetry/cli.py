@@ -17,6 +17,8 @@ Subcommands:
   (:mod:`coremetry.ingest.cli`).
 - ``coremetry demo load [--data-dir DIR] [--force]`` — load the shipped demo telemetry, shifted
   so that it ends now (:mod:`coremetry.demo`); ``serve --demo`` does it first, then serves.
+- ``coremetry detect [--range 12h] [--end now|latest|T] [--json]`` — find problems in the stored
+  telemetry and keep them in ``<data_dir>/problems.json`` (:mod:`coremetry.detection.cli`).
 - ``coremetry tools [--catalog compact|full] [--pretty]`` — the tool catalog and its size in
   bytes (:mod:`coremetry.observability.cli`).
 - ``coremetry config show [--config FILE]`` — the effective configuration, secrets redacted.
@@ -48,6 +50,7 @@ from coremetry import __version__
 from coremetry.auth import TOKEN_PREFIX
 from coremetry.config import Config, ConfigError, load_config, render_config
 from coremetry.demo.cli import add_demo_parser, prepare_serve_demo, run_demo
+from coremetry.detection.cli import add_detect_parser, run_detect
 from coremetry.ingest.cli import add_ingest_parser, run_ingest
 from coremetry.mcp import ROLES, Caller, Server
 from coremetry.observability.cli import add_tools_parser, run_tools
@@ -130,6 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     audit_tail.add_argument("--sub", help="only this identity")
 
     add_demo_parser(sub)
+    add_detect_parser(sub)
     add_tools_parser(sub)
 
     config = sub.add_parser("config", help="inspect the configuration")
@@ -203,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _admin(args, config)
     if args.command == "demo":
         return run_demo(args, config)
+    if args.command == "detect":
+        return run_detect(args, config)
     if args.command == "tools":
         return run_tools(args)
     if args.command == "serve" and args.demo and (status := prepare_serve_demo(config)):

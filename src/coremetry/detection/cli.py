@@ -1,0 +1,156 @@
+"""``coremetry detect``: run the problem detector over a range of stored telemetry, on demand.
+
+``coremetry detect [--range 12h] [--end now|latest|RFC3339] [--step 60s] [--json] [--no-save]
+[--data-dir DIR] [--config FILE]`` opens ``<data_dir>/telemetry.db``, judges the range
+``[end - range, end)`` (:func:`coremetry.detection.runner.detect_in_store`), prints one line per
+problem (id, status, start, end, services with the most likely origin first, title) or, with
+``--json``, the problems as JSON, and merges them into ``<data_dir>/problems.json``
+(:mod:`coremetry.detection.problem_store`) unless ``--no-save``. ``--end latest`` ends the range
+at the newest stored record (for imported, older data). Exit status 0 on success (with or
+without problems), 1 when the store or the problems file failed (one line names the cause), 2
+on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+import trio
+
+from coremetry.config import Config
+
+if TYPE_CHECKING:
+    from coremetry.detection.runner import DetectionRun
+
+__all__ = ["add_detect_parser", "parse_duration_ns", "run_detect"]
+
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+_DURATION: Final = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_NS: Final = 1_000_000_000
+
+
+def parse_duration_ns(text: str, field: str) -> int:
+    """``90s``, ``15m``, ``12h``, ``7d`` (or a sum such as ``1h30m``) in nanoseconds.
+
+    Raises:
+        ValueError: not such a duration, or zero (the message names ``field``).
+    """
+    compact = text.strip().lower()
+    parts = _DURATION.findall(compact)
+    if not parts or "".join(n + u for n, u in parts) != compact:
+        raise ValueError(f"{field}: expected a duration such as 90s, 15m, 12h or 7d, got {text!r}")
+    total = sum(float(number) * _UNITS[unit] for number, unit in parts)
+    if total <= 0:
+        raise ValueError(f"{field}: must be longer than zero, got {text!r}")
+    return int(total * _NS)
+
+
+def _parse_end(text: str) -> int | None:
+    """Unix ns for ``now`` or an RFC 3339 time; ``None`` for ``latest``."""
+    lowered = text.strip().lower()
+    if lowered == "latest":
+        return None
+    if lowered == "now":
+        return time.time_ns()
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--end: expected now, latest or an RFC 3339 time, got {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * _NS)
+
+
+def add_detect_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``detect`` to the ``coremetry`` command's subcommands."""
+    detect = sub.add_parser(
+        "detect",
+        help="find problems (anomalies grouped over the service graph) in stored telemetry",
+        description="Judge every per-service RED series (from spans) and metric series over "
+        "[end - range, end) and group the anomalies into problems, most likely origin first.",
+    )
+    detect.add_argument("--range", default="12h", help="how far back from --end (default 12h)")
+    detect.add_argument(
+        "--end", default="now", help="now (default), latest (the newest stored record) or RFC 3339"
+    )
+    detect.add_argument("--step", default="60s", help="series bucket width (default 60s)")
+    detect.add_argument("--json", action="store_true", help="print the problems as JSON")
+    detect.add_argument("--no-save", action="store_true", help="do not update problems.json")
+    detect.add_argument("--data-dir", help="where the store lives (default from the config)")
+    detect.add_argument("--config", help="a TOML configuration file")
+
+
+def _utc(unix_nano: int) -> str:
+    return datetime.fromtimestamp(unix_nano // _NS, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def _detect(
+    config: Config, database: Path, span_ns: int, end_ns: int | None, step_ns: int
+) -> DetectionRun:
+    from coremetry.detection.runner import DetectionOptions, detect_in_store
+    from coremetry.store import TimeRange
+    from coremetry.store.sqlite import open_sqlite_store
+
+    async with open_sqlite_store(
+        database,
+        retention_days=config.store.retention_days,
+        retention_interval_s=config.store.retention_interval_s,
+        query_threads=config.store.query_threads,
+    ) as store:
+        if end_ns is None:
+            newest = (await store.statistics()).newest_unix_nano
+            end_ns = (newest if newest is not None else time.time_ns()) + 1
+        judged = TimeRange(start_unix_nano=end_ns - span_ns, end_unix_nano=end_ns)
+        return await detect_in_store(store, judged, DetectionOptions(step_ns=step_ns))
+
+
+def run_detect(args: argparse.Namespace, config: Config) -> int:
+    """Run ``coremetry detect`` with parsed arguments; return the exit status."""
+    from coremetry.detection.problem_store import PROBLEMS_FILE, ProblemFileError, save_problems
+    from coremetry.store import StoreError
+
+    try:
+        span_ns = parse_duration_ns(str(args.range), "--range")
+        step_ns = parse_duration_ns(str(args.step), "--step")
+        end_ns = _parse_end(str(args.end))
+    except ValueError as exc:
+        print(f"coremetry detect: {exc}", file=sys.stderr)
+        return 2
+    try:
+        database = Path(config.data_dir).expanduser() / "telemetry.db"
+        run = trio.run(_detect, config, database, span_ns, end_ns, step_ns)
+    except (StoreError, ValueError) as exc:
+        print(f"coremetry detect: {exc}", file=sys.stderr)
+        return 1
+    if not args.no_save:
+        path = Path(config.data_dir).expanduser() / PROBLEMS_FILE
+        try:
+            save_problems(path, run.time_range, run.problems)
+        except (ProblemFileError, OSError) as exc:
+            print(f"coremetry detect: saving problems: {exc}", file=sys.stderr)
+            return 1
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(run.problems).decode() + "\n")
+        return 0
+    out = sys.stdout
+    out.write(
+        f"{_utc(run.time_range.start_unix_nano)} .. {_utc(run.time_range.end_unix_nano)}: "
+        f"{run.series_count} series ({run.point_count} points, step {run.step_ns // _NS} s), "
+        f"{len(run.anomalies)} anomalies, {len(run.problems)} problems\n"
+    )
+    for problem in run.problems:
+        services = ", ".join(problem.services[:3]) or "-"
+        if len(problem.services) > 3:
+            services += f" +{len(problem.services) - 3}"
+        out.write(
+            f"{problem.problem_id}  {problem.status:8}  {_utc(problem.start_unix_nano)}  "
+            f"{_utc(problem.end_unix_nano)}  [{services}]  {problem.title}\n"
+        )
+    return 0
