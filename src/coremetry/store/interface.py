@@ -249,12 +249,25 @@ Aggregation: TypeAlias = Literal[
 ]
 """Per-bucket aggregation for :meth:`TelemetryStore.metric_series`:
 
-- ``avg``/``min``/``max``/``sum``/``count``/``last`` over gauge/sum point values (NaN skipped);
-- ``rate``: per-second increase of a monotonic sum (cumulative: reset-aware differences of
-  consecutive points; delta: sum of the deltas over the bucket width in seconds);
+- ``avg``/``min``/``max``/``sum``/``count``/``last`` over gauge/sum point values (NaN and
+  ±Inf skipped: they are stored and counted, but no aggregation uses them); ``last`` is the
+  value of the latest point of the bucket;
+- ``rate``: per-second increase of a sum. Cumulative (or unspecified) temporality: per
+  series, the differences of consecutive finite points whose later point is in the bucket
+  (the last point before the range counts as the first one's predecessor), a decrease of a
+  monotonic sum or a changed ``start_time_unix_nano`` being a reset (the increase is then the
+  new value), divided by the time those differences span; delta: the sum of the deltas over
+  the bucket's width in seconds (the last bucket may be cut short by the range's end). The
+  rates of the series of one output series add up;
 - ``p50``..``p99``: percentile estimated from histogram buckets (linear interpolation inside
-  the bucket, as Prometheus' ``histogram_quantile``), over the bucket's summed counts; on
-  gauges, the nearest-rank percentile of the values.
+  the bucket, as Prometheus' ``histogram_quantile``; the ``+Inf`` bucket answers the largest
+  finite bound), over the bucket's summed counts — delta points summed as they are,
+  cumulative points by the increase of each series over the bucket (its last point minus the
+  previous last point, reset-aware as for ``rate``); on gauges, the nearest-rank percentile
+  of the values.
+
+``rate`` applies to sums, percentiles to histograms and gauges, the others to gauges and
+sums; any other pairing is ``QueryRejected("aggregation", ...)``.
 """
 
 
@@ -263,8 +276,10 @@ class MetricQuery(msgspec.Struct, frozen=True, kw_only=True):
 
     Buckets are ``[time_range.start + k*step_ns, time_range.start + (k+1)*step_ns)``, labelled
     by their start. ``group_by`` lists the label keys kept on the output series (points of
-    series that agree on them are aggregated together); ``None`` keeps each stored series
-    apart. ``service_name`` restricts to one service's points.
+    series that agree on them are aggregated together; a key whose value is empty is left out
+    of the output labels, as Prometheus does); ``None`` keeps each stored series apart.
+    ``service_name`` restricts to one service's points. Matchers and ``group_by`` may name
+    ``service.name``.
     """
 
     name: str
@@ -280,7 +295,8 @@ class MetricSeries(msgspec.Struct, frozen=True, kw_only=True):
     """One output series of :meth:`TelemetryStore.metric_series`.
 
     Its labels and ``(bucket_start_unix_nano, value)`` points in time order; empty buckets are
-    omitted. ``labels`` include ``service.name`` when not grouped away.
+    omitted (a series whose points in the range are all NaN/Inf has no points).
+    ``labels`` include ``service.name`` when not grouped away.
     """
 
     name: str
@@ -293,8 +309,9 @@ class MetricSeries(msgspec.Struct, frozen=True, kw_only=True):
 class MetricDescriptor(msgspec.Struct, frozen=True, kw_only=True):
     """One metric name as stored.
 
-    Type, unit, description, the label keys seen on its points (sorted), how many series, and
-    the time of its latest point.
+    Type, unit, description, the label keys seen on its points (sorted; ``service.name``
+    always among them, as matchers and ``group_by`` accept it), how many series, and the time
+    of its latest point in the range.
     """
 
     name: str
@@ -348,7 +365,14 @@ class TelemetryStore(Protocol):
         ``(name, service_name, attributes, time_unix_nano)``. A record already stored counts
         as ``*_duplicate`` and is not stored again.
 
+        ``outside_retention`` counts the batch's records (duplicates included) older than the
+        retention window.
+
         Raises:
+            QueryRejected: a record cannot be stored as given (an id that is not lowercase
+                hex of the right width, a time outside ``[0, 2**63)``, a histogram whose
+                bucket counts do not match its bounds, ...); ``field`` is the record's path,
+                e.g. ``spans[3].trace_id``. Nothing of the batch is stored.
             StoreUnavailable: the write failed; nothing of the batch is stored.
             StoreClosed: the store is closed.
         """
@@ -400,6 +424,8 @@ class TelemetryStore(Protocol):
 
         With ``text``: best BM25 match first (ties newest first);
         without: newest first (ties by insertion order, stable across pages).
+        BM25 scores depend on everything stored, so pages of a text search visit every match
+        exactly once only while nothing is written between them.
 
         Raises:
             QueryRejected: unsupported ``text`` syntax (field ``text``), bad ``trace_id``,

@@ -225,7 +225,7 @@ def statistics(ctx: ReadContext) -> StoreStatistics:
 
 
 _SERVICES: Final = f"""
-WITH s AS MATERIALIZED (
+WITH win AS MATERIALIZED (
     SELECT s.service_name, s.duration_ns AS d, s.status_code, s.start_unix_nano,
            s.resource_id, {_ENTRY} AS entry
     FROM spans s
@@ -235,20 +235,20 @@ agg AS (
     SELECT service_name, count(*) AS span_count, sum(entry) AS request_count,
            sum(entry AND status_code = {_ERROR}) AS error_count,
            max(start_unix_nano) AS last_seen
-    FROM s GROUP BY service_name
+    FROM win GROUP BY service_name
 ),
 ranked AS (
     SELECT service_name, d,
            row_number() OVER (PARTITION BY service_name ORDER BY d) AS rn,
            count(*) OVER (PARTITION BY service_name) AS n
-    FROM s WHERE entry
+    FROM win WHERE entry
 ),
 pct AS (
     SELECT service_name, {_percentiles()} FROM ranked GROUP BY service_name
 ),
 ver AS (
     SELECT x.service_name, json_group_array(DISTINCT r.version) AS versions
-    FROM (SELECT DISTINCT service_name, resource_id FROM s) x
+    FROM (SELECT DISTINCT service_name, resource_id FROM win) x
     JOIN resources r ON r.id = x.resource_id
     WHERE r.version != ''
     GROUP BY x.service_name

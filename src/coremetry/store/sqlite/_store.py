@@ -14,9 +14,9 @@ Concurrency model:
   until its transaction has committed or rolled back (at most the duration of one batch),
   then raises ``Cancelled`` — so a cancelled write is stored entirely or not at all.
 - **Retention** is a background task in the store's own nursery: every
-  ``retention_interval_s`` seconds (first at open) it deletes records older than
-  ``retention_days`` in chunks of :data:`RETENTION_CHUNK` rows per kind, one transaction per
-  chunk, releasing the write lock between chunks so that writes interleave.
+  ``retention_interval_s`` seconds (the first pass one interval after open) it deletes records
+  older than ``retention_days`` in chunks of :data:`RETENTION_CHUNK` rows per kind, one
+  transaction per chunk, releasing the write lock between chunks so that writes interleave.
 
 Errors: ``sqlite3`` operational failures (I/O, disk full, locked past the busy timeout, a
 corrupt file) become :class:`~coremetry.store.errors.StoreUnavailable` naming the file; other
@@ -183,6 +183,7 @@ class SqliteStore:
 
     async def _run_retention(self, interval_s: float) -> None:
         while True:
+            await trio.sleep(interval_s)
             cutoff = self._retention_cutoff()
             if cutoff is not None:
                 try:
@@ -201,7 +202,6 @@ class SqliteStore:
                             result.metric_points_deleted,
                             self._retention_days,
                         )
-            await trio.sleep(interval_s)
 
     # -- read side --------------------------------------------------------------------------
 
@@ -348,7 +348,9 @@ async def open_sqlite_store(
         retention_days: records older than this many days are deleted by the background
             task (config ``store.retention_days``); ``0`` keeps everything.
         retention_interval_s: seconds between retention passes (config
-            ``store.retention_interval_s``); the first pass runs at open.
+            ``store.retention_interval_s``); the first pass runs one interval after open, so
+            that records just imported stay until then (``WriteResult.outside_retention``
+            says how many will go).
         query_threads: worker threads the store may use at once (config
             ``store.query_threads``).
 

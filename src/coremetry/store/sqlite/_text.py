@@ -76,6 +76,8 @@ def fts_query(text: str) -> str:
         assert word is not None
         if word in _OPERATORS or word.startswith("NEAR("):
             raise _reject(f"uses the operator {word}, which is not supported")
+        if not _HAS_WORD.search(word):
+            continue  # punctuation only: nothing the tokenizer would index
         if word.startswith("-"):
             raise _reject(f"excludes with {word!r}, which is not supported")
         if _SYNTAX.search(word):
@@ -85,8 +87,6 @@ def fts_query(text: str) -> str:
             word = word[:-1]
         if "*" in word:
             raise _reject(f"has '*' inside {word!r}; it may only end a word")
-        if not _HAS_WORD.search(word):
-            continue
         parts.append(_string(word) + (" *" if prefix else ""))
     if not parts:
         raise _reject("has no word to search for")
