@@ -1,0 +1,217 @@
+"""Detection over a real embedded store: synthetic telemetry in, problems out.
+
+Two services, ``frontend`` calling ``checkout``, ten requests a minute for four hours; for
+fifteen minutes ``checkout`` turns slow (and its CPU gauge rises). The detector must open one
+problem naming ``checkout`` first, with sample traces of slow requests, and ``coremetry
+detect`` must print it and keep it in ``problems.json``.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import msgspec
+import pytest
+import trio
+
+from coremetry.cli import main
+from coremetry.detection import Problem
+from coremetry.detection.cli import parse_duration_ns
+from coremetry.detection.problem_store import (
+    PROBLEMS_FILE,
+    ProblemFileError,
+    load_problems,
+    save_problems,
+)
+from coremetry.detection.runner import DetectionOptions, detect_in_store, run_detection
+from coremetry.store import MetricPoint, Span, SpanKind, TelemetryBatch, TimeRange
+from coremetry.store.sqlite import open_sqlite_store
+
+MINUTE = 60 * 1_000_000_000
+MS = 1_000_000
+T0 = 1_767_225_600 * 1_000_000_000  # 2026-01-01T00:00:00Z
+MINUTES = 240
+FAULT = range(180, 195)
+
+
+def telemetry(seed: int = 1) -> TelemetryBatch:
+    rng = random.Random(seed)
+    spans: list[Span] = []
+    points: list[MetricPoint] = []
+    for minute in range(MINUTES):
+        slow = minute in FAULT
+        for request in range(10):
+            start = T0 + minute * MINUTE + request * 6_000 * MS
+            inner = (200.0 if slow else 20.0) * rng.uniform(0.8, 1.25) * MS
+            trace_id = f"{minute + 1:016x}{request + 1:016x}"  # never all zero
+            spans.append(
+                Span(
+                    trace_id=trace_id,
+                    span_id=f"{minute:08x}{request:04x}0001",
+                    service_name="frontend",
+                    name="GET /cart",
+                    kind=SpanKind.SERVER,
+                    start_time_unix_nano=start,
+                    end_time_unix_nano=start + int(inner + 5 * MS),
+                )
+            )
+            spans.append(
+                Span(
+                    trace_id=trace_id,
+                    span_id=f"{minute:08x}{request:04x}0002",
+                    parent_span_id=f"{minute:08x}{request:04x}0001",
+                    service_name="checkout",
+                    name="POST /checkout",
+                    kind=SpanKind.SERVER,
+                    start_time_unix_nano=start + 2 * MS,
+                    end_time_unix_nano=start + 2 * MS + int(inner),
+                )
+            )
+        points.append(
+            MetricPoint(
+                name="k8s.pod.cpu.usage",
+                type="gauge",
+                unit="{cpu}",
+                service_name="checkout",
+                time_unix_nano=T0 + minute * MINUTE + 30 * 1_000_000_000,
+                value=(0.5 if slow else 0.1) + rng.gauss(0.0, 0.005),
+            )
+        )
+    return TelemetryBatch(spans=spans, metrics=points)
+
+
+JUDGED = TimeRange(start_unix_nano=T0, end_unix_nano=T0 + MINUTES * MINUTE)
+
+
+@pytest.fixture
+async def data_dir(tmp_path: Path) -> Path:
+    async with open_sqlite_store(tmp_path / "telemetry.db") as store:
+        await store.write(telemetry())
+    return tmp_path
+
+
+async def test_one_problem_with_the_slow_callee_first(data_dir: Path) -> None:
+    async with open_sqlite_store(data_dir / "telemetry.db") as store:
+        run = await detect_in_store(store, JUDGED)
+    assert ("frontend", "checkout") in run.edges
+    assert run.series_count >= 9  # 4 RED series per service + the CPU gauge
+    [problem] = run.problems
+    assert problem.services == ["checkout", "frontend"]
+    assert problem.ranking[0].anomalous_callers == ["frontend"]
+    assert problem.status == "resolved"
+    fault_start = T0 + FAULT.start * MINUTE
+    assert fault_start <= problem.detected_unix_nano <= fault_start + 3 * MINUTE
+    assert problem.end_unix_nano <= T0 + (FAULT.stop + 2) * MINUTE
+    names = {(a.service_name, a.name) for a in problem.anomalies}
+    assert ("checkout", "service.duration.p99") in names
+    assert ("checkout", "k8s.pod.cpu.usage") in names
+    assert ("frontend", "service.duration.p99") in names
+    assert problem.title.startswith("checkout: ")
+    # sample traces are slow checkout requests from the fault
+    assert len(problem.sample_trace_ids) == 3
+    for trace_id in problem.sample_trace_ids:
+        assert int(trace_id[:16], 16) - 1 in FAULT
+
+
+async def test_run_detection_without_spans_uses_metrics_only(data_dir: Path) -> None:
+    async with open_sqlite_store(data_dir / "telemetry.db") as store:
+        problems = await run_detection(store, JUDGED, DetectionOptions(spans=False, samples=0))
+    [problem] = problems
+    assert problem.services == ["checkout"]
+    assert {a.name for a in problem.anomalies} == {"k8s.pod.cpu.usage"}
+    assert problem.sample_trace_ids == []
+
+
+async def test_a_quiet_range_has_no_problem(data_dir: Path) -> None:
+    before = TimeRange(start_unix_nano=T0, end_unix_nano=T0 + FAULT.start * MINUTE)
+    async with open_sqlite_store(data_dir / "telemetry.db") as store:
+        assert await run_detection(store, before) == []
+
+
+async def test_bad_range_and_step_are_refused(data_dir: Path) -> None:
+    async with open_sqlite_store(data_dir / "telemetry.db") as store:
+        with pytest.raises(ValueError, match="time_range"):
+            await run_detection(store, TimeRange(start_unix_nano=T0, end_unix_nano=T0))
+        with pytest.raises(ValueError, match="step_ns"):
+            await run_detection(store, JUDGED, DetectionOptions(step_ns=0))
+
+
+async def test_cli_prints_and_saves_the_problem(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["detect", "--data-dir", str(data_dir), "--end", "latest", "--range", "5h"]
+    assert await trio.to_thread.run_sync(main, argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "1 problems" in out[0]
+    assert "[checkout, frontend]" in out[1]
+    assert " resolved " in out[1]
+    [saved] = load_problems(data_dir / PROBLEMS_FILE)
+    assert out[1].startswith(saved.problem_id)
+    # again, as JSON: the same problem (same id), still one in the file
+    assert await trio.to_thread.run_sync(main, [*argv, "--json"]) == 0
+    printed = msgspec.json.decode(capsys.readouterr().out, type=list[Problem])
+    assert [p.problem_id for p in printed] == [saved.problem_id]
+    assert len(load_problems(data_dir / PROBLEMS_FILE)) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--range", "12x"], "--range: expected a duration"),
+        (["--range", "0m"], "--range: must be longer than zero"),
+        (["--end", "yesterday"], "--end: expected now, latest or an RFC 3339 time"),
+    ],
+)
+async def test_cli_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    argv = ["detect", "--data-dir", str(tmp_path), *args]
+    assert await trio.to_thread.run_sync(main, argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_durations() -> None:
+    assert parse_duration_ns("90s", "f") == 90 * 1_000_000_000
+    assert parse_duration_ns("1h30m", "f") == 90 * MINUTE
+    assert parse_duration_ns("7d", "f") == 7 * 24 * 60 * MINUTE
+    with pytest.raises(ValueError, match="f: expected"):
+        parse_duration_ns("h", "f")
+
+
+def problem(problem_id: str, start_minute: int) -> Problem:
+    return Problem(
+        problem_id=problem_id,
+        status="resolved",
+        start_unix_nano=T0 + start_minute * MINUTE,
+        end_unix_nano=T0 + (start_minute + 5) * MINUTE,
+        detected_unix_nano=T0 + (start_minute + 1) * MINUTE,
+        services=[],
+        ranking=[],
+        anomalies=[],
+        title=problem_id,
+    )
+
+
+def test_problem_file_merges_by_id_and_judged_range(tmp_path: Path) -> None:
+    path = tmp_path / PROBLEMS_FILE
+    assert load_problems(path) == []
+    first = TimeRange(start_unix_nano=T0, end_unix_nano=T0 + 60 * MINUTE)
+    save_problems(path, first, [problem("prb_a", 10), problem("prb_b", 40)])
+    # a later run over minutes 30-90: prb_b (starts at 40) is re-judged and gone,
+    # prb_a (starts at 10, outside) stays, prb_c is new
+    second = TimeRange(start_unix_nano=T0 + 30 * MINUTE, end_unix_nano=T0 + 90 * MINUTE)
+    kept = save_problems(path, second, [problem("prb_c", 50)])
+    assert [p.problem_id for p in kept] == ["prb_c", "prb_a"]  # newest start first
+    assert load_problems(path) == kept
+    assert not (tmp_path / (PROBLEMS_FILE + ".tmp")).exists()
+
+
+def test_corrupt_problem_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / PROBLEMS_FILE
+    path.write_text('{"version": 1, "problems": [{"problem_id": 3}]}')
+    with pytest.raises(ProblemFileError, match=PROBLEMS_FILE):
+        load_problems(path)
+    with pytest.raises(ProblemFileError):
+        save_problems(path, JUDGED, [])
+    assert path.read_text().startswith('{"version": 1, "problems": [{"problem_id": 3}')
