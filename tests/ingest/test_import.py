@@ -1,0 +1,318 @@
+"""``coremetry ingest`` on the real files: exact counts in the store, idempotence, options.
+
+With retention off, importing each OTLP JSON, Zipkin, Jaeger, Prometheus and NAB CSV file in
+``../shared/data`` stores exactly the spans / log records / metric points computed from the
+file with plain ``json`` / ``csv`` parsing (``_support``; the README states the numbers), and
+importing it again stores nothing new. The command runs as a user runs it: ``coremetry.cli.main``
+in-process (its own trio loop), or ``python -m coremetry ingest`` as a separate process next to
+a running server.
+"""
+
+import gzip
+import os
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Final
+
+import pytest
+import trio
+
+from coremetry.cli import main
+from coremetry.config import load_config
+from coremetry.server import build_mcp_server, open_telemetry_store, serve
+from coremetry.store import MetricQuery, StoreStatistics, TimeRange
+
+from ._support import (
+    JAEGER_FILE,
+    PROMETHEUS_FILE,
+    ZIPKIN_DIR,
+    jaeger_span_count,
+    nab_expected_points,
+    nab_files,
+    nab_rows,
+    nab_time_ns,
+    otlp_counts,
+    otlp_files,
+    prometheus_expected_points,
+    zipkin_expected_spans,
+    zipkin_files,
+)
+
+LIMIT_S: Final = 120.0
+ALL_TIME: Final = TimeRange(start_unix_nano=1, end_unix_nano=2**63 - 1)
+
+
+def expected_counts(path: Path) -> tuple[int, int, int]:
+    """(spans, log records, metric points) the file holds, computed without our decoders."""
+    if path.parent.name == "opentelemetry-proto":
+        counts = otlp_counts(path)
+        return counts["span"], counts["log"], counts["metric_point"]
+    if path.parent.name == "zipkin":
+        return zipkin_expected_spans(path), 0, 0
+    if path == JAEGER_FILE:
+        return jaeger_span_count(path), 0, 0
+    if path == PROMETHEUS_FILE:
+        return 0, 0, prometheus_expected_points(path)
+    return 0, 0, nab_expected_points(path)
+
+
+ALL_FILES: Final = [*otlp_files(), *zipkin_files(), JAEGER_FILE, PROMETHEUS_FILE, *nab_files()]
+
+
+def statistics(data_dir: Path, retention_days: float = 0) -> StoreStatistics:
+    config = load_config(
+        environ={},
+        overrides={"data_dir": str(data_dir), "store": {"retention_days": retention_days}},
+    )
+
+    async def read() -> StoreStatistics:
+        async with open_telemetry_store(config) as store:
+            return await store.statistics()
+
+    return trio.run(read)
+
+
+@pytest.fixture
+def no_retention(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COREMETRY_STORE_RETENTION_DAYS", "0")
+
+
+@pytest.mark.usefixtures("no_retention")
+@pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_import_stores_exactly_the_file_and_is_idempotent(
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "data"
+    spans, logs, points = expected_counts(path)
+    assert (
+        main(
+            [
+                "ingest",
+                "--data-dir",
+                str(data_dir),
+                "--timestamp",
+                "2024-05-01T12:00:00Z",
+                str(path),
+            ]
+        )
+        == 0
+    )
+    first = capsys.readouterr().out
+    stored = statistics(data_dir)
+    assert (stored.span_count, stored.log_count, stored.metric_point_count) == (spans, logs, points)
+    assert "wrote nothing" not in first
+
+    assert (
+        main(
+            [
+                "ingest",
+                "--data-dir",
+                str(data_dir),
+                "--timestamp",
+                "2024-05-01T12:00:00Z",
+                str(path),
+            ]
+        )
+        == 0
+    )
+    second = capsys.readouterr().out
+    assert "wrote nothing" in second
+    assert f"{spans + logs + points} already stored" in second
+    again = statistics(data_dir)
+    assert (again.span_count, again.log_count, again.metric_point_count) == (spans, logs, points)
+
+
+@pytest.mark.usefixtures("no_retention")
+def test_all_shared_files_in_one_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "data"
+    assert main(["ingest", "--data-dir", str(data_dir), *map(str, ALL_FILES)]) == 0
+    totals = [sum(column) for column in zip(*map(expected_counts, ALL_FILES), strict=True)]
+    stored = statistics(data_dir)
+    assert [stored.span_count, stored.log_count, stored.metric_point_count] == totals
+    summaries = [line for line in capsys.readouterr().out.splitlines() if not line.startswith(" ")]
+    assert [line.split(" ", 1)[0] for line in summaries] == [str(p) for p in ALL_FILES]
+
+
+@pytest.mark.usefixtures("no_retention")
+def test_summary_says_what_was_rejected_and_adjusted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nab = next(p for p in nab_files() if p.name == "machine_temperature_system_failure.csv")
+    mobile = ZIPKIN_DIR / "smartthings-mobile-web-install.json"
+    assert main(["ingest", "--data-dir", str(tmp_path / "d"), str(nab), str(mobile)]) == 0
+    out = capsys.readouterr().out
+    rows = len(nab_rows(nab))
+    assert f"read {rows} metric points; wrote {nab_expected_points(nab)} metric points" in out
+    assert f"{rows - nab_expected_points(nab)} rejected" in out
+    assert "rejected 12 metric points: timestamp repeats an earlier row's" in out
+    assert "(e.g. line 10151 (repeats line 10139)" in out
+    assert "note (84): Zipkin span fragment (no timestamp) merged into its span" in out
+
+
+def test_records_past_retention_are_announced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # default retention: 7 days; yelp.json is from 2019
+    yelp = ZIPKIN_DIR / "yelp.json"
+    assert main(["ingest", "--data-dir", str(tmp_path / "d"), str(yelp)]) == 0
+    out = capsys.readouterr().out
+    spans = zipkin_expected_spans(yelp)
+    assert (
+        f"{spans} records are older than the retention window (7 days): stored now, deleted by "
+        "the next retention pass" in out
+    )
+
+
+@pytest.mark.usefixtures("no_retention")
+def test_gzip_files_and_bad_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    skew = ZIPKIN_DIR / "skew.json"
+    packed = tmp_path / "skew.json.gz"
+    packed.write_bytes(gzip.compress(skew.read_bytes()))
+    unknown = tmp_path / "notes.txt"
+    unknown.write_text("just some words\n")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"resourceSpans": [{"scopeSpans": 7}]}')
+    missing = tmp_path / "missing.json"
+    status = main(
+        [
+            "ingest",
+            "--data-dir",
+            str(tmp_path / "d"),
+            str(unknown),
+            str(packed),
+            str(broken),
+            str(missing),
+        ]
+    )
+    assert status == 1  # some files failed; the good one is still imported
+    out = capsys.readouterr().out
+    assert f"{unknown}: not imported: the content matches none of the formats: pass --format" in out
+    assert f"{packed} (zipkin): read 4 spans; wrote 4 spans" in out
+    assert (
+        f"{broken} (otlp-json): not imported: not an OTLP JSON request: Expected `array`, got "
+        "`int` - at `$.resourceSpans[0].scopeSpans`" in out
+    )
+    assert f"{missing}: not imported: cannot read: No such file or directory" in out
+    assert statistics(tmp_path / "d").span_count == zipkin_expected_spans(skew)
+
+
+@pytest.mark.usefixtures("no_retention")
+def test_prometheus_scrape_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data_dir = str(tmp_path / "d")
+    points = prometheus_expected_points(PROMETHEUS_FILE)
+    pinned = ["ingest", "--data-dir", data_dir, "--timestamp", "1700000000", str(PROMETHEUS_FILE)]
+    assert main(pinned) == 0
+    assert main(pinned) == 0  # the same scrape again: nothing new
+    assert statistics(tmp_path / "d").metric_point_count == points
+    assert statistics(tmp_path / "d").newest_unix_nano == 1_700_000_000 * 10**9
+    assert main(["ingest", "--data-dir", data_dir, str(PROMETHEUS_FILE)]) == 0  # a new scrape: now
+    assert statistics(tmp_path / "d").metric_point_count == 2 * points
+    assert (
+        main(["ingest", "--data-dir", data_dir, "--timestamp", "soon", str(PROMETHEUS_FILE)]) == 2
+    )
+    assert "--timestamp 'soon'" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_retention")
+def test_csv_options(tmp_path: Path) -> None:
+    nab = next(p for p in nab_files() if p.name == "nyc_taxi.csv")
+    data_dir = tmp_path / "d"
+    command = [
+        "ingest",
+        "--data-dir",
+        str(data_dir),
+        "--metric-name",
+        "taxi.passengers",
+        "--label",
+        "city=nyc",
+        "--label",
+        "source=nab",
+        "--unit",
+        "{passenger}",
+        "--service-name",
+        "taxi",
+        str(nab),
+    ]
+    assert main(command) == 0
+    rows = nab_rows(nab)
+    config = load_config(
+        environ={}, overrides={"data_dir": str(data_dir), "store": {"retention_days": 0}}
+    )
+
+    async def check() -> None:
+        async with open_telemetry_store(config) as store:
+            (descriptor,) = (await store.metric_names(ALL_TIME, limit=10)).items
+            assert (descriptor.name, descriptor.type, descriptor.unit) == (
+                "taxi.passengers",
+                "gauge",
+                "{passenger}",
+            )
+            assert {"city", "source"} <= set(descriptor.label_keys)
+            start = nab_time_ns(rows[0][0])
+            series = await store.metric_series(
+                MetricQuery(
+                    name="taxi.passengers",
+                    time_range=TimeRange(
+                        start_unix_nano=start, end_unix_nano=start + 3 * 1800 * 10**9
+                    ),
+                    step_ns=1800 * 10**9,
+                    aggregation="last",
+                    service_name="taxi",
+                ),
+                limit=10,
+            )
+            (only,) = series
+            assert only.points == [
+                (nab_time_ns(timestamp), float(value)) for timestamp, value in rows[:3]
+            ]
+
+    trio.run(check)
+
+
+@pytest.mark.usefixtures("no_retention")
+async def test_import_next_to_a_running_server(tmp_path: Path) -> None:
+    """A separate ``coremetry ingest`` process writes while ``serve`` holds the store open (WAL)."""
+    data_dir = tmp_path / "data"
+    config = load_config(
+        environ={},
+        overrides={"http": {"port": 0}, "data_dir": str(data_dir), "store": {"retention_days": 0}},
+    )
+    yelp = ZIPKIN_DIR / "yelp.json"
+    with trio.fail_after(LIMIT_S):
+        async with open_telemetry_store(config) as store, trio.open_nursery() as nursery:
+            stop = trio.Event()
+            await nursery.start(
+                partial(
+                    serve, config, build_mcp_server(), announce=False, shutdown=stop, store=store
+                )
+            )
+            env = {**os.environ, "COREMETRY_STORE_RETENTION_DAYS": "0"}
+            result = await trio.run_process(
+                [
+                    sys.executable,
+                    "-m",
+                    "coremetry",
+                    "ingest",
+                    "--data-dir",
+                    str(data_dir),
+                    str(yelp),
+                ],
+                capture_stdout=True,
+                capture_stderr=True,
+                env=env,
+            )
+            assert result.returncode == 0, result.stderr.decode()
+            assert b"wrote 16 spans" in result.stdout
+            # the server's own store connection sees the import at once
+            assert (await store.statistics()).span_count == zipkin_expected_spans(yelp)
+            stop.set()
+
+
+def test_help_lists_the_formats(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["ingest", "--help"])
+    out = capsys.readouterr().out
+    assert "{auto,otlp-json,zipkin,jaeger,prometheus,csv}" in out
