@@ -1,4 +1,5 @@
-"""``coremetry demo load`` and ``coremetry serve --demo`` as a user runs them: processes."""
+"""``coremetry demo load`` and ``coremetry serve --demo`` as a user runs them: processes, with
+the tools asked over HTTP on loopback."""
 
 import os
 import re
@@ -14,6 +15,8 @@ import trio
 
 from coremetry.demo import demo_state
 from coremetry.store.sqlite import open_sqlite_store
+
+from ._support import rows, trace_csvs
 
 LIMIT_S: Final = 120.0
 """Hang guard: a hang fails, a slow machine does not."""
@@ -76,7 +79,14 @@ async def test_demo_load_names_a_bad_data_dir(tmp_path: Path) -> None:
 
 async def test_serve_demo_loads_then_serves(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
+    want_services = {
+        row["PodName"].rsplit("-", 2)[0] for path in trace_csvs() for row in rows(path)
+    }
     with trio.fail_after(LIMIT_S):
+        created, token, err = await run(
+            "token", "create", "--name", "t", "--role", "viewer", "--data-dir", str(data_dir)
+        )
+        assert created == 0, err
         process = await trio.lowlevel.open_process(
             command("serve", "--demo", "--port", "0", "--data-dir", str(data_dir)),
             stderr=subprocess.PIPE,
@@ -96,7 +106,15 @@ async def test_serve_demo_loads_then_serves(tmp_path: Path) -> None:
             assert state.state == "loaded"
             async with httpx.AsyncClient(timeout=LIMIT_S) as client:
                 health = await client.get(match.group(1) + "/healthz")
-            assert health.status_code == 200
+                assert health.status_code == 200
+                listed = await client.post(
+                    match.group(1) + "/api/tools/list_services",
+                    json={"range": "24h", "limit": 100},
+                    headers={"authorization": f"Bearer {token.strip()}"},
+                )
+            assert listed.status_code == 200, listed.text
+            services = {entry["service"] for entry in listed.json()["services"]}
+            assert want_services <= services  # every TrainTicket service of the CSVs
             async with open_sqlite_store(data_dir / "telemetry.db") as store:
                 stats = await store.statistics()  # a second reader while the server runs
             assert stats.newest_unix_nano == state.started_unix_nano
