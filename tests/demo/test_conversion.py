@@ -389,5 +389,8 @@ def test_the_converter_reproduces_the_shipped_files(tmp_path: Path) -> None:
     assert made == sorted(
         p.relative_to(shipped_root) for p in shipped_root.rglob("*") if p.is_file()
     )
-    for relative in made:
-        assert (out / relative).read_bytes() == (shipped_root / relative).read_bytes(), relative
+    for relative in made:  # gzip'd files compared by content: zlib builds may pack differently
+        fresh, kept = (out / relative).read_bytes(), (shipped_root / relative).read_bytes()
+        if relative.suffix == ".gz":
+            fresh, kept = gzip.decompress(fresh), gzip.decompress(kept)
+        assert fresh == kept, relative
