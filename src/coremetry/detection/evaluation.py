@@ -25,13 +25,17 @@ from pathlib import Path
 import msgspec
 
 from .detector import Anomaly
+from .problems import Problem
 
 __all__ = [
+    "Fault",
+    "FaultResult",
     "SeriesScore",
     "Window",
     "load_nab_series",
     "load_nab_windows",
     "parse_nab_time",
+    "score_faults",
     "score_series",
 ]
 
@@ -149,3 +153,55 @@ def score_series(
         anomalies=len(anomalies),
         false_positives=false_positives,
     )
+
+
+class Fault(msgspec.Struct, frozen=True, kw_only=True):
+    """An injected fault (ground truth): when, and into which service."""
+
+    time_unix_nano: int
+    service_name: str
+    kind: str = ""
+
+
+class FaultResult(msgspec.Struct, frozen=True, kw_only=True):
+    """How the problems answered one fault.
+
+    Attributes:
+        fault: the fault.
+        opened: problems *opened* (first raised, ``detected_unix_nano``) within
+            ``[fault, fault + window]``: the issue's rule.
+        joined: problems with an anomaly raised in that window, opened then or earlier (a
+            fault may join a problem already open for a previous fault).
+        origin_top: whether the injected service is among the top origins of an opened
+            problem.
+        joined_origin_top: likewise over the joined problems.
+    """
+
+    fault: Fault
+    opened: list[str]
+    joined: list[str]
+    origin_top: bool
+    joined_origin_top: bool
+
+
+def score_faults(
+    problems: Sequence[Problem], faults: Sequence[Fault], *, window_ns: int, top: int = 2
+) -> list[FaultResult]:
+    """Match problems to injected faults (rules in :class:`FaultResult`), one result per fault."""
+    results: list[FaultResult] = []
+    for fault in faults:
+        low, high = fault.time_unix_nano, fault.time_unix_nano + window_ns
+        opened = [p for p in problems if low <= p.detected_unix_nano <= high]
+        joined = [
+            p for p in problems if any(low <= a.detected_unix_nano <= high for a in p.anomalies)
+        ]
+        results.append(
+            FaultResult(
+                fault=fault,
+                opened=[p.problem_id for p in opened],
+                joined=[p.problem_id for p in joined],
+                origin_top=any(fault.service_name in p.services[:top] for p in opened),
+                joined_origin_top=any(fault.service_name in p.services[:top] for p in joined),
+            )
+        )
+    return results
