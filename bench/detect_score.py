@@ -177,9 +177,12 @@ async def nezha_run(repeat: int) -> int:
                 start_unix_nano=stats.oldest_unix_nano, end_unix_nano=stats.newest_unix_nano + 1
             )
             runs: list[float] = []
-            for _ in range(max(1, repeat)):
+            started = time.perf_counter()
+            run = await detect_in_store(store, judged, DetectionOptions())
+            runs.append(time.perf_counter() - started)
+            for _ in range(max(1, repeat) - 1):
                 started = time.perf_counter()
-                run = await detect_in_store(store, judged, DetectionOptions())
+                await detect_in_store(store, judged, DetectionOptions())
                 runs.append(time.perf_counter() - started)
             floor: list[float] = []
             for _ in range(max(1, repeat)):
