@@ -7,24 +7,27 @@ looks past that, the way an engineer reads traces:
 1. **Entry groups.** With a service named, the group is that service; without one, the *entry
    services* — services with requests that are never a callee in the window (the front doors),
    at most :data:`MAX_ENTRY_GROUPS`, busiest first — each form a group.
-2. **Samples.** Per group, *slow* traces are those with a span of the group's service at or above
-   that service's p95 entry-span duration (``search_traces`` with ``min_duration_ns``, newest
-   first, at most ``slow_traces``); *typical* traces are the newest traces through the service
-   that are not slow (at most ``typical_traces``). Each trace is read (at most
-   :data:`ANALYSIS_SPANS` spans) and analysed (:mod:`.trace_analysis`).
+2. **Samples.** Per group, the newest :data:`SAMPLE_TRACES` trace summaries through the group's
+   service, plus the newest ``slow_traces`` traces with a span of it at or above its p95
+   entry-span duration (so slow requests across the window are represented), are ranked by
+   trace duration. The slowest tenth (at least one, at most ``slow_traces``) are the *slow*
+   traces; up to ``typical_traces`` evenly spaced from the faster half are the *typical* ones.
+   Each is read (at most :data:`ANALYSIS_SPANS` spans) and analysed (:mod:`.trace_analysis`).
 3. **Attribution.** Each critical-path segment counts for the service doing the work — or, for a
    span waiting on a call into another service, for that callee (network and queueing are the
    callee's latency as its callers see it). With a service named, only segments inside that
    service's subtrees, or attributed to it, count ("the service and its downstream").
 4. **Growth.** Per service, the mean critical-path time per slow trace minus the mean per typical
-   trace (``excess_ms``). The service whose time grew most is the likely origin. A group with
-   no typical trace gives no baseline and is skipped while another group has one.
+   trace (``excess_ms``). The service whose time grew most is the likely origin, provided its
+   excess explains at least :data:`MIN_SHARE_OF_GAP` of the gap between the mean slow and the
+   mean typical trace duration. A group with no typical trace gives no baseline and is skipped
+   while another group has one.
 5. **Evidence** for the top candidate: per-edge latency of calls into it, its ERROR-or-worse log
    records, and its latency metrics' peak while the slow traces ran (the *focus*: their time
    span plus five minutes each side) against the metric's median over the whole window.
 
-Cost bound: per group two trace searches plus at most ``slow_traces + typical_traces`` trace
-reads, then at most six more queries for the evidence; everything under the call's deadline.
+Cost bound: per group two trace-summary searches plus at most ``slow_traces + typical_traces``
+trace reads, then at most six more queries for the evidence; everything under the call's deadline.
 The method is a heuristic over samples; the result says which and how many traces it read.
 """
 
@@ -71,6 +74,11 @@ ANALYSIS_SPANS: Final = 2_000
 """Most spans read per trace for the origin analysis."""
 MAX_ENTRY_GROUPS: Final = 3
 """Most entry services analysed when no service is named."""
+SAMPLE_TRACES: Final = 200
+"""Trace summaries sampled per group (newest first) to split into slow and typical."""
+MIN_SHARE_OF_GAP: Final = 0.1
+"""A likely origin's excess must explain at least this share of how much slower the slow
+traces are than the typical ones (mean trace durations), else none is named."""
 MIN_REQUESTS: Final = 5
 """An entry service needs this many requests in the window to have a meaningful p95."""
 ERROR_SEVERITY: Final = 17
@@ -78,9 +86,9 @@ ERROR_SEVERITY: Final = 17
 _ERROR_LOG_SAMPLE: Final = 200
 """ERROR records counted per candidate (a larger count is reported as a lower bound)."""
 METHOD: Final = (
-    "critical-path time per slow trace (a span at or above the entry service's p95) minus per "
-    "typical trace, per service; a caller's wait on a call into another service counts for "
-    "the callee"
+    "critical-path time per slow trace (slowest tenth of the sampled traces through the "
+    "service) minus per typical trace (faster half), per service; a caller's wait on a call "
+    "into another service counts for the callee"
 )
 
 
@@ -102,11 +110,13 @@ class _Tally:
     """Critical-path nanoseconds per service over a set of traces."""
 
     traces: int = 0
+    duration_ns: int = 0
     own: dict[str, int] = field(default_factory=dict)
     waiting: dict[str, int] = field(default_factory=dict)
 
     def add(self, analysis: TraceAnalysis, scope: str | None) -> None:
         self.traces += 1
+        self.duration_ns += analysis.duration_ns
         inside = _scope_nodes(analysis, scope)
         for segment in analysis.critical_path:
             target = segment.attributed_service
@@ -148,6 +158,37 @@ def entry_services(
     ]
     entries.sort(key=lambda s: (-s.request_count, s.service_name))
     return entries
+
+
+async def _samples(
+    store: TelemetryStore,
+    window: TimeRange,
+    group: ServiceSummary,
+    slow_traces: int,
+    typical_traces: int,
+) -> tuple[list[TraceSummary], list[TraceSummary]]:
+    """The slow and typical traces through ``group``'s service (module docstring, step 2)."""
+    sample = await store.search_traces(
+        TraceQuery(time_range=window, service_name=group.service_name), limit=SAMPLE_TRACES
+    )
+    pool = {t.trace_id: t for t in sample.items}
+    if group.request_count >= MIN_REQUESTS and group.p95_duration_ns is not None:
+        slow_page = await store.search_traces(
+            TraceQuery(
+                time_range=window,
+                service_name=group.service_name,
+                min_duration_ns=group.p95_duration_ns,
+            ),
+            limit=slow_traces,
+        )
+        pool.update((t.trace_id, t) for t in slow_page.items)
+    ranked = sorted(pool.values(), key=lambda t: (-t.duration_ns, t.trace_id))
+    if len(ranked) < 2:
+        return ranked, []
+    slow_count = min(slow_traces, max(1, len(ranked) // 10))
+    lower = ranked[len(ranked) // 2 :]
+    step = max(1, len(lower) // typical_traces)
+    return ranked[:slow_count], lower[::step][:typical_traces]
 
 
 async def _analyse(
@@ -325,37 +366,32 @@ async def likely_origin(
     tallies: list[tuple[_Tally, _Tally]] = []
     slow_seen: list[TraceSummary] = []
     for group in groups:
-        threshold = group.p95_duration_ns if group.request_count >= MIN_REQUESTS else None
-        slow_page = await store.search_traces(
-            TraceQuery(
-                time_range=window, service_name=group.service_name, min_duration_ns=threshold
-            ),
-            limit=slow_traces,
-        )
-        slow_ids = {t.trace_id for t in slow_page.items}
-        typical_page = await store.search_traces(
-            TraceQuery(time_range=window, service_name=group.service_name),
-            limit=typical_traces + len(slow_ids),
-        )
-        usual = [t for t in typical_page.items if t.trace_id not in slow_ids][:typical_traces]
+        slow, usual = await _samples(store, window, group, slow_traces, typical_traces)
         slow_tally, typical_tally = _Tally(), _Tally()
-        await _analyse(store, slow_page.items, slow_tally, service)
+        await _analyse(store, slow, slow_tally, service)
         await _analyse(store, usual, typical_tally, service)
         tallies.append((slow_tally, typical_tally))
-        slow_seen.extend(slow_page.items)
+        slow_seen.extend(slow)
     with_baseline = [pair for pair in tallies if pair[0].traces and pair[1].traces]
     used = with_baseline or [pair for pair in tallies if pair[0].traces]
     rows: dict[str, list[float]] = {}
-    for slow, typical in used:
-        for name in slow.services() | typical.services():
-            slow_own, slow_wait = slow.mean_ns(name)
-            typical_own, typical_wait = typical.mean_ns(name)
+    gap = 0.0
+    slow_mean = typical_mean = 0.0
+    for slow_tally, typical_tally in used:
+        if slow_tally.traces:
+            slow_mean += slow_tally.duration_ns / slow_tally.traces
+        if typical_tally.traces:
+            typical_mean += typical_tally.duration_ns / typical_tally.traces
+        for name in slow_tally.services() | typical_tally.services():
+            slow_own, slow_wait = slow_tally.mean_ns(name)
+            typical_own, typical_wait = typical_tally.mean_ns(name)
             row = rows.setdefault(name, [0.0, 0.0, 0.0, 0.0, 0.0])
             row[0] += (slow_own + slow_wait) - (typical_own + typical_wait)
             row[1] += slow_own + slow_wait
             row[2] += typical_own + typical_wait
             row[3] += slow_own
             row[4] += slow_wait
+    gap = slow_mean - typical_mean
     ranked = sorted(rows.items(), key=lambda item: (-item[1][0], item[0]))
     candidates: list[JsonObject] = [
         {
@@ -368,7 +404,11 @@ async def likely_origin(
         }
         for name, row in ranked[:5]
     ]
-    top = ranked[0][0] if ranked and ranked[0][1][0] > 0 else None
+    top = (
+        ranked[0][0]
+        if ranked and ranked[0][1][0] > 0 and ranked[0][1][0] >= MIN_SHARE_OF_GAP * gap
+        else None
+    )
     in_scope = [by_name[name] for name in rows if name in by_name] or list(summaries)
     raw = max(
         (s for s in in_scope if s.p95_duration_ns is not None),
@@ -379,7 +419,18 @@ async def likely_origin(
     focus = focus_window(slow_seen, window)
     result: JsonObject = {
         "service": top,
-        "summary": _sentence(top, rows, raw, bool(with_baseline), service),
+        "summary": _sentence(
+            top,
+            rows,
+            raw,
+            bool(with_baseline),
+            service,
+            _reaches(edges, raw, top),
+            slow_mean,
+            typical_mean,
+        ),
+        "slow_trace_mean_ms": ms(slow_mean),
+        "typical_trace_mean_ms": ms(typical_mean) if with_baseline else None,
         "candidates": candidates,
         "highest_raw_latency": (
             None
@@ -411,18 +462,49 @@ async def likely_origin(
     return Origin(body=result, focus=focus)
 
 
+def _reaches(edges: Sequence[ServiceEdge], raw: ServiceSummary | None, top: str | None) -> bool:
+    """``raw``'s service calls ``top``, directly or through other services, in ``edges``."""
+    if raw is None or top is None:
+        return False
+    callees: dict[str, set[str]] = {}
+    for edge in edges:
+        callees.setdefault(edge.caller, set()).add(edge.callee)
+    seen = {raw.service_name}
+    frontier = [raw.service_name]
+    while frontier:
+        for callee in callees.get(frontier.pop(), ()):
+            if callee == top:
+                return True
+            if callee not in seen:
+                seen.add(callee)
+                frontier.append(callee)
+    return False
+
+
 def _sentence(
     top: str | None,
     rows: dict[str, list[float]],
     raw: ServiceSummary | None,
     baseline: bool,
     scope: str | None,
+    raw_calls_top: bool,
+    slow_mean: float,
+    typical_mean: float,
 ) -> str:
     if top is None:
-        where = f"{scope} or its downstream" if scope else "any service"
+        if not rows:
+            return "Too few traces in this window to compare slow with typical ones."
+        if scope is None:
+            return (
+                "No service's critical-path time accounts for a material part of how much slower "
+                "the slow traces are than typical ones in this window; nothing points at an "
+                "origin."
+            )
         return (
-            f"No slow traces with a grown critical path were found for {where} in this window; "
-            "nothing points at an origin."
+            f"Neither {scope} nor the services it calls account for a material part of how "
+            f"much slower its slow traces are ({ms(slow_mean):,.0f} ms against "
+            f"{ms(typical_mean):,.0f} ms typical): the time goes elsewhere in those traces (see "
+            "get_trace on one of slow_traces, or get_service on its callers)."
         )
     excess, _slow, _typical, own, waiting = rows[top]
     parts = [
@@ -442,6 +524,7 @@ def _sentence(
     if raw is not None and raw.service_name != top:
         parts.append(
             f". {raw.service_name} shows the highest raw p95 latency "
-            f"({ms(raw.p95_duration_ns):,.0f} ms) because its requests include those calls"
+            f"({ms(raw.p95_duration_ns):,.0f} ms)"
+            + (" because its requests include those calls" if raw_calls_top else "")
         )
     return "".join(parts) + "."

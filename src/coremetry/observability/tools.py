@@ -139,6 +139,9 @@ _MAX_ATTRIBUTE_CHARS: Final = 160
 _MAX_BODY_CHARS: Final = 1000
 _MAX_MESSAGE_CHARS: Final = 300
 _MAX_BUCKETS: Final = 1000
+_MAX_PATH_ROWS: Final = 12
+_MAX_ERROR_ROWS: Final = 10
+_MAX_SERVICE_ROWS: Final = 15
 
 
 # ---- arguments ------------------------------------------------------------------------------
@@ -798,13 +801,22 @@ class ObservabilityTools:
             row = by_service.setdefault(service, [0, 0, 0, 0])
             row[3] = own + waiting
         services = sorted(by_service.items(), key=lambda item: (-item[1][3], item[0]))
-        path_rows: list[JsonObject] = []
-        seen: set[SpanNode] = set()
+        # The critical path in time order, one row per span, limited to the spans holding the
+        # most path time (every span row below also carries its critical_path_ms).
+        path_nodes: list[SpanNode] = []
+        on_path_order: dict[SpanNode, int] = {}
+        waiting_on: dict[SpanNode, str] = {}
         for segment in analysis.critical_path:
-            node = segment.node
-            if node in seen:
+            if segment.node not in on_path_order:
+                on_path_order[segment.node] = len(path_nodes)
+                path_nodes.append(segment.node)
+            if segment.waiting:
+                waiting_on[segment.node] = segment.attributed_service
+        heaviest = set(sorted(path_nodes, key=lambda n: -on_path[n])[:_MAX_PATH_ROWS])
+        path_rows: list[JsonObject] = []
+        for node in path_nodes:
+            if node not in heaviest:
                 continue
-            seen.add(node)
             path_row: JsonObject = {
                 "span_id": node.span.span_id,
                 "service": node.service,
@@ -812,8 +824,8 @@ class ObservabilityTools:
                 "critical_path_ms": ms(on_path[node]),
                 "self_time_ms": ms(node.self_time_ns),
             }
-            if segment.waiting:
-                path_row["waiting_on"] = segment.attributed_service
+            if node in waiting_on:
+                path_row["waiting_on"] = waiting_on[node]
             path_rows.append(path_row)
         dominant = max(analysis.critical_path, key=lambda s: on_path[s.node], default=None)
         errors = [n for n in analysis.nodes if n.is_error]
@@ -883,10 +895,24 @@ class ObservabilityTools:
                     "critical_path_ms": ms(row[3]),
                     "error_count": row[2],
                 }
-                for name, row in services
+                for name, row in services[:_MAX_SERVICE_ROWS]
             ],
             "critical_path": path_rows,
-            "error_spans": [span_row(n, origin, on_path) for n in errors[:20]],
+            "critical_path_span_count": len(path_nodes),
+            "error_spans": [
+                {
+                    "span_id": n.span.span_id,
+                    "service": n.service,
+                    "name": n.span.name,
+                    "status": "error",
+                    **(
+                        {"status_message": shorten(n.span.status_message, _MAX_MESSAGE_CHARS)}
+                        if n.span.status_message
+                        else {}
+                    ),
+                }
+                for n in errors[:_MAX_ERROR_ROWS]
+            ],
             "notes": notes,
             "spans": [span_row(n, origin, on_path) for n in page],
             "spans_offset": offset,
@@ -895,8 +921,8 @@ class ObservabilityTools:
         if offset + len(page) < len(analysis.nodes):
             body.update(continuation(len(page)))
         return body, [
-            Trimmable(("error_spans",)),
             Trimmable(("spans",), continuation),
+            Trimmable(("error_spans",)),
             Trimmable(("critical_path",)),
             Trimmable(("services",)),
         ]
