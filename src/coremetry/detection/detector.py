@@ -318,6 +318,23 @@ class _SortedWindow:
             return iqr / _IQR_TO_SIGMA
         return (self.quantile(0.9) - self.quantile(0.1)) / _P10_P90_TO_SIGMA
 
+    def location_scale(self) -> tuple[float, float]:
+        """``(median, scale())`` in one pass over the sorted list (the hot path)."""
+        data = self._sorted
+        last = len(data) - 1
+        pos = 0.5 * last
+        low = int(pos)
+        median = data[low] + (data[min(low + 1, last)] - data[low]) * (pos - low)
+        pos = 0.25 * last
+        low = int(pos)
+        q25 = data[low] + (data[min(low + 1, last)] - data[low]) * (pos - low)
+        pos = 0.75 * last
+        low = int(pos)
+        q75 = data[low] + (data[min(low + 1, last)] - data[low]) * (pos - low)
+        if q75 > q25:
+            return median, (q75 - q25) / _IQR_TO_SIGMA
+        return median, self.scale()
+
 
 def _median(values: list[float]) -> float:
     values.sort()
@@ -389,8 +406,7 @@ class _Channel:
             seasonal_expected = self._seasonal_expected(season.lags, index)
             season.residual = None if seasonal_expected is None else x - seasonal_expected
         if len(self.window) >= cfg.min_history_points:
-            expected = self.window.quantile(0.5)
-            scale = self.window.scale()
+            expected, scale = self.window.location_scale()
             envelope, position = self.envelope, x
             used = 0
             best = cfg.season_gain * scale
@@ -555,6 +571,17 @@ def detect_series(
         diffs = sorted(b - a for a, b in itertools.pairwise(times))
         step = diffs[len(diffs) // 2]
     max_gap = cfg.max_gap_steps * step if step else math.inf
+    if count and min(values) == max(values):
+        # A constant series never departs from its baseline: nothing to judge (a fast path
+        # with the same result; idle counters and unused ratios are common).
+        gaps = sum(1 for a, b in itertools.pairwise(times) if b - a > max_gap)
+        return [], DetectionSummary(
+            points=count,
+            nonfinite_points=nonfinite,
+            duplicate_points=duplicates,
+            gaps=gaps,
+            step_ns=step,
+        )
     lags = {
         season: _season_lags(times, season, cfg.season_periods, step)
         for season in sorted(set(cfg.seasons_ns))

@@ -10,8 +10,8 @@ works):
   ``service.duration.p95`` and ``service.duration.p99`` (seconds, up). A bucket in which a
   service served no request gives no point (sampled traces cannot tell "no traffic" from "not
   sampled"). The store has no bucketed RED query yet, so this is one ``services()`` query per
-  bucket: ~0.2 ms each on the embedded store (741 buckets of the demo day: 0.17 s). A bucketed
-  store method would make it one query; see the detection report.
+  bucket that holds spans (found by a first pass over blocks of 60 buckets): ~0.2 ms each on
+  the embedded store. A bucketed store method would make it one query.
 - **Metric series** (:func:`metric_series`): every metric with points in the range, bucketed
   by the store (:meth:`TelemetryStore.metric_series`): gauges by ``avg``, monotonic sums by
   ``rate`` (per second), other sums by ``avg``, histograms by ``p99``. The metric's name
@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 _NS_PER_S: Final = 1_000_000_000
+_COARSE: Final = 60
 
 
 def classify_metric(name: str) -> tuple[Signal, Watch]:
@@ -91,7 +92,7 @@ async def red_series(store: TelemetryStore, time_range: TimeRange, step_ns: int)
     p95: dict[str, list[tuple[int, float]]] = {}
     p99: dict[str, list[tuple[int, float]]] = {}
     step_s = step_ns / _NS_PER_S
-    for bucket in range(time_range.start_unix_nano, time_range.end_unix_nano, step_ns):
+    for bucket in await _buckets_with_spans(store, time_range, step_ns):
         end = min(bucket + step_ns, time_range.end_unix_nano)
         page = await store.services(
             TimeRange(start_unix_nano=bucket, end_unix_nano=end), limit=MAX_LIMIT
@@ -130,6 +131,25 @@ async def red_series(store: TelemetryStore, time_range: TimeRange, step_ns: int)
                         signal=signal,
                     )
                 )
+    return found
+
+
+async def _buckets_with_spans(
+    store: TelemetryStore, time_range: TimeRange, step_ns: int
+) -> list[int]:
+    """Starts of the ``step_ns`` buckets that may hold spans.
+
+    One ``services()`` query per block of :data:`_COARSE` buckets first, then only the buckets
+    of blocks that had spans: imported or sampled traces are often sparse (the demo's spans
+    cover 7 of its 741 minutes), and an empty block costs one query instead of 60.
+    """
+    block = step_ns * _COARSE
+    found: list[int] = []
+    for start in range(time_range.start_unix_nano, time_range.end_unix_nano, block):
+        end = min(start + block, time_range.end_unix_nano)
+        page = await store.services(TimeRange(start_unix_nano=start, end_unix_nano=end), limit=1)
+        if page.items:
+            found.extend(range(start, end, step_ns))
     return found
 
 
