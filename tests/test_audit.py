@@ -462,6 +462,22 @@ async def test_a_full_queue_drops_and_warns_never_blocks(
     assert audit.statistics().dropped_total == 4
 
 
+async def test_a_large_batch_is_written_whole_in_queue_order(tmp_path: Path) -> None:
+    # 100 records in one batch: three multi-row INSERTs of 32 and four single-row ones.
+    audit = AuditLog(tmp_path / DB_FILENAME)
+    for i in range(100):
+        audit.observe(record(started_at_unix_nano=1 + i // 10, name=f"n{i}"))
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(audit.run_writer)
+            await audit.aclose()
+    entries = audit.tail(200)
+    # Newest start first, ties by insertion order reversed: exactly the queue order reversed.
+    assert [e.name for e in entries] == [f"n{i}" for i in reversed(range(100))]
+    assert {e.arguments_sha256 for e in entries} == {sha256(ARGUMENTS)}
+    assert audit.statistics().written_total == 100
+
+
 async def test_cancelled_writer_still_flushes_the_queue(tmp_path: Path) -> None:
     audit = AuditLog(tmp_path / DB_FILENAME)
     with trio.fail_after(30):

@@ -109,7 +109,19 @@ _COLUMNS: Final = (
     "at_unix_nano, sub, token_name, kind, role, transport, call_kind, name, "
     "arguments_sha256, outcome, duration_ms, source"
 )
-_INSERT: Final = f"INSERT INTO audit_log ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_PLACEHOLDERS: Final = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT: Final = f"INSERT INTO audit_log ({_COLUMNS}) VALUES {_PLACEHOLDERS}"
+
+_ROWS_PER_INSERT: Final = 32
+"""Rows per multi-row ``INSERT`` in a batch (the remainder goes one row per statement).
+
+One statement step inserts them all: ~20 % less CPU per row than one row per step, and the
+writer thread gives up and takes back the GIL once per 32 rows instead of once per row (each
+take-back may have to wait for the event loop). 32 x 12 = 384 parameters, well under SQLite's
+smallest default limit (999)."""
+_INSERT_MANY: Final = f"INSERT INTO audit_log ({_COLUMNS}) VALUES " + ", ".join(
+    [_PLACEHOLDERS] * _ROWS_PER_INSERT
+)
 
 _PURGE: Final = (
     "DELETE FROM audit_log WHERE id IN "
@@ -448,9 +460,19 @@ class AuditLog:
         conn = self._conn
         if conn is None:
             raise sqlite3.OperationalError("the audit log is not open")
-        rows = [_row(record) for record in batch]
+        rows = [_row(record) for record in batch]  # digests the arguments (this thread)
+        whole = len(rows) - len(rows) % _ROWS_PER_INSERT
         with conn:  # one transaction per batch: committed whole or rolled back
-            conn.executemany(_INSERT, rows)
+            if whole:
+                conn.executemany(
+                    _INSERT_MANY,
+                    (
+                        tuple(itertools.chain.from_iterable(rows[i : i + _ROWS_PER_INSERT]))
+                        for i in range(0, whole, _ROWS_PER_INSERT)
+                    ),
+                )
+            if whole < len(rows):
+                conn.executemany(_INSERT, rows[whole:])
 
     def purge_expired(self, now_unix_nano: int | None = None) -> int:
         """Delete the rows older than the retention period (blocking; retention only).
