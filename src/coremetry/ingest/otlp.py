@@ -56,6 +56,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from coremetry.ingest import _otlp_json as wire
 from coremetry.ingest._convert import (
+    MAX_UNIX_NANO,
     ItemRejected,
     base64_text,
     bytes_span_id,
@@ -185,29 +186,35 @@ def _pb_element(value: common_pb2.AnyValue) -> AttributeScalar | None:
     return msgspec.json.encode(_pb_plain(value)).decode()
 
 
-def _pb_attributes(
-    pairs: Iterable[common_pb2.KeyValue], out: Attributes | None = None, prefix: str = ""
-) -> Attributes:
-    result: Attributes = {} if out is None else out
+def _pb_attributes(pairs: Iterable[common_pb2.KeyValue]) -> Attributes:
+    # The hot loop of protobuf ingest (bench/otlp_ingest.py): scalars inline, the rest aside.
+    result: Attributes = {}
     for kv in pairs:
         value = kv.value
         which = value.WhichOneof("value")
         if which == "string_value":
-            result[prefix + kv.key] = value.string_value
+            result[kv.key] = value.string_value
         elif which == "int_value":
-            result[prefix + kv.key] = value.int_value
+            result[kv.key] = value.int_value
         elif which == "double_value":
-            result[prefix + kv.key] = value.double_value
+            result[kv.key] = value.double_value
         elif which == "bool_value":
-            result[prefix + kv.key] = value.bool_value
-        elif which == "kvlist_value":
-            _pb_attributes(value.kvlist_value.values, result, prefix + kv.key + ".")
-        elif which == "array_value":
-            items = [_pb_element(v) for v in value.array_value.values]
-            result[prefix + kv.key] = [v for v in items if v is not None]
-        elif which == "bytes_value":
-            result[prefix + kv.key] = base64_text(value.bytes_value)
+            result[kv.key] = value.bool_value
+        elif which is not None:
+            _pb_nested(result, kv.key, value, which)
     return result
+
+
+def _pb_nested(result: Attributes, key: str, value: common_pb2.AnyValue, which: str) -> None:
+    """Maps (flattened to dotted keys), arrays and bytes, into ``result``."""
+    if which == "kvlist_value":
+        for name, item in _pb_attributes(value.kvlist_value.values).items():
+            result[f"{key}.{name}"] = item
+    elif which == "array_value":
+        items = [_pb_element(v) for v in value.array_value.values]
+        result[key] = [v for v in items if v is not None]
+    elif which == "bytes_value":
+        result[key] = base64_text(value.bytes_value)
 
 
 def _pb_body(record: logs_pb2.LogRecord) -> str:
@@ -387,39 +394,58 @@ def _pb_span(
     resource_attributes: Attributes,
     scope_name: str,
 ) -> Span:
-    events = [
-        SpanEvent(
-            time_unix_nano=event.time_unix_nano,
-            name=event.name,
-            attributes=_pb_attributes(event.attributes),
-        )
-        for event in span.events
-    ]
-    links = [
-        SpanLink(
-            trace_id=bytes_trace_id(link.trace_id, "link trace_id"),
-            span_id=bytes_span_id(link.span_id, "link span_id"),
-            attributes=_pb_attributes(link.attributes),
-        )
-        for link in span.links
-    ]
+    # Same rules as _span (the JSON path), inlined: this is the hot path of protobuf ingest.
+    trace_id = bytes_trace_id(span.trace_id)
+    if not trace_id:
+        raise ItemRejected(SPAN_NO_TRACE_ID)
+    span_id = bytes_span_id(span.span_id)
+    if not span_id:
+        raise ItemRejected(SPAN_NO_SPAN_ID)
+    start = span.start_time_unix_nano
+    if not 0 < start <= MAX_UNIX_NANO:
+        raise ItemRejected(SPAN_START_UNUSABLE)
+    end = span.end_time_unix_nano
+    if not 0 < end <= MAX_UNIX_NANO:
+        out.note(SPAN_END_ADJUSTED)
+        end = start
+    kind = span.kind
     status = span.status
-    return _span(
-        out,
-        trace_id=bytes_trace_id(span.trace_id),
-        span_id=bytes_span_id(span.span_id),
+    code = status.code
+    events = span.events
+    links = span.links
+    return Span(
+        trace_id=trace_id,
+        span_id=span_id,
         parent_span_id=bytes_span_id(span.parent_span_id, "parent_span_id"),
         service_name=service,
         name=span.name,
-        kind=span.kind,
-        start=span.start_time_unix_nano,
-        end=span.end_time_unix_nano,
-        status_code=status.code,
+        kind=_KINDS[kind] if 0 <= kind < len(_KINDS) else SpanKind.UNSPECIFIED,
+        start_time_unix_nano=start,
+        end_time_unix_nano=end,
+        status_code=_STATUS[code] if 0 <= code < len(_STATUS) else StatusCode.UNSET,
         status_message=status.message,
         attributes=_pb_attributes(span.attributes),
         resource_attributes=resource_attributes,
-        events=events,
-        links=links,
+        events=[
+            SpanEvent(
+                time_unix_nano=event.time_unix_nano,
+                name=event.name,
+                attributes=_pb_attributes(event.attributes),
+            )
+            for event in events
+        ]
+        if events
+        else [],
+        links=[
+            SpanLink(
+                trace_id=bytes_trace_id(link.trace_id, "link trace_id"),
+                span_id=bytes_span_id(link.span_id, "link span_id"),
+                attributes=_pb_attributes(link.attributes),
+            )
+            for link in links
+        ]
+        if links
+        else [],
         scope_name=scope_name,
     )
 
