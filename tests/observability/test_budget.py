@@ -76,9 +76,16 @@ def test_fit_trims_in_the_order_given_and_reaches_nested_lists() -> None:
     summary = result["summary"]
     assert isinstance(summary, dict)
     assert summary["errors"] == [], "the least important list goes first, entirely"
+    # Neither list has a continuation: the result says how much each left out.
+    omitted = result["omitted"]
+    assert isinstance(omitted, dict)
+    assert omitted["summary.errors"] == 200
     spans = result["spans"]
     assert isinstance(spans, list)
     assert 0 < len(spans) < 200
+    assert omitted["spans"] == 200 - len(spans)
+    assert result["truncated"] is True
+    assert "cursor" not in result
 
 
 def test_fit_shortens_huge_strings_and_never_exceeds_the_budget() -> None:

@@ -10,11 +10,13 @@ registration wraps every handler).
 order, stopping as soon as the result fits:
 
 1. the result as built;
-2. each :class:`Trimmable` list in the order given (least important first), cut to the longest
+2. each :class:`Trimmable` list in the order given (the first is cut first), cut to the longest
    prefix that fits — found by binary search over exact encoded sizes (item sizes are summed
    first to bound the search, then each probe encodes the result once). A cut list sets
    ``truncated: true`` and whatever its ``continuation`` returns (typically ``cursor``, the
-   opaque token that continues after the last item kept);
+   opaque token that continues after the last item kept); a list without a continuation (a
+   top-N summary) records how many items were left out in ``omitted``, keyed by its path
+   (``{"services": 12}``);
 3. every string longer than 256, then 64 characters, is shortened with a ``…`` marker
    (``strings_shortened: true``);
 4. a minimal object that names the problem (``truncated: true``, ``note``) — it always fits
@@ -157,12 +159,23 @@ def _trim_one(body: JsonObject, spec: Trimmable, budget: int) -> bool:
     full = list(items)
     count = len(full)
 
+    label = ".".join(str(step) for step in spec.path)
+
     def apply(kept: int) -> None:
         _set_list(body, spec.path, full[:kept])
+        omitted = body.get("omitted")
+        if isinstance(omitted, dict):
+            omitted.pop(label, None)
+            if not omitted:
+                body.pop("omitted")
         if kept < count:
             body["truncated"] = True
             if spec.continuation is not None:
                 body.update(spec.continuation(kept))
+            else:
+                recorded = body.setdefault("omitted", {})
+                if isinstance(recorded, dict):
+                    recorded[label] = count - kept
 
     # Upper bound from item sizes alone: the kept items (plus commas) can never exceed the budget.
     upper = 0

@@ -702,7 +702,7 @@ class ObservabilityTools:
             body["cursor"] = continuation(len(shown))["cursor"]
         if not shown and offset == 0:
             body.update(await absent_data_note(self.store, "service calls", window, "traces"))
-        return Shaped(body, [Trimmable(("services",)), Trimmable(("edges",), continuation)])
+        return Shaped(body, [Trimmable(("edges",), continuation), Trimmable(("services",))])
 
     # -- traces -------------------------------------------------------------------------------
 
