@@ -269,6 +269,16 @@ async def test_unknown_things_fail_with_hints_naming_the_next_tool(
             bad_cursor = failure(await client.call_tool("search_traces", {"cursor": "bogus"}))
             missing_metric = failure(await client.call_tool("query_metric", {"name": "nope"}))
             empty = structured(await client.call_tool("search_traces", {"service": TRAVEL}))
+            # A deadline that cannot be met (1 ms, as a client may ask) is a timeout, never a
+            # hang; the next call is served normally.
+            overrun = failure(
+                await client.call_tool(
+                    "get_service",
+                    {"service": GATEWAY, "range": "400d"},
+                    meta={"coremetry/timeout_ms": 1},  # type: ignore[arg-type]  # RequestParamsMeta has extra_items (PEP 728), which mypy does not know yet
+                )
+            )
+            after = structured(await client.call_tool("list_services", {"range": "24h"}))
     assert missing_trace["error"] == "not_found"
     assert "search_traces over a wider range" in str(missing_trace["hint"])
     assert bad_trace["error"] == "bad_args"
@@ -283,6 +293,9 @@ async def test_unknown_things_fail_with_hints_naming_the_next_tool(
     assert str(bad_cursor["detail"]).startswith("cursor:")
     assert missing_metric["error"] == "not_found"
     assert "list_metrics" in str(missing_metric["hint"])
+    assert overrun["error"] == "timeout"
+    assert overrun["retryable"] is True
+    assert after["services"]
     # The default window (the last hour) holds no Nezha traces: the result says where data is.
     assert empty["traces"] == []
     assert "data_extent" in empty
