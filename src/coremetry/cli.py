@@ -51,6 +51,7 @@ from coremetry.auth import TOKEN_PREFIX
 from coremetry.config import Config, ConfigError, load_config, render_config
 from coremetry.demo.cli import add_demo_parser, prepare_serve_demo, run_demo
 from coremetry.detection.cli import add_detect_parser, run_detect
+from coremetry.detection.problem_store import PROBLEMS_FILE
 from coremetry.ingest.cli import add_ingest_parser, run_ingest
 from coremetry.mcp import ROLES, Caller, Server
 from coremetry.observability.cli import add_tools_parser, run_tools
@@ -225,6 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         list_ttl_ms=config.mcp.list_ttl_ms,
         read_ttl_ms=config.mcp.read_ttl_ms,
         output_budget_bytes=config.mcp.output_budget_bytes,
+        problems_path=Path(config.data_dir).expanduser() / PROBLEMS_FILE,
     )
     try:
         if args.command == "stdio":

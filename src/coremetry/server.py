@@ -54,6 +54,7 @@ def build_mcp_server(
     read_ttl_ms: int = 0,
     store: TelemetryStore | None = None,
     output_budget_bytes: int = 16 * 1024,
+    problems_path: Path | None = None,
 ) -> Server:
     """Build the dispatcher with the production registry.
 
@@ -65,6 +66,8 @@ def build_mcp_server(
         read_ttl_ms: ``ttlMs`` of 2026-07-28 ``resources/read`` results, in milliseconds.
         store: the telemetry store the observability tools read (none: no telemetry tools).
         output_budget_bytes: the largest tool, resource or prompt result, in bytes of JSON.
+        problems_path: the detector's problems file (``<data_dir>/problems.json``) the problem
+            tools read; ``None``: they say no detection has run.
 
     Returns:
         A ready :class:`~coremetry.mcp.Server`.
@@ -110,7 +113,9 @@ def build_mcp_server(
     if store is not None:
         from coremetry.observability import register_observability
 
-        register_observability(server, store, budget_bytes=output_budget_bytes)
+        register_observability(
+            server, store, budget_bytes=output_budget_bytes, problems_path=problems_path
+        )
     return server
 
 

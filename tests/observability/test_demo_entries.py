@@ -85,8 +85,9 @@ async def test_every_role_sees_and_uses_every_entry(demo_server: DemoServer, rol
     assert {t.uri_template for t in templates} >= TEMPLATES
     assert {p.name for p in prompts} >= PROMPTS
     assert structured(listed)["services"]
-    assert problems["problems"] == []
-    assert "not available" in str(problems["note"])
+    # Empty with a note until `coremetry detect` has run (tests/observability/test_problems.py).
+    assert isinstance(problems["problems"], list)
+    assert problems["problems"] or "No problem detection has run" in str(problems["note"])
     assert prompt_text(brief)
 
 
@@ -106,7 +107,7 @@ async def test_resources_hold_the_tools_views(demo_server: DemoServer) -> None:
             )
             trace = json_text(await client.read_resource(f"coremetry://trace/{trace_id}"))
             with pytest.raises(MCPError) as missing:
-                await client.read_resource("coremetry://problem/p-1")
+                await client.read_resource("coremetry://problem/prb_0000000000000000")
             with pytest.raises(MCPError) as unknown_service:
                 await client.read_resource("coremetry://service/ts-nope-service")
     # The anchored window (24 h up to the newest record) holds the whole Nezha day.

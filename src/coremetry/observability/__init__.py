@@ -8,6 +8,7 @@ protocol core's registry types, nothing of HTTP (``shared/DESIGN.md`` §2). Modu
 - :mod:`.budget`: the output budget every result passes through, and opaque cursors;
 - :mod:`.trace_analysis`: trace tree, self time, clock skew, critical path (pure);
 - :mod:`.origin`: the likely origin of slowness (whose critical-path time grew);
+- :mod:`.problems`: the detector's stored problems and anomalies, rendered;
 - :mod:`.tools`: the tool handlers and their argument Structs;
 - :mod:`.descriptions`: the full and compact tool descriptions;
 - :mod:`.entries`: resources, templates, prompts and completion;
@@ -20,19 +21,21 @@ from .budget import MIN_BUDGET_BYTES as MIN_BUDGET_BYTES
 from .budget import Shaped as Shaped
 from .budget import Trimmable as Trimmable
 from .budget import fit as fit
+from .problems import NO_DETECTION_NOTE as NO_DETECTION_NOTE
+from .problems import ProblemSource as ProblemSource
 from .registration import TOOL_NAMES as TOOL_NAMES
 from .registration import register_observability as register_observability
 from .registration import register_store_errors as register_store_errors
-from .tools import DETECTION_NOTE as DETECTION_NOTE
 from .tools import ObservabilityTools as ObservabilityTools
 from .trace_analysis import TraceAnalysis as TraceAnalysis
 from .trace_analysis import analyse_trace as analyse_trace
 
 __all__ = [
     "DEFAULT_BUDGET_BYTES",
-    "DETECTION_NOTE",
     "MIN_BUDGET_BYTES",
+    "NO_DETECTION_NOTE",
     "ObservabilityTools",
+    "ProblemSource",
     "Shaped",
     "TOOL_NAMES",
     "TraceAnalysis",

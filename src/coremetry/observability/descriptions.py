@@ -131,20 +131,29 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
         + " Traffic mix may differ between sides; say so before blaming a deploy."
     ),
     "list_problems": (
-        "Problems found by the server's detector, newest first. Problem detection is not "
-        "available on this server yet: the list is empty and note says so. An empty list is "
-        "not evidence that all is well; never invent problems. Use get_service "
-        "(likely_origin), list_services and search_logs with min_severity ERROR instead."
+        "Problems found by the anomaly detector (coremetry detect), overlapping a window, "
+        "newest first: problem_id, status (open/resolved), title, start/end, origin (the "
+        "detector's most likely origin service) with its reason, services involved, anomaly "
+        "count, sample trace ids. " + _WINDOW.format(default="24h") + " The detector ranks "
+        "origins from the service graph, a heuristic: confirm with get_service (likely_origin "
+        "reads the traces' critical paths). If no detection has run, the list is empty and note "
+        "says so: that is not evidence that all is well; never invent problems. Next: "
+        "get_problem(problem_id)."
     ),
     "get_problem": (
-        "One problem by id from list_problems, with its evidence. Problem detection is not "
-        "available on this server yet, so every id is not_found. Use get_service "
-        "(likely_origin) and search_logs to investigate instead."
+        "One detected problem by id (from list_problems): the origin ranking with a reason per "
+        "service (its anomalous callers and callees), every anomaly (series, signal, unit, "
+        "baseline vs observed, score, start/end), sample trace ids and log lines. Unknown id or "
+        "no detection run: not_found. Next: get_trace on a sample trace id, get_service on the "
+        "origin."
     ),
     "list_anomalies": (
-        "Anomalies the detector found in metrics, logs and traces. Detection is not available "
-        "on this server yet: the list is empty and note says so; do not read it as all clear. "
-        "Use query_metric and get_service (likely_origin evidence) instead."
+        "Anomalous episodes of series (RED per service and metrics) the detector found, "
+        "newest first, with their problem_id: service, series, labels, signal, unit, direction, "
+        "baseline vs observed, score, start/end. Filter by service. "
+        + _WINDOW.format(default="24h")
+        + " Empty with a note when no detection has run; do not read that as all clear. Next: "
+        "query_metric on the series, get_problem."
     ),
 }
 """Full descriptions by tool name."""
@@ -160,8 +169,8 @@ SHORT_DESCRIPTIONS: Final[Mapping[str, str]] = {
     "query_metric": "Bucketed metric series with min/max/mean/last and the step used.",
     "list_deploys": "Versions seen per service (deploys), latest first.",
     "compare_deploys": "A service's RED before vs after a version change.",
-    "list_problems": "Detected problems (detection not available yet: empty, with a note).",
-    "get_problem": "One detected problem (detection not available yet).",
-    "list_anomalies": "Detected anomalies (detection not available yet: empty, with a note).",
+    "list_problems": "Problems the anomaly detector found, with their likely origin.",
+    "get_problem": "One detected problem: origin ranking, anomalies, sample traces and logs.",
+    "list_anomalies": "Anomalous series episodes the detector found, with their problem.",
 }
 """Compact one-line descriptions by tool name."""

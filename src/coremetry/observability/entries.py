@@ -12,7 +12,7 @@ URI                               contents
 ``coremetry://logs/{service}``    the service's 50 newest log records, same window
 ``coremetry://metric/{name}``     ``query_metric`` of that metric (10 series), same window
 ``coremetry://problems``          ``list_problems``
-``coremetry://problem/{id}``      ``get_problem`` (not found until detection is available)
+``coremetry://problem/{id}``      ``get_problem`` of that problem
 ================================  =========================================================
 
 Prompts fetch the data and embed it (JSON in a fenced block after a short instruction), so
@@ -46,7 +46,6 @@ from .budget import JsonObject, Shaped, Trimmable, fit
 from .origin import latency_metric_names, latency_series, likely_origin, series_shift
 from .ranges import RangeArgs, resolve_range, rfc3339
 from .tools import (
-    DETECTION_NOTE,
     SEVERITIES,
     CompareDeploysArgs,
     GetProblemArgs,
@@ -175,6 +174,8 @@ class ObservabilityEntries:
             return _match(await self._trace_ids(context.get("service")), partial)
         if argument in ("from_version", "to_version"):
             return _match(await self._versions(context.get("service")), partial)
+        if argument == "problem_id":
+            return await self.complete_problem_template(argument, partial, context)
         return []
 
     async def complete_service_template(
@@ -195,11 +196,12 @@ class ObservabilityEntries:
         """Completer of ``coremetry://trace/{trace_id}``."""
         return _match(await self._trace_ids(None), partial)
 
-    async def complete_nothing(
+    async def complete_problem_template(
         self, argument: str, partial: str, context: Mapping[str, str]
     ) -> Sequence[str]:
-        """Completer with no suggestions (problem ids: detection is not available yet)."""
-        return []
+        """Completer of ``coremetry://problem/{id}``: stored problem ids."""
+        stored = await self.tools.problems.load()
+        return _match([p.problem_id for p in stored or []], partial)
 
     # ---- prompts ----------------------------------------------------------------------------
 
@@ -233,26 +235,39 @@ class ObservabilityEntries:
                 "service (give one)",
                 {"missing": ["problem_id", "service"]},
             )
+        problem: JsonObject | None = None
         if problem_id:
-            await self.tools.get_problem(GetProblemArgs(problem_id=problem_id), ctx)
+            detail = await self.tools.get_problem(GetProblemArgs(problem_id=problem_id), ctx)
+            problem = fit(detail, self.budget_bytes // 3)
+            origin = problem.get("origin")
+            service = service or (origin if isinstance(origin, str) else "")
+        subject = f"problem {problem_id} ({service})" if problem_id else service
         window = await self._window()
-        overview = await self.tools.get_service(
-            GetServiceArgs(service=service, start=window.start, end=window.end), ctx
-        )
-        logs = await self.tools.search_logs(
-            SearchLogsArgs(
-                service=service, min_severity="ERROR", limit=10, start=window.start, end=window.end
-            ),
-            ctx,
-        )
-        body: JsonObject = {
-            "service": fit(overview, self.budget_bytes * 2 // 3),
-            "error_logs": logs.body.get("records", []),
-        }
+        body: JsonObject = {}
+        if problem is not None:
+            body["problem"] = problem
+        if service:
+            overview = await self.tools.get_service(
+                GetServiceArgs(service=service, start=window.start, end=window.end), ctx
+            )
+            logs = await self.tools.search_logs(
+                SearchLogsArgs(
+                    service=service,
+                    min_severity="ERROR",
+                    limit=10,
+                    start=window.start,
+                    end=window.end,
+                ),
+                ctx,
+            )
+            room = self.budget_bytes // 3 if problem is not None else self.budget_bytes * 2 // 3
+            body["service"] = fit(overview, room)
+            body["error_logs"] = logs.body.get("records", [])
         return self._message(
-            f"Suggest a runbook for {service}: how to confirm the issue, mitigate it and verify "
+            f"Suggest a runbook for {subject}: how to confirm the issue, mitigate it and verify "
             "recovery, as numbered steps with the tool call or command for each. Ground every "
-            "step in the data below (likely_origin, edges, error logs); mark assumptions.",
+            "step in the data below (the problem's ranking and anomalies, likely_origin, edges, "
+            "error logs); mark assumptions.",
             Shaped(body, [Trimmable(("error_logs",))]),
         )
 
@@ -355,8 +370,7 @@ class ObservabilityEntries:
             "window": window.as_json(),
             "window_anchor": "ends at the newest stored record",
             "likely_origin": origin.body,
-            "problems": [],
-            "problems_note": DETECTION_NOTE,
+            **(await self.tools.problems_of(None, tr)),
             "error_logs": {
                 "sampled": len(logs.items),
                 "sample_is_complete": logs.next_cursor is None,
@@ -382,6 +396,7 @@ class ObservabilityEntries:
             body,
             [
                 Trimmable(("services",)),
+                Trimmable(("problems",)),
                 Trimmable(("error_logs", "examples")),
                 Trimmable(("metric_shifts",)),
                 Trimmable(("likely_origin", "candidates")),

@@ -12,6 +12,7 @@ store exception             tool error               detail
 ``QueryRejected``           ``bad_args``             its message (names the field)
 ``StoreUnavailable``        ``backend_unavailable``  generic sentence
 ``StoreClosed``             ``backend_unavailable``  generic sentence
+``ProblemFileError``        ``backend_unavailable``  generic sentence (the problems file)
 ==========================  =======================  ==========================================
 
 Every entry is read-only (``readOnlyHint: true``) with the viewer floor (``min_role=""``).
@@ -19,10 +20,12 @@ Every entry is read-only (``readOnlyHint: true``) with the viewer floor (``min_r
 
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Final, TypeVar
 
 import msgspec
 
+from coremetry.detection.problem_store import ProblemFileError
 from coremetry.mcp import (
     CallContext,
     Prompt,
@@ -42,6 +45,7 @@ from .budget import DEFAULT_BUDGET_BYTES, MIN_BUDGET_BYTES, Shaped, fit
 from .catalog import ANNOTATIONS, TOOL_ARGS, input_schema, title_of
 from .descriptions import DESCRIPTIONS, SHORT_DESCRIPTIONS
 from .entries import ObservabilityEntries
+from .problems import ProblemSource
 from .tools import (
     CompareDeploysArgs,
     GetProblemArgs,
@@ -75,6 +79,7 @@ _STORE_HINT: Final = (
 def register_store_errors() -> None:
     """Map the store's exceptions onto the tool-error classes (idempotent; table above)."""
     register_error_class(QueryRejected, ToolErrorKind.BAD_ARGS, keep_message=True)
+    register_error_class(ProblemFileError, ToolErrorKind.BACKEND_UNAVAILABLE)
     register_error_class(StoreUnavailable, ToolErrorKind.BACKEND_UNAVAILABLE, hint=_STORE_HINT)
     register_error_class(StoreClosed, ToolErrorKind.BACKEND_UNAVAILABLE, hint=_STORE_HINT)
 
@@ -118,6 +123,7 @@ def register_observability(
     *,
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
     clock: Callable[[], int] = time.time_ns,
+    problems_path: Path | None = None,
 ) -> ObservabilityTools:
     """Register every Coremetry tool, resource, template and prompt on ``server``.
 
@@ -126,6 +132,8 @@ def register_observability(
         store: where telemetry is read from (the caller owns it and closes it).
         budget_bytes: the output budget of every result, in bytes of compact JSON.
         clock: the current time in unix nanoseconds (tests pin it).
+        problems_path: the detector's problems file (``<data_dir>/problems.json``); ``None``
+            (or a file not written yet) makes the problem tools say no detection has run.
 
     Returns:
         The tool handlers (for tests and benchmarks that call them directly).
@@ -136,7 +144,7 @@ def register_observability(
     if budget_bytes < MIN_BUDGET_BYTES:
         raise ValueError(f"budget_bytes must be at least {MIN_BUDGET_BYTES}")
     register_store_errors()
-    tools = ObservabilityTools(store, clock=clock)
+    tools = ObservabilityTools(store, clock=clock, problems=ProblemSource(problems_path))
     entries = ObservabilityEntries(tools, budget_bytes)
     for tool in (
         _tool("list_services", ListServicesArgs, tools.list_services, budget_bytes),
@@ -177,7 +185,8 @@ def _register_resources(server: Server, entries: ObservabilityEntries) -> None:
             "problems",
             entries.problems,
             title="Problems",
-            description="Detected problems (detection not available yet: empty, with a note).",
+            description="Problems the anomaly detector found over the 24 h ending at the newest "
+            "stored record (empty, with a note, when no detection has run).",
             min_role="",
         )
     )
@@ -216,8 +225,8 @@ def _register_resources(server: Server, entries: ObservabilityEntries) -> None:
             "coremetry://problem/{id}",
             "problem",
             entries.problem,
-            "One detected problem (detection not available yet: not found).",
-            entries.complete_nothing,
+            "One detected problem: origin ranking, anomalies, sample traces and log lines.",
+            entries.complete_problem_template,
         ),
     )
     for uri, name, handler, description, completer in templates:

@@ -14,9 +14,9 @@ returns a :class:`~.budget.Shaped` result that the registration passes through
 - failures raise the five tool-error classes (:mod:`coremetry.mcp.tool_errors`) with hints that
   name the next useful tool.
 
-Problems and anomalies come from the detector; until it is wired in, ``list_problems``,
-``list_anomalies`` and ``get_problem`` say so (:data:`DETECTION_NOTE`) and return no data —
-never made-up problems.
+Problems and anomalies come from the detector's stored problems (:mod:`.problems`); when no
+detection has run, ``list_problems``, ``list_anomalies`` and ``get_problem`` say so and return
+no data — never made-up problems.
 """
 
 import math
@@ -59,6 +59,16 @@ from .budget import (
     shorten,
 )
 from .origin import likely_origin
+from .problems import (
+    DETECTED_BY,
+    NO_DETECTION_NOTE,
+    ProblemSource,
+    anomaly_row,
+    in_window,
+    involving,
+    problem_detail,
+    problem_row,
+)
 from .ranges import (
     NS_PER_MS,
     NS_PER_S,
@@ -73,7 +83,6 @@ from .ranges import (
 from .trace_analysis import SpanNode, TraceAnalysis, analyse_trace
 
 __all__ = [
-    "DETECTION_NOTE",
     "SEVERITIES",
     "CompareDeploysArgs",
     "GetProblemArgs",
@@ -92,12 +101,6 @@ __all__ = [
     "key_attributes",
 ]
 
-DETECTION_NOTE: Final = (
-    "Problem and anomaly detection is not available on this server yet, so there is nothing to "
-    "list: this is not evidence that all is well. Use get_service (likely_origin), "
-    "list_services (error rates, p95) and search_logs with min_severity ERROR instead."
-)
-"""What the problem and anomaly tools say until the detector is wired in."""
 
 SEVERITIES: Final[Mapping[str, int]] = {
     "TRACE": 1,
@@ -142,6 +145,7 @@ _MAX_BUCKETS: Final = 1000
 _MAX_PATH_ROWS: Final = 12
 _MAX_ERROR_ROWS: Final = 10
 _MAX_SERVICE_ROWS: Final = 15
+_MAX_PROBLEM_ROWS: Final = 10
 
 
 # ---- arguments ------------------------------------------------------------------------------
@@ -511,6 +515,7 @@ class ObservabilityTools:
         clock: the current time in unix nanoseconds (``time.time_ns``; tests pin it).
         origin_slow_traces: slow traces read per group by the likely-origin analysis.
         origin_typical_traces: typical traces read per group by the likely-origin analysis.
+        problems: the detector's stored problems (none: no detection has run).
     """
 
     def __init__(
@@ -520,8 +525,10 @@ class ObservabilityTools:
         clock: Callable[[], int] = time.time_ns,
         origin_slow_traces: int = 20,
         origin_typical_traces: int = 20,
+        problems: ProblemSource | None = None,
     ) -> None:
         self.store = store
+        self.problems = problems if problems is not None else ProblemSource(None)
         self.clock = clock
         self.origin_slow_traces = origin_slow_traces
         self.origin_typical_traces = origin_typical_traces
@@ -654,8 +661,7 @@ class ObservabilityTools:
             "upstream": upstream,
             "downstream": downstream,
             "deploys": [deploy_row(d) for d in deploys],
-            "problems": [],
-            "problems_note": DETECTION_NOTE,
+            **(await self.problems_of(args.service, tr)),
             "truncated": False,
             "next": "search_traces(service, min_duration_ms) for slow traces, get_trace for one, "
             "search_logs(service, min_severity=ERROR), query_metric for its metrics",
@@ -664,6 +670,7 @@ class ObservabilityTools:
             body,
             [
                 Trimmable(("deploys",)),
+                Trimmable(("problems",)),
                 Trimmable(("likely_origin", "slow_traces")),
                 Trimmable(("operations",)),
                 Trimmable(("upstream",)),
@@ -1246,37 +1253,98 @@ class ObservabilityTools:
 
     # -- problems -----------------------------------------------------------------------------
 
+    async def problems_of(self, service: str | None, window: TimeRange) -> JsonObject:
+        """``{"problems": [...]}`` overlapping ``window`` (involving ``service``), or a note."""
+        stored = await self.problems.load()
+        if stored is None:
+            return {"problems": [], "problems_note": NO_DETECTION_NOTE}
+        chosen = [p for p in involving(stored, service) if in_window(p, window)]
+        return {"problems": [problem_row(p) for p in chosen[:_MAX_PROBLEM_ROWS]]}
+
     async def list_problems(self, args: ListProblemsArgs, ctx: CallContext) -> Shaped:
-        """``list_problems``: none until the detector is wired in (says so)."""
+        """``list_problems``: the detector's problems overlapping the window, newest first."""
         window = resolve_range(args, self.clock(), "24h")
-        body: JsonObject = {
-            "window": window.as_json(),
-            "problems": [],
-            "total": 0,
-            "truncated": False,
-            "detection_available": False,
-            "note": DETECTION_NOTE,
-        }
-        return Shaped(body)
+        stored = await self.problems.load()
+        body: JsonObject = {"window": window.as_json()}
+        if stored is None:
+            body.update(
+                problems=[],
+                total=0,
+                truncated=False,
+                detection_available=False,
+                note=NO_DETECTION_NOTE,
+            )
+            return Shaped(body)
+        chosen = [p for p in involving(stored, args.service) if in_window(p, window.time_range)]
+        shown = chosen[: args.limit]
+        body.update(
+            problems=[problem_row(p) for p in shown],
+            total=len(chosen),
+            truncated=len(shown) < len(chosen),
+            detection_available=True,
+            detected_by=DETECTED_BY,
+        )
+        if not chosen:
+            body["note"] = (
+                f"the detector stored {len(stored)} problem(s), none in this window"
+                + (f" involving {args.service}" if args.service else "")
+                + "; widen the window to see older ones"
+            )
+        else:
+            body["next"] = "get_problem(problem_id) for its ranking, anomalies and samples"
+        return Shaped(body, [Trimmable(("problems",))])
 
     async def get_problem(self, args: GetProblemArgs, ctx: CallContext) -> Shaped:
-        """``get_problem``: not found until the detector is wired in."""
+        """``get_problem``: one stored problem in full."""
+        stored = await self.problems.load()
+        if stored is None:
+            raise NotFound(
+                f"no problem {args.problem_id[:64]!r}: no problem detection has run on this "
+                "data yet",
+                hint="Use get_service (likely_origin), list_services and search_logs with "
+                "min_severity ERROR to investigate instead.",
+            )
+        for problem in stored:
+            if problem.problem_id == args.problem_id:
+                return Shaped(
+                    problem_detail(problem),
+                    [Trimmable(("anomalies",)), Trimmable(("sample_log_lines",))],
+                )
         raise NotFound(
-            f"no problem {args.problem_id[:64]!r}: problem detection is not available on this "
-            "server yet",
-            hint="Use get_service (likely_origin), list_services and search_logs with "
-            "min_severity ERROR to investigate instead.",
+            f"no problem {args.problem_id[:64]!r} among the {len(stored)} stored",
+            hint="Use list_problems (with a wider window) to find problem ids.",
         )
 
     async def list_anomalies(self, args: ListAnomaliesArgs, ctx: CallContext) -> Shaped:
-        """``list_anomalies``: none until the detector is wired in (says so)."""
+        """``list_anomalies``: the anomalies of the stored problems in the window."""
         window = resolve_range(args, self.clock(), "24h")
-        body: JsonObject = {
-            "window": window.as_json(),
-            "anomalies": [],
-            "total": 0,
-            "truncated": False,
-            "detection_available": False,
-            "note": DETECTION_NOTE,
-        }
-        return Shaped(body)
+        stored = await self.problems.load()
+        body: JsonObject = {"window": window.as_json()}
+        if stored is None:
+            body.update(
+                anomalies=[],
+                total=0,
+                truncated=False,
+                detection_available=False,
+                note=NO_DETECTION_NOTE,
+            )
+            return Shaped(body)
+        tr = window.time_range
+        found = [
+            {"problem_id": p.problem_id, **anomaly_row(a)}
+            for p in stored
+            for a in p.anomalies
+            if (args.service is None or a.service_name == args.service)
+            and a.start_unix_nano < tr.end_unix_nano
+            and a.end_unix_nano >= tr.start_unix_nano
+        ]
+        found.sort(key=lambda row: str(row["start"]), reverse=True)
+        shown = found[: args.limit]
+        body.update(
+            anomalies=shown,
+            total=len(found),
+            truncated=len(shown) < len(found),
+            detection_available=True,
+            detected_by=DETECTED_BY,
+        )
+        return Shaped(body, [Trimmable(("anomalies",))])
