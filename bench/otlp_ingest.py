@@ -26,6 +26,7 @@ baseline`` ratios across machines, not the absolute figures; see ``bench/README.
 """
 
 import argparse
+import gc
 import gzip
 import hashlib
 import json
@@ -333,6 +334,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures as JSON to this path")
     args = parser.parse_args(argv)
     print(f"{platform.python_implementation()} {sys.version.split()[0]}, {pin(args.cpu)}")
+    # The garbage collector tuned as `coremetry serve` tunes it (cli._tune_gc): the server's
+    # ingest path runs with these thresholds.
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
     try:
         results = trio.run(main_async, args)
     except BenchError as exc:
