@@ -26,8 +26,8 @@ from .formats import decode_file as decode_file
 from .formats import detect_format as detect_format
 
 __all__ = [
-    "FORMATS",
     "Decoded",
+    "FORMATS",
     "FileFormat",
     "ImportOptions",
     "IngestError",

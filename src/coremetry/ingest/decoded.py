@@ -16,7 +16,7 @@ import msgspec
 
 from coremetry.store.model import TelemetryBatch
 
-__all__ = ["MAX_EXAMPLES", "Decoded", "Rejected", "Signal"]
+__all__ = ["Decoded", "MAX_EXAMPLES", "Rejected", "Signal"]
 
 Signal: TypeAlias = Literal["span", "log", "metric_point"]
 """The kind of item: a span, a log record, or a metric data point."""
