@@ -540,3 +540,48 @@ async def test_the_opentelemetry_sdk_exports_spans_logs_and_metrics(tmp_path: Pa
                 limit=10,
             )
             assert [value for _, value in orders.points] == [2.0]
+
+
+async def test_non_ascii_and_odd_names_survive_the_round_trip(tmp_path: Path) -> None:
+    service = "支付服务/v2 ☕ (eu-west)"
+    body = json.dumps(
+        {
+            "resourceSpans": [
+                {
+                    "resource": {
+                        "attributes": [{"key": "service.name", "value": {"stringValue": service}}]
+                    },
+                    "scopeSpans": [
+                        {
+                            "spans": [
+                                {
+                                    "traceId": "00000000000000000000000000ABCDEF",
+                                    "spanId": "00000000000000AB",
+                                    "name": "GET /café/ünïcode",
+                                    "startTimeUnixNano": "1700000000000000000",
+                                    "endTimeUnixNano": "1700000000500000000",
+                                    "attributes": [
+                                        {
+                                            "key": "ключ.é",
+                                            "value": {"stringValue": "значение\u2028"},
+                                        }
+                                    ],
+                                }
+                            ]
+                        }
+                    ],
+                }
+            ]
+        },
+        ensure_ascii=False,
+    ).encode()
+    with trio.fail_after(LIMIT_S):
+        async with live_server(tmp_path) as live, httpx.AsyncClient(base_url=live.base) as client:
+            response = await client.post("/v1/traces", content=body, headers=live.headers())
+            assert response.status_code == 200
+            (span,) = (await live.store.get_trace("abcdef".rjust(32, "0"), limit=10)).items
+            assert span.service_name == service
+            assert span.name == "GET /café/ünïcode"
+            assert span.attributes == {"ключ.é": "значение\u2028"}
+            services = await live.store.services(ALL_TIME, limit=10)
+            assert [s.service_name for s in services.items] == [service]
