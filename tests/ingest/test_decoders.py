@@ -661,3 +661,39 @@ def test_csv_special_values_and_bad_rows() -> None:
 def test_csv_without_value_column_is_refused() -> None:
     with pytest.raises(MalformedInput, match="line 1: the header"):
         decode_csv_series(b"when,what\nx,y\n", metric_name="m")
+
+
+def test_unusable_buckets_are_rejected_not_fatal() -> None:
+    prometheus = decode_prometheus(
+        b'# TYPE h histogram\nh_bucket{le="x"} 1\nh_bucket{le="+Inf"} 2\nh_count 2\nh_sum 1\n'
+        b"# TYPE g gauge\ng 1\n",
+        scrape_unix_nano=SCRAPE_NS,
+    )
+    assert [p.name for p in prometheus.batch.metrics] == ["g"]
+    assert [r.reason for r in prometheus.rejected] == [
+        "histogram bucket has an le label that is not a number"
+    ]
+    point = {
+        "timeUnixNano": "1700000000000000000",
+        "count": "1",
+        "scale": -11,  # base 2**2048: its bounds do not fit a double
+        "positive": {"offset": 3, "bucketCounts": ["1"]},
+    }
+    body = json.dumps(
+        {
+            "resourceMetrics": [
+                {
+                    "scopeMetrics": [
+                        {
+                            "metrics": [
+                                {"name": "e", "exponentialHistogram": {"dataPoints": [point]}}
+                            ]
+                        }
+                    ]
+                }
+            ]
+        }
+    ).encode()
+    decoded = decode_metrics_json(body)
+    assert decoded.batch.metrics == []
+    assert decoded.rejected[0].reason.startswith("exponential histogram bucket bounds overflow")

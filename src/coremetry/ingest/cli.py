@@ -26,6 +26,7 @@ import argparse
 import sys
 import time
 from collections.abc import Mapping
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Never, TextIO
 
@@ -153,29 +154,30 @@ async def _ingest(
     from coremetry.store.errors import StoreError
 
     status = 0
-    try:
-        async with open_telemetry_store(config) as store:
-            for path in paths:
-                progress = _Progress(path.name, enabled=not quiet)
-                try:
-                    summary = await import_file(
-                        store,
-                        path,
-                        fmt=fmt,
-                        options=options,
-                        on_decoded=progress.start,
-                        on_written=progress.advance,
-                    )
-                finally:
-                    progress.close()
-                for line in describe(summary, config.store.retention_days):
-                    print(line, file=out)
-                out.flush()
-                if summary.error is not None:
-                    status = 1
-    except (StoreError, ValueError) as exc:
-        print(f"coremetry: cannot open the store: {exc}", file=sys.stderr)
-        return 1
+    async with AsyncExitStack() as stack:
+        try:
+            store = await stack.enter_async_context(open_telemetry_store(config))
+        except (StoreError, ValueError) as exc:
+            print(f"coremetry: cannot open the store: {exc}", file=sys.stderr)
+            return 1
+        for path in paths:
+            progress = _Progress(path.name, enabled=not quiet)
+            try:
+                summary = await import_file(
+                    store,
+                    path,
+                    fmt=fmt,
+                    options=options,
+                    on_decoded=progress.start,
+                    on_written=progress.advance,
+                )
+            finally:
+                progress.close()
+            for line in describe(summary, config.store.retention_days):
+                print(line, file=out)
+            out.flush()
+            if summary.error is not None:
+                status = 1
     return status
 
 

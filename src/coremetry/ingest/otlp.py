@@ -820,22 +820,30 @@ def exponential_to_explicit(
     them below zero, and the zero bucket holds ``[-zero_threshold, zero_threshold]``. Each
     exponential bucket becomes one explicit bucket with the same upper bound (the zero bucket's
     is ``zero_threshold``), plus the final overflow bucket (empty).
+
+    Raises:
+        ItemRejected: a bound overflows a double (a scale or offset no real SDK sends).
     """
-    base = 2.0 ** (2.0**-scale)
     counts: list[int] = []
     bounds: list[float] = []
-    for k in range(len(negative_counts) - 1, -1, -1):
-        bounds.append(-(base ** (negative_offset + k)))
-        counts.append(negative_counts[k])
-    bounds.append(max(zero_threshold, 0.0))
-    counts.append(zero_count)
-    for k, count in enumerate(positive_counts):
-        upper = base ** (positive_offset + k + 1)
-        if upper <= bounds[-1]:  # a positive bucket inside the zero threshold: merge it
-            counts[-1] += count
-            continue
-        bounds.append(upper)
-        counts.append(count)
+    try:
+        base = 2.0 ** (2.0**-scale)
+        for k in range(len(negative_counts) - 1, -1, -1):
+            bounds.append(-(base ** (negative_offset + k)))
+            counts.append(negative_counts[k])
+        bounds.append(max(zero_threshold, 0.0))
+        counts.append(zero_count)
+        for k, count in enumerate(positive_counts):
+            upper = base ** (positive_offset + k + 1)
+            if upper <= bounds[-1]:  # a positive bucket inside the zero threshold: merge it
+                counts[-1] += count
+                continue
+            bounds.append(upper)
+            counts.append(count)
+    except OverflowError:
+        raise ItemRejected(
+            "exponential histogram bucket bounds overflow a double (scale or offset too large)"
+        ) from None
     counts.append(0)
     return counts, bounds
 

@@ -48,6 +48,7 @@ _TYPE_LINE: Final = re.compile(r"^\s*#\s*TYPE\s+(\S+)\s+(\S+)")
 BAD_TIME: Final = "sample timestamp is outside 1970..2262"
 NO_COUNT: Final = "histogram label set has no _count sample"
 NO_BUCKETS: Final = "histogram label set has no _bucket samples"
+BAD_BOUND: Final = "histogram bucket has an le label that is not a number"
 
 
 class _Lines:
@@ -111,42 +112,41 @@ def decode_prometheus(
         if match is not None and match.group(2) == "counter"
     }
     lines = _Lines(text)
-    out = Decoded()
     try:
         # The parser only iterates over its argument: any iterable of lines will do.
-        for family in text_fd_to_metric_families(cast("TextIO", lines)):
-            samples = list(family.samples)
-            if family.type == "counter" and family.name in declared_counters:
-                # The parser renames a counter's samples to ``<name>_total``; keep them as
-                # written when the family was declared without the suffix.
-                samples = [s._replace(name=family.name) for s in samples]
-            out.count_read("metric_point", len(samples))
-            if family.type == "histogram":
-                _histograms(
-                    out, family.name, family.documentation, samples, scrape_unix_nano, service_name
-                )
-                continue
-            for sample in samples:
-                point = _point(
-                    family.type,
-                    family.name,
-                    family.documentation,
-                    sample,
-                    scrape_unix_nano,
-                    service_name,
-                )
-                if point is None:
-                    out.reject(
-                        "metric_point", BAD_TIME, f"{sample.name}{_labels_text(sample.labels)}"
-                    )
-                else:
-                    out.batch.metrics.append(point)
+        families = list(text_fd_to_metric_families(cast("TextIO", lines)))
     except (ValueError, IndexError, KeyError) as exc:
         detail = f": {exc}" if str(exc) else ""
         raise MalformedInput(
             f"line {lines.number}: not Prometheus text exposition format{detail}: "
             f"{lines.current()[:120]!r}"
         ) from None
+    out = Decoded()
+    for family in families:
+        samples = list(family.samples)
+        if family.type == "counter" and family.name in declared_counters:
+            # The parser renames a counter's samples to ``<name>_total``; keep them as
+            # written when the family was declared without the suffix.
+            samples = [s._replace(name=family.name) for s in samples]
+        out.count_read("metric_point", len(samples))
+        if family.type == "histogram":
+            _histograms(
+                out, family.name, family.documentation, samples, scrape_unix_nano, service_name
+            )
+            continue
+        for sample in samples:
+            point = _point(
+                family.type,
+                family.name,
+                family.documentation,
+                sample,
+                scrape_unix_nano,
+                service_name,
+            )
+            if point is None:
+                out.reject("metric_point", BAD_TIME, f"{sample.name}{_labels_text(sample.labels)}")
+            else:
+                out.batch.metrics.append(point)
     return out
 
 
@@ -202,12 +202,17 @@ def _histograms(
     sums: dict[tuple[tuple[str, str], ...], float] = {}
     times: dict[tuple[tuple[str, str], ...], int] = {}
     labels_of: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+    bad_bounds: set[tuple[tuple[str, str], ...]] = set()
     for sample in samples:
         key = _label_key(sample.labels, drop="le")
         labels_of.setdefault(key, {k: v for k, v in sample.labels.items() if k != "le"})
         times.setdefault(key, _sample_time(sample, scrape_unix_nano))
         if sample.name == name + "_bucket":
-            bound = float(sample.labels.get("le", "+Inf"))
+            try:
+                bound = float(sample.labels.get("le", "+Inf"))
+            except ValueError:
+                bad_bounds.add(key)
+                continue
             buckets.setdefault(key, []).append((bound, float(sample.value)))
         elif sample.name == name + "_count":
             counts[key] = float(sample.value)
@@ -215,6 +220,9 @@ def _histograms(
             sums[key] = float(sample.value)
     for key, labels in labels_of.items():
         where = f"{name}{_labels_text(labels)}"
+        if key in bad_bounds:
+            out.reject("metric_point", BAD_BOUND, where)
+            continue
         if key not in counts:
             out.reject("metric_point", NO_COUNT, where)
             continue

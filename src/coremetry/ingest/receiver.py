@@ -202,7 +202,8 @@ class OtlpReceiver:
             self.policy,
             method="POST",
             allow=b"POST, OPTIONS",
-            error_body=lambda message: _status_body(encoding, _INVALID_ARGUMENT, message),
+            # admit() labels its refusals application/json: answer them in JSON.
+            error_body=lambda message: _status_body(JSON, _INVALID_ARGUMENT, message),
         )
         if cors is None:
             return
