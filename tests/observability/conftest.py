@@ -86,6 +86,9 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoServer
     data_dir = tmp_path_factory.mktemp("demo-data")
     env = {k: v for k, v in os.environ.items() if not k.startswith("COREMETRY_")}
     env["COREMETRY_DATA_DIR"] = str(data_dir)
+    # The tests page through whole traces and logs quickly: well under any real rate limit.
+    env["COREMETRY_RATE_LIMIT_PER_SECOND"] = "1000"
+    env["COREMETRY_RATE_LIMIT_BURST"] = "1000"
     process = subprocess.Popen(
         [*coremetry(), "serve", "--demo", "--port", "0"],
         stdout=subprocess.PIPE,

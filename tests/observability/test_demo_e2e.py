@@ -268,6 +268,10 @@ async def test_unknown_things_fail_with_hints_naming_the_next_tool(
             bad_limit = failure(await client.call_tool("search_logs", {"limit": 100000}))
             bad_cursor = failure(await client.call_tool("search_traces", {"cursor": "bogus"}))
             missing_metric = failure(await client.call_tool("query_metric", {"name": "nope"}))
+            bad_text = failure(
+                await client.call_tool("search_logs", {"text": '"unbalanced', "range": "24h"})
+            )
+            default_window = structured(await client.call_tool("list_services", {}))
             empty = structured(await client.call_tool("search_traces", {"service": TRAVEL}))
             # A deadline that cannot be met (1 ms, as a client may ask) is a timeout, never a
             # hang; the next call is served normally.
@@ -292,6 +296,11 @@ async def test_unknown_things_fail_with_hints_naming_the_next_tool(
     assert bad_cursor["error"] == "bad_args"
     assert str(bad_cursor["detail"]).startswith("cursor:")
     assert missing_metric["error"] == "not_found"
+    # The store's own refusal reaches the model as bad_args naming the field.
+    assert bad_text["error"] == "bad_args"
+    assert str(bad_text["detail"]).startswith("text:")
+    # The default last hour holds only the SmartThings traces; the result points further back.
+    assert "stored data goes back to" in str(default_window["note"])
     assert "list_metrics" in str(missing_metric["hint"])
     assert overrun["error"] == "timeout"
     assert overrun["retryable"] is True

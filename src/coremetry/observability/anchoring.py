@@ -7,6 +7,7 @@ reach back ``range`` (default 24 h). Tools keep now-relative windows and explain
 (:func:`coremetry.observability._reading.absent_data_note`).
 """
 
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from coremetry.store import TelemetryStore
@@ -22,8 +23,6 @@ ANCHORED_DEFAULT: Final = "24h"
 
 def _rfc3339_us(unix_nano: int) -> str:
     """RFC 3339 UTC with microseconds, rounded up (so the bound includes ``unix_nano``)."""
-    from datetime import UTC, datetime, timedelta
-
     micros = -(-unix_nano // 1000)
     moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -491,6 +491,11 @@ def _series_row(series: MetricSeries) -> JsonObject:
 # ---- the tools --------------------------------------------------------------------------------
 
 
+def shown_start(window: ResolvedRange) -> str:
+    """The window's start as shown (RFC 3339, comparable as text with other shown times)."""
+    return rfc3339(window.start_unix_nano)
+
+
 def _offset_continuation(
     tool: str, query: str, window: ResolvedRange, offset: int
 ) -> Callable[[int], JsonObject]:
@@ -608,7 +613,14 @@ class ObservabilityTools:
         if not items:
             body.update(await absent_data_note(self.store, "spans", window, "traces"))
         else:
-            body["data_extent"] = await self._extent_json()
+            extent = await self._extent_json()
+            body["data_extent"] = extent
+            oldest = str(extent["start"]) if extent is not None else ""
+            if not window.explicit and oldest and oldest < shown_start(window):
+                body["note"] = (
+                    "this is the default window (the last hour); stored data goes back to "
+                    f'{oldest}: pass range (e.g. "24h") or start/end to see more'
+                )
             body["next"] = (
                 "get_service(service) for one service's operations, edges and likely origin"
             )
