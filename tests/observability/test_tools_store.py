@@ -1,0 +1,131 @@
+"""The tools over a real SQLite store filled by the real ingest path with real Zipkin traces.
+
+Each test writes shared-data files (decoded by :mod:`coremetry.ingest`) into a fresh embedded
+store, builds the production registry over it (:func:`coremetry.server.build_mcp_server`) and
+calls the tools through the dispatcher, validating every answer against the MCP schema.
+"""
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Final
+
+import msgspec
+from conftest import check_emitted
+
+from coremetry.mcp import Connection, Server
+from coremetry.mcp.versions import LATEST_HANDSHAKE
+from coremetry.observability.ranges import rfc3339
+from coremetry.server import build_mcp_server
+from coremetry.store.sqlite import open_sqlite_store
+
+from ._support import SKEW, ZIPKIN, decode
+
+OAUTH: Final = ZIPKIN / "smartthings-oauth-authorization.json"
+"""Real SmartThings OAuth flow: 175 spans, HTTP 401s in ``auth`` and ``stlogin``."""
+
+
+@asynccontextmanager
+async def tools_over(tmp_path: Path, files: Sequence[Path]) -> AsyncIterator[Server]:
+    async with open_sqlite_store(tmp_path / "telemetry.db", retention_days=0) as store:
+        for path in files:
+            await store.write(decode(path))
+        yield build_mcp_server(store=store, output_budget_bytes=4096)
+
+
+async def call(server: Server, name: str, arguments: dict[str, object]) -> dict[str, object]:
+    request = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments},
+    }
+    reply = await server.handle(
+        msgspec.json.encode(request), Connection(protocol_version=LATEST_HANDSHAKE)
+    )
+    assert reply is not None
+    message = json.loads(reply.body)
+    check_emitted(message, LATEST_HANDSHAKE, "tools/call")
+    result = message["result"]
+    text = result["content"][0]["text"]
+    assert len(text.encode()) <= 4096, "the configured budget holds"
+    body = json.loads(text)
+    assert isinstance(body, dict)
+    assert result.get("isError", False) is ("error" in body and "retryable" in body)
+    return body
+
+
+def number(value: object) -> float:
+    assert isinstance(value, int | float), value
+    return float(value)
+
+
+def window_of(path: Path) -> dict[str, object]:
+    """A window around every span of a file (Zipkin timestamps are microseconds)."""
+    spans = decode(path).spans
+    start = min(s.start_time_unix_nano for s in spans) - 1_000_000_000
+    end = max(s.end_time_unix_nano for s in spans) + 1_000_000_000
+    return {"start": rfc3339(start), "end": rfc3339(end)}
+
+
+async def test_failing_spans_are_found_and_shown(tmp_path: Path) -> None:
+    async with tools_over(tmp_path, [OAUTH]) as server:
+        found = await call(server, "search_traces", {"status": "error", **window_of(OAUTH)})
+        traces = found["traces"]
+        assert isinstance(traces, list)
+        (trace,) = traces
+        detail = await call(server, "get_trace", {"trace_id": trace["trace_id"]})
+        services = await call(server, "list_services", window_of(OAUTH))
+    assert trace["error_count"] == 2
+    errors = detail["error_spans"]
+    assert isinstance(errors, list)
+    assert sorted(e["service"] for e in errors) == ["auth", "stlogin"]
+    assert detail["span_count"] == 175
+    assert detail["truncated"] is True, "175 spans do not fit 4 KiB"
+    assert isinstance(detail["cursor"], str)
+    rows = services["services"]
+    assert isinstance(rows, list)
+    failing = {r["service"]: r for r in rows if r["error_count"]}
+    assert set(failing) <= {"auth", "stlogin"}
+    assert failing
+    assert all(0 < r["error_rate"] <= 1 for r in failing.values())
+
+
+async def test_clock_skew_is_corrected_and_said(tmp_path: Path) -> None:
+    async with tools_over(tmp_path, [SKEW]) as server:
+        found = await call(server, "search_traces", window_of(SKEW))
+        traces = found["traces"]
+        assert isinstance(traces, list)
+        (trace,) = traces
+        detail = await call(server, "get_trace", {"trace_id": trace["trace_id"]})
+    notes = detail["notes"]
+    assert isinstance(notes, list)
+    assert any("clock skew" in str(n) for n in notes)
+    rows = detail["spans"]
+    assert isinstance(rows, list)
+    spans = {f"{s['name']}/{s['service']}": s for s in rows if isinstance(s, dict)}
+    server_span = spans["post/serviceb"]
+    client_span = spans["post/servicea"]
+    assert number(server_span["skew_shift_ms"]) > 0
+    assert number(server_span["start_offset_ms"]) >= number(client_span["start_offset_ms"])
+    assert client_span["self_time_ms"] == 0.962  # 94.539 ms - 93.577 ms, as Zipkin recorded
+    assert client_span["critical_path_ms"] == 0.962
+    path = detail["critical_path"]
+    assert isinstance(path, list)
+    assert any(p.get("waiting_on") == "serviceb" for p in path)
+
+
+async def test_empty_window_points_at_the_stored_data(tmp_path: Path) -> None:
+    async with tools_over(tmp_path, [OAUTH]) as server:
+        empty = await call(server, "search_traces", {})
+        logs = await call(server, "search_logs", {"range": "15m"})
+    window = window_of(OAUTH)
+    assert empty["traces"] == []
+    extent = empty["data_extent"]
+    assert isinstance(extent, dict)
+    shown = [str(window["start"]), str(extent["start"]), str(extent["end"]), str(window["end"])]
+    assert shown == sorted(shown), "the extent lies inside the files' span of time"
+    assert "retry with start/end" in str(empty["note"])
+    assert logs["records"] == []
+    assert "data_extent" in logs
