@@ -38,7 +38,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -56,7 +56,6 @@ from coremetry.ingest.cli import add_ingest_parser, run_ingest
 from coremetry.mcp import ROLES, Caller, Server
 from coremetry.observability.cli import add_tools_parser, run_tools
 from coremetry.server import Security, open_security
-from coremetry.store import TelemetryStore
 from coremetry.store.errors import StoreError
 
 
@@ -230,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         if args.command == "stdio":
-            return _run_stdio(lambda store: build_mcp(store=store), config)
+            return _run_stdio(build_mcp(), config)
         if args.command == "conformance-fixture":
             return _conformance_fixture(args)
         security = open_security(config)
@@ -284,11 +283,8 @@ def _single_leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def _run_stdio(build_mcp: Callable[[TelemetryStore], Server], config: Config) -> int:
-    """Serve stdio as the identity in ``COREMETRY_TOKEN``; refuse to start without one.
-
-    The telemetry store is opened inside the loop (as for ``serve``), so the tools read it.
-    """
+def _run_stdio(mcp: Server, config: Config) -> int:
+    """Serve stdio as the identity in ``COREMETRY_TOKEN``; refuse to start without one."""
     from coremetry.auth import AuthError
 
     token = os.environ.get("COREMETRY_TOKEN", "").strip()
@@ -309,25 +305,22 @@ def _run_stdio(build_mcp: Callable[[TelemetryStore], Server], config: Config) ->
         except AuthError:
             print("coremetry: COREMETRY_TOKEN is not a valid token", file=sys.stderr)
             return 2
-        trio.run(_stdio, build_mcp, claims.to_caller(), security, token, config)
+        security.install(mcp)
+        trio.run(_stdio, mcp, claims.to_caller(), security, token, config.http.graceful_shutdown_s)
         return 0
     finally:
         security.close()
 
 
 async def _stdio(
-    build_mcp: Callable[[TelemetryStore], Server],
-    caller: Caller,
-    security: Security,
-    token: str,
-    config: Config,
+    mcp: Server, caller: Caller, security: Security, token: str, grace_s: float
 ) -> None:
     """Serve stdio; SIGINT/SIGTERM stop reading and let calls in flight answer first.
 
     The token is verified again before each message (the authenticator caches and checks
     revocation in memory), so a revoked token or an expired JWT ends the session at once.
     """
-    from coremetry.server import open_telemetry_store, watch_signals
+    from coremetry.server import watch_signals
     from coremetry.transports.stdio import serve_stdio
 
     headers = {"authorization": f"Bearer {token}"}
@@ -340,10 +333,7 @@ async def _stdio(
         return again.subject == caller.subject and again.role == caller.role
 
     stop = trio.Event()
-    grace_s = config.http.graceful_shutdown_s
-    async with open_telemetry_store(config) as store, trio.open_nursery() as nursery:
-        mcp = build_mcp(store)
-        security.install(mcp)
+    async with trio.open_nursery() as nursery:
         nursery.start_soon(watch_signals, stop)
         await nursery.start(security.audit.run_writer)
         await serve_stdio(mcp, caller=caller, stop=stop, grace_s=grace_s, still_valid=still_valid)
