@@ -18,6 +18,7 @@ from coremetry.mcp import Connection, Server
 from coremetry.mcp.versions import LATEST_HANDSHAKE
 from coremetry.observability.ranges import rfc3339
 from coremetry.server import build_mcp_server
+from coremetry.store import SpanKind, TelemetryBatch
 from coremetry.store.sqlite import open_sqlite_store
 
 from ._support import SKEW, ZIPKIN, decode
@@ -129,3 +130,56 @@ async def test_empty_window_points_at_the_stored_data(tmp_path: Path) -> None:
     assert "retry with start/end" in str(empty["note"])
     assert logs["records"] == []
     assert "data_extent" in logs
+
+
+def versioned(path: Path, version: str) -> TelemetryBatch:
+    """A real trace file's spans with ``service.version`` set on every resource.
+
+    No shipped dataset carries versions, so a deploy is staged from two real captures of the
+    same services, days apart: each file becomes one version.
+    """
+    spans = [
+        msgspec.structs.replace(
+            span, resource_attributes={**span.resource_attributes, "service.version": version}
+        )
+        for span in decode(path).spans
+    ]
+    return TelemetryBatch(spans=spans)
+
+
+def entry_spans(path: Path, service: str) -> int:
+    """Spans of ``service`` that are requests it served (SERVER/CONSUMER kind, or roots)."""
+    return sum(
+        1
+        for s in decode(path).spans
+        if s.service_name == service
+        and (s.kind in (SpanKind.SERVER, SpanKind.CONSUMER) or not s.parent_span_id)
+    )
+
+
+async def test_compare_deploys_puts_two_versions_side_by_side(tmp_path: Path) -> None:
+    install = ZIPKIN / "smartthings-mobile-web-install.json"
+    async with open_sqlite_store(tmp_path / "telemetry.db", retention_days=0) as store:
+        await store.write(versioned(OAUTH, "1.0"))
+        await store.write(versioned(install, "2.0"))
+        server = build_mcp_server(store=store)
+        window = {"start": window_of(OAUTH)["start"], "end": window_of(install)["end"]}
+        deploys = await call(server, "list_deploys", {"service": "auth", **window})
+        compared = await call(server, "compare_deploys", {"service": "auth", **window})
+        unknown = await call(
+            server, "compare_deploys", {"service": "auth", "to_version": "9.9", **window}
+        )
+    rows = deploys["deploys"]
+    assert isinstance(rows, list)
+    assert [(r["service"], r["version"]) for r in rows] == [("auth", "2.0"), ("auth", "1.0")]
+    assert compared["from_version"] == "1.0"
+    assert compared["to_version"] == "2.0"
+    for side, path in (("before", OAUTH), ("after", install)):
+        half = compared[side]
+        assert isinstance(half, dict)
+        assert half["red"]["request_count"] == entry_spans(path, "auth")
+    change = compared["change"]
+    assert isinstance(change, dict)
+    assert set(change) >= {"error_rate_delta", "p95_ms_delta"}
+    assert unknown["error"] == "not_found"
+    assert str(unknown["detail"]).startswith("to_version:")
