@@ -38,7 +38,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -56,6 +56,7 @@ from coremetry.ingest.cli import add_ingest_parser, run_ingest
 from coremetry.mcp import ROLES, Caller, Server
 from coremetry.observability.cli import add_tools_parser, run_tools
 from coremetry.server import Security, open_security
+from coremetry.store import TelemetryStore
 from coremetry.store.errors import StoreError
 
 
@@ -229,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         if args.command == "stdio":
-            return _run_stdio(build_mcp(), config)
+            return _run_stdio(lambda store: build_mcp(store=store), config)
         if args.command == "conformance-fixture":
             return _conformance_fixture(args)
         security = open_security(config)
@@ -283,8 +284,11 @@ def _single_leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def _run_stdio(mcp: Server, config: Config) -> int:
-    """Serve stdio as the identity in ``COREMETRY_TOKEN``; refuse to start without one."""
+def _run_stdio(build_mcp: Callable[[TelemetryStore], Server], config: Config) -> int:
+    """Serve stdio as the identity in ``COREMETRY_TOKEN``; refuse to start without one.
+
+    The telemetry store is opened inside the loop (as for ``serve``), so the tools read it.
+    """
     from coremetry.auth import AuthError
 
     token = os.environ.get("COREMETRY_TOKEN", "").strip()
@@ -305,22 +309,25 @@ def _run_stdio(mcp: Server, config: Config) -> int:
         except AuthError:
             print("coremetry: COREMETRY_TOKEN is not a valid token", file=sys.stderr)
             return 2
-        security.install(mcp)
-        trio.run(_stdio, mcp, claims.to_caller(), security, token, config.http.graceful_shutdown_s)
+        trio.run(_stdio, build_mcp, claims.to_caller(), security, token, config)
         return 0
     finally:
         security.close()
 
 
 async def _stdio(
-    mcp: Server, caller: Caller, security: Security, token: str, grace_s: float
+    build_mcp: Callable[[TelemetryStore], Server],
+    caller: Caller,
+    security: Security,
+    token: str,
+    config: Config,
 ) -> None:
     """Serve stdio; SIGINT/SIGTERM stop reading and let calls in flight answer first.
 
     The token is verified again before each message (the authenticator caches and checks
     revocation in memory), so a revoked token or an expired JWT ends the session at once.
     """
-    from coremetry.server import watch_signals
+    from coremetry.server import open_telemetry_store, watch_signals
     from coremetry.transports.stdio import serve_stdio
 
     headers = {"authorization": f"Bearer {token}"}
@@ -333,7 +340,10 @@ async def _stdio(
         return again.subject == caller.subject and again.role == caller.role
 
     stop = trio.Event()
-    async with trio.open_nursery() as nursery:
+    grace_s = config.http.graceful_shutdown_s
+    async with open_telemetry_store(config) as store, trio.open_nursery() as nursery:
+        mcp = build_mcp(store)
+        security.install(mcp)
         nursery.start_soon(watch_signals, stop)
         await nursery.start(security.audit.run_writer)
         await serve_stdio(mcp, caller=caller, stop=stop, grace_s=grace_s, still_valid=still_valid)
