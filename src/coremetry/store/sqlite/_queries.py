@@ -86,6 +86,7 @@ __all__ = [
 ]
 
 _ERROR: Final = 2  # StatusCode.ERROR
+_NANOS_PER_MINUTE: Final = 60_000_000_000
 _MAX_FINITE: Final = "1.7976931348623157e308"
 _FINITE_VALUE: Final = (
     f"CASE WHEN p.value BETWEEN -{_MAX_FINITE} AND {_MAX_FINITE} THEN p.value END"
@@ -301,7 +302,8 @@ WITH ranked AS (
            row_number() OVER (PARTITION BY s.name ORDER BY s.duration_ns) AS rn,
            count(*) OVER (PARTITION BY s.name) AS n
     FROM spans s
-    WHERE s.service_name = :service AND s.start_unix_nano >= :start AND s.start_unix_nano < :end
+    WHERE s.resource_id IN (SELECT r.id FROM resources r WHERE r.service_name = :service)
+      AND s.start_unix_nano >= :start AND s.start_unix_nano < :end
 )
 SELECT name, count(*) AS span_count, sum(status_code = {_ERROR}), {_percentiles()},
        count(*) OVER () AS total
@@ -362,11 +364,14 @@ def get_trace(ctx: ReadContext, trace_id: bytes, limit: int, cursor: str | None)
             [*params, limit + 1],
         ),
     )
-    total = cast(
-        int, ctx.execute("SELECT count(*) FROM spans WHERE trace_id = ?", [trace_id])[0][0]
-    )
     more = len(rows) > limit
-    rows = rows[:limit]
+    if after is None and not more:
+        total = len(rows)  # the whole trace is on this page
+    else:
+        total = cast(
+            int, ctx.execute("SELECT count(*) FROM spans WHERE trace_id = ?", [trace_id])[0][0]
+        )
+        rows = rows[:limit]
     resources = _resources(ctx, {row[14] for row in rows})
     items = [span_from_row(row, resources[row[14]]) for row in rows]
     next_cursor = None
@@ -410,7 +415,11 @@ def search_traces(
     params: list[SqlParam] = [query.time_range.start_unix_nano, query.time_range.end_unix_nano]
     conditions = ["s.start_unix_nano >= ?", "s.start_unix_nano < ?"]
     if query.service_name is not None:
-        conditions.append("s.service_name = ?")
+        # By resource: a service's spans are those of its (few) resources, which the
+        # (resource_id, start) index finds range by range.
+        conditions.append(
+            "s.resource_id IN (SELECT r.id FROM resources r WHERE r.service_name = ?)"
+        )
         params.append(query.service_name)
     if query.operation is not None:
         conditions.append("s.name = ?")
@@ -554,7 +563,9 @@ def search_logs(ctx: ReadContext, plan: LogPlan, limit: int, cursor: str | None)
     conditions = ["l.time_unix_nano >= ?", "l.time_unix_nano < ?"]
     params += [query.time_range.start_unix_nano, query.time_range.end_unix_nano]
     if query.service_name is not None:
-        conditions.append("l.service_name = ?")
+        conditions.append(
+            "l.resource_id IN (SELECT r.id FROM resources r WHERE r.service_name = ?)"
+        )
         params.append(query.service_name)
     if query.min_severity_number is not None:
         conditions.append("l.severity_number >= ?")
@@ -563,11 +574,23 @@ def search_logs(ctx: ReadContext, plan: LogPlan, limit: int, cursor: str | None)
         conditions.append("l.trace_id = ?")
         params.append(plan.trace_id)
     if ranked:
+        # Only the rowids logged in the range's minutes go to FTS5 (it seeks a rowid range),
+        # so BM25 is computed for the matches of the range, not of every record.
+        span_ids = ctx.execute(
+            "SELECT min(min_id), max(max_id) FROM log_minutes WHERE minute BETWEEN ? AND ?",
+            [
+                query.time_range.start_unix_nano // _NANOS_PER_MINUTE,
+                (query.time_range.end_unix_nano - 1) // _NANOS_PER_MINUTE,
+            ],
+        )[0]
+        if span_ids[0] is None:
+            return Page(items=[])
         source = (
-            "(SELECT rowid, bm25(logs_fts) AS score FROM logs_fts WHERE logs_fts MATCH ?) f "
+            "(SELECT rowid, bm25(logs_fts) AS score FROM logs_fts "
+            "WHERE logs_fts MATCH ? AND rowid BETWEEN ? AND ?) f "
             "JOIN logs l ON l.id = f.rowid"
         )
-        params.insert(0, plan.match)
+        params[0:0] = [plan.match, span_ids[0], span_ids[1]]
         order = "f.score, l.time_unix_nano DESC, l.id"
         score = "f.score"
         if after is not None:
@@ -584,14 +607,39 @@ def search_logs(ctx: ReadContext, plan: LogPlan, limit: int, cursor: str | None)
             conditions.append("(l.time_unix_nano < ? OR (l.time_unix_nano = ? AND l.id > ?))")
             params += [after[0], after[0], after[1]]
     params.append(limit + 1)
-    rows = cast(
-        "list[LogOutRow]",
-        ctx.execute(
-            f"SELECT {_LOG_COLUMNS}, {score} FROM {source} "
-            f"WHERE {' AND '.join(conditions)} ORDER BY {order} LIMIT ?",
-            params,
-        ),
-    )
+    where = " AND ".join(conditions)
+    if ranked:
+        # Rank with the sort key only (every match goes through the sort), then read the
+        # page's records: carrying bodies and attributes through the sort cost a third more.
+        keys = cast(
+            "list[tuple[int, int, float]]",
+            ctx.execute(
+                f"SELECT l.id, l.time_unix_nano, {score} FROM {source} "
+                f"WHERE {where} ORDER BY {order} LIMIT ?",
+                params,
+            ),
+        )
+        marks = ", ".join("?" * len(keys))
+        by_id = {
+            row[11]: row
+            for row in cast(
+                "list[LogOutRow]",
+                ctx.execute(
+                    f"SELECT {_LOG_COLUMNS}, 0.0 FROM logs l WHERE l.id IN ({marks})",
+                    [k[0] for k in keys],
+                ),
+            )
+        }
+        rows = [(*by_id[k[0]][:12], k[2]) for k in keys]
+    else:
+        rows = cast(
+            "list[LogOutRow]",
+            ctx.execute(
+                f"SELECT {_LOG_COLUMNS}, {score} FROM {source} "
+                f"WHERE {where} ORDER BY {order} LIMIT ?",
+                params,
+            ),
+        )
     more = len(rows) > limit
     rows = rows[:limit]
     resources = _resources(ctx, {row[10] for row in rows})
@@ -667,7 +715,12 @@ def service_edges(
 def deploys(
     ctx: ReadContext, time_range: TimeRange, limit: int, service_name: str | None
 ) -> list[DeployRecord]:
-    """Distinct ``service.version`` per service in the range, latest first seen first."""
+    """Distinct ``service.version`` per service in the range, latest first seen first.
+
+    A resource is one service + version (+ other resource attributes), so per resource with
+    a version the first and last span start and the span count in the range are three seeks
+    into ``spans_resource_start``, whatever the number of spans.
+    """
     params: dict[str, SqlParam] = {
         "start": time_range.start_unix_nano,
         "end": time_range.end_unix_nano,
@@ -675,24 +728,28 @@ def deploys(
     }
     only = ""
     if service_name is not None:
-        only = "AND s.service_name = :service"
+        only = "AND r.service_name = :service"
         params["service"] = service_name
+    in_range = (
+        "FROM spans s WHERE s.resource_id = r.id "
+        "AND s.start_unix_nano >= :start AND s.start_unix_nano < :end"
+    )
     rows = cast(
         "list[tuple[str, str, int, int, int]]",
         ctx.execute(
             f"""
-            SELECT x.service_name, r.version, min(x.first), max(x.last), sum(x.n)
-            FROM (
-                SELECT s.service_name, s.resource_id, min(s.start_unix_nano) AS first,
-                       max(s.start_unix_nano) AS last, count(*) AS n
-                FROM spans s
-                WHERE s.start_unix_nano >= :start AND s.start_unix_nano < :end {only}
-                GROUP BY s.service_name, s.resource_id
-            ) x
-            JOIN resources r ON r.id = x.resource_id
-            WHERE r.version != ''
-            GROUP BY x.service_name, r.version
-            ORDER BY min(x.first) DESC, x.service_name, r.version
+            WITH per AS (
+                SELECT r.service_name, r.version,
+                       (SELECT min(s.start_unix_nano) {in_range}) AS first,
+                       (SELECT max(s.start_unix_nano) {in_range}) AS last,
+                       (SELECT count(*) {in_range}) AS n
+                FROM resources r
+                WHERE r.version != '' {only}
+            )
+            SELECT service_name, version, min(first), max(last), sum(n)
+            FROM per WHERE n > 0
+            GROUP BY service_name, version
+            ORDER BY min(first) DESC, service_name, version
             LIMIT :limit
             """,
             params,
@@ -842,6 +899,7 @@ class _Series(msgspec.Struct, frozen=True):
     temporality: str
     labels: dict[str, str]
     group: str
+    max_buckets: int
 
 
 _LABELS: Final = msgspec.json.Decoder(dict[str, str])
@@ -873,11 +931,11 @@ def _select_series(ctx: ReadContext, query: MetricQuery) -> list[_Series]:
         params.append(matcher.value)
     params += [query.time_range.start_unix_nano, query.time_range.end_unix_nano]
     rows = cast(
-        "list[tuple[int, str, str, int, str, str]]",
+        "list[tuple[int, str, str, int, str, str, int]]",
         ctx.execute(
             f"""
             SELECT ms.id, ms.type, ms.unit, ms.is_monotonic, ms.temporality,
-                   {group_expr} AS grp
+                   {group_expr} AS grp, ms.max_buckets
             FROM metric_series ms
             WHERE {" AND ".join(conditions)}
               AND EXISTS (SELECT 1 FROM metric_points p WHERE p.series_id = ms.id
@@ -899,6 +957,7 @@ def _select_series(ctx: ReadContext, query: MetricQuery) -> list[_Series]:
             temporality=row[4],
             labels=labels[row[0]],
             group=row[5],
+            max_buckets=row[6],
         )
         for row in rows
     ]
@@ -1126,22 +1185,33 @@ def _histogram_percentile(
     params: dict[str, SqlParam],
     outputs: list[tuple[dict[str, str], list[_Series]]],
 ) -> dict[int, list[tuple[int, float]]]:
+    # Bucket counts are summed as columns (one json_extract per bucket index, as many as the
+    # longest histogram of these series has: metric_series.max_buckets) grouped by output
+    # series, time bucket and explicit bounds — not unnested into one row per bucket, which
+    # made SQLite sort ten times as many rows.
+    width = max(s.max_buckets for _, members in outputs for s in members)
+    if width == 0:
+        return {}
     if _temporality(outputs) == "delta":
-        # Delta points count what happened since the previous point: sum them per bound.
+        # Delta points count what happened since the previous point: sum them.
+        counts = ", ".join(f"sum(json_extract(h, '$.bucket_counts[{i}]'))" for i in range(width))
         sql = f"""
             WITH {_POINTS}
-            SELECT grp, b,
-                   json_extract(pts.h, '$.explicit_bounds[' || j.key || ']') AS le,
-                   sum(j.value)
-            FROM pts, json_each(pts.h, '$.bucket_counts') j
-            GROUP BY grp, b, le
-            ORDER BY grp, b, le IS NULL, le
+            SELECT grp, b, json_extract(h, '$.explicit_bounds') AS bounds, {counts}
+            FROM pts GROUP BY grp, b, bounds
         """
     else:
         # Cumulative points count since the series' start: per series and bucket take the
         # last point, subtract the previous bucket's last point (or the last point before the
-        # range) bound by bound; a smaller total count, or a new start time, is a reset (the
+        # range) bucket by bucket; a smaller total count, or a new start time, is a reset (the
         # point counts whole). A series' first point ever counts whole.
+        increases = ", ".join(
+            f"""CASE WHEN reset THEN json_extract(h, '$.bucket_counts[{i}]')
+                     ELSE json_extract(h, '$.bucket_counts[{i}]')
+                          - coalesce(json_extract(ph, '$.bucket_counts[{i}]'), 0) END AS c{i}"""
+            for i in range(width)
+        )
+        counts = ", ".join(f"sum(c{i})" for i in range(width))
         sql = f"""
             WITH {_POINTS},
             lastp AS (
@@ -1166,34 +1236,40 @@ def _histogram_percentile(
                 WINDOW w AS (PARTITION BY series_id ORDER BY b)
             ),
             inc AS (
-                SELECT grp, b, json_extract(h, '$.explicit_bounds[' || j.key || ']') AS le,
-                       CASE WHEN ph IS NULL
-                                 OR json_extract(h, '$.count') < json_extract(ph, '$.count')
-                                 OR (st > 0 AND pst > 0 AND st != pst)
-                            THEN j.value
-                            ELSE j.value - coalesce(
-                                json_extract(ph, '$.bucket_counts[' || j.key || ']'), 0)
-                       END AS c
-                FROM seq, json_each(seq.h, '$.bucket_counts') j
-                WHERE b >= 0
+                SELECT grp, b, json_extract(h, '$.explicit_bounds') AS bounds, {increases}
+                FROM (
+                    SELECT *, (ph IS NULL
+                               OR json_extract(h, '$.count') < json_extract(ph, '$.count')
+                               OR (st > 0 AND pst > 0 AND st != pst)) AS reset
+                    FROM seq WHERE b >= 0
+                )
             )
-            SELECT grp, b, le, sum(c) FROM inc
-            GROUP BY grp, b, le
-            ORDER BY grp, b, le IS NULL, le
+            SELECT grp, b, bounds, {counts} FROM inc GROUP BY grp, b, bounds
         """
-    rows = cast("list[tuple[int, int, float | None, int]]", ctx.execute(sql, params))
-    # The documented Python step, over the already summed bucket counts of each output bucket.
-    merged: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
-    for grp, b, le, count in rows:
-        bounds, counts = merged.setdefault((grp, b), ([], []))
-        bounds.append(math.inf if le is None else float(le))
-        counts.append(int(count))
+    rows = ctx.execute(sql, params)
+    # The documented Python step, over the already summed bucket counts of each output bucket
+    # (and each set of bounds): counts merged by upper bound, then interpolated.
+    merged: dict[tuple[int, int], dict[float, int]] = {}
+    parsed: dict[str, list[float]] = {}
+    for row in rows:
+        grp, b, bounds_text = cast(int, row[0]), cast(int, row[1]), cast(str, row[2])
+        bounds = parsed.get(bounds_text)
+        if bounds is None:
+            bounds = parsed[bounds_text] = [*_BOUNDS.decode(bounds_text), math.inf]
+        by_bound = merged.setdefault((grp, b), {})
+        for le, count in zip(bounds, row[3:], strict=False):
+            if count is not None:
+                by_bound[le] = by_bound.get(le, 0) + int(count)
     points: dict[int, list[tuple[int, float]]] = {}
-    for (grp, b), (bounds, counts) in merged.items():
-        value = histogram_quantile(p / 100, bounds, counts)
+    for (grp, b), by_bound in sorted(merged.items()):
+        ordered = sorted(by_bound)
+        value = histogram_quantile(p / 100, ordered, [by_bound[le] for le in ordered])
         if value is not None:
             points.setdefault(grp, []).append((b, value))
     return points
+
+
+_BOUNDS: Final = msgspec.json.Decoder(list[float])
 
 
 def histogram_quantile(q: float, bounds: list[float], counts: list[int]) -> float | None:

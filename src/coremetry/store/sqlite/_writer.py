@@ -12,6 +12,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Final
 
+import msgspec
+
 from coremetry.store.interface import RetentionResult, WriteResult
 from coremetry.store.model import Attributes, MetricPoint, TelemetryBatch
 
@@ -26,6 +28,9 @@ from ._codec import (
 )
 
 __all__ = ["Writer"]
+
+_JSON_TEXT: Final = msgspec.json.Encoder(order="sorted").encode
+"""Canonical JSON (sorted keys), as :func:`._codec.encode_json` writes it."""
 
 _CACHE_MAX: Final = 100_000
 """Interned ids remembered per kind; the cache is cleared when it grows past this."""
@@ -61,7 +66,18 @@ _DELETE_SPANS: Final = (
 )
 _DELETE_LOGS: Final = (
     "DELETE FROM logs WHERE id IN "
-    "(SELECT id FROM logs WHERE time_unix_nano < ? ORDER BY time_unix_nano LIMIT ?)"
+    "(SELECT id FROM logs WHERE time_unix_nano < ? ORDER BY time_unix_nano, id LIMIT ?)"
+)
+_INDEX_NEW_LOGS: Final = "INSERT INTO logs_fts (rowid, body) SELECT id, body FROM logs WHERE id > ?"
+_LOG_MINUTES: Final = (
+    "INSERT INTO log_minutes (minute, min_id, max_id) "
+    "SELECT time_unix_nano / 60000000000, min(id), max(id) FROM logs WHERE id > ? GROUP BY 1 "
+    "ON CONFLICT (minute) DO UPDATE "
+    "SET min_id = min(min_id, excluded.min_id), max_id = max(max_id, excluded.max_id)"
+)
+_UNINDEX_OLD_LOGS: Final = (
+    "INSERT INTO logs_fts (logs_fts, rowid, body) SELECT 'delete', id, body FROM logs WHERE id IN "
+    "(SELECT id FROM logs WHERE time_unix_nano < ? ORDER BY time_unix_nano, id LIMIT ?)"
 )
 _DELETE_POINTS: Final = (
     "DELETE FROM metric_points WHERE (series_id, time_unix_nano) IN "
@@ -152,25 +168,41 @@ class Writer:
         return series_id
 
     def _span_rows(self, batch: TelemetryBatch, memo: dict[tuple[int, str], int]) -> list[SpanRow]:
+        # The write path's hot loop (OTLP ingest goes through it): names bound locally, the
+        # resource memo looked up inline, JSON encoded straight to text.
+        fromhex = bytes.fromhex
+        encode = _JSON_TEXT
+        resource_id = self._resource_id
         rows: list[SpanRow] = []
+        append = rows.append
         for span in batch.spans:
-            rows.append(
+            start, end = span.start_time_unix_nano, span.end_time_unix_nano
+            parent = span.parent_span_id
+            service = span.service_name
+            resource = span.resource_attributes
+            rid = memo.get((id(resource), service))
+            if rid is None:
+                rid = resource_id(service, resource, memo)
+            attributes = span.attributes
+            events = span.events
+            links = span.links
+            append(
                 (
-                    bytes.fromhex(span.trace_id),
-                    bytes.fromhex(span.span_id),
-                    bytes.fromhex(span.parent_span_id) if span.parent_span_id else None,
-                    span.service_name,
+                    fromhex(span.trace_id),
+                    fromhex(span.span_id),
+                    fromhex(parent) if parent else None,
+                    service,
                     span.name,
                     int(span.kind),
-                    span.start_time_unix_nano,
-                    span.end_time_unix_nano,
-                    max(0, span.end_time_unix_nano - span.start_time_unix_nano),
+                    start,
+                    end,
+                    end - start if end > start else 0,
                     int(span.status_code),
                     span.status_message or None,
-                    self._resource_id(span.service_name, span.resource_attributes, memo),
-                    encode_attributes(span.attributes),
-                    encode_json(span.events) if span.events else None,
-                    encode_json(span.links) if span.links else None,
+                    rid,
+                    encode(attributes).decode() if attributes else None,
+                    encode(events).decode() if events else None,
+                    encode(links).decode() if links else None,
                     span.scope_name or None,
                 )
             )
@@ -260,9 +292,26 @@ class Writer:
             if batch.spans:
                 spans = conn.executemany(_INSERT_SPAN, self._span_rows(batch, memo)).rowcount
             if batch.logs:
-                logs = conn.executemany(_INSERT_LOG, self._log_rows(batch, memo)).rowcount
+                rows = self._log_rows(batch, memo)
+                last = conn.execute("SELECT coalesce(max(id), 0) FROM logs").fetchone()[0]
+                logs = conn.executemany(_INSERT_LOG, rows).rowcount
+                if logs:
+                    # The new rows are exactly those above the previous largest id.
+                    conn.execute(_INDEX_NEW_LOGS, (last,))
+                    conn.execute(_LOG_MINUTES, (last,))
             if batch.metrics:
-                points = conn.executemany(_INSERT_POINT, self._point_rows(batch, memo)).rowcount
+                point_rows = self._point_rows(batch, memo)
+                points = conn.executemany(_INSERT_POINT, point_rows).rowcount
+                widths: dict[int, int] = {}
+                for point, row in zip(batch.metrics, point_rows, strict=True):
+                    if point.histogram is not None:
+                        width = len(point.histogram.bucket_counts)
+                        widths[row[0]] = max(width, widths.get(row[0], 0))
+                if widths:
+                    conn.executemany(
+                        "UPDATE metric_series SET max_buckets = ? WHERE id = ? AND max_buckets < ?",
+                        [(w, sid, w) for sid, w in widths.items()],
+                    )
             conn.execute("COMMIT")
         except BaseException:
             self._resources.clear()
@@ -290,11 +339,19 @@ class Writer:
         conn.execute("BEGIN IMMEDIATE")
         try:
             spans = conn.execute(_DELETE_SPANS, (cutoff_unix_nano, chunk)).rowcount
+            conn.execute(_UNINDEX_OLD_LOGS, (cutoff_unix_nano, chunk))
             logs = conn.execute(_DELETE_LOGS, (cutoff_unix_nano, chunk)).rowcount
             points = conn.execute(_DELETE_POINTS, (cutoff_unix_nano, chunk)).rowcount
             if 0 < points < chunk:
                 conn.execute(_DELETE_EMPTY_SERIES)
                 self._series.clear()
+            if logs < chunk:
+                # Whole minutes before the cutoff are empty now (a partly deleted minute keeps
+                # its bounds: a superset is still a correct bound).
+                conn.execute(
+                    "DELETE FROM log_minutes WHERE minute < ?",
+                    (cutoff_unix_nano // 60_000_000_000,),
+                )
             conn.execute("COMMIT")
         except BaseException:
             self._series.clear()
