@@ -8,9 +8,11 @@ legacy SSE, WebSocket — or runs ``coremetry stdio --fixture`` as a subprocess 
 token in ``COREMETRY_TOKEN``. Every JSON-RPC message the server emits is validated against the
 official schema of the revision in use (:func:`conftest.check_emitted`).
 
-1. The role matrix: every registered entry x every role x every transport is allowed or refused
-   with ``-32001`` (naming the needed role) exactly as ``min_role`` says, and the list methods
-   show exactly what the role may use.
+1. The role matrix: every registered entry (the fixture's and every observability tool,
+   resource, template and prompt, over a store holding the demo telemetry and the detector's
+   problems) x every role x every transport is allowed or refused with ``-32001`` (naming the
+   needed role) exactly as ``min_role`` says, and the list methods show exactly what the role
+   may use.
 2. The credential attack set: each refused credential gets 401 with the Bearer challenge (plus
    ``error="invalid_token"`` when a token was sent) on every HTTP entry point; valid JWTs (header
    and cookie) and service tokens are accepted; too low a role is never a 401.
@@ -33,6 +35,8 @@ import logging
 import os
 import re
 import secrets
+import shutil
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -52,9 +56,18 @@ from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_st
 
 from coremetry.audit import RECENT_URI, AuditEntry
 from coremetry.config import Config, load_config
+from coremetry.detection.problem_store import PROBLEMS_FILE
 from coremetry.mcp import Server
 from coremetry.mcp.versions import LATEST_HANDSHAKE, V2024_11_05, V2025_11_25, V2026_07_28
-from coremetry.server import Security, build_mcp_server, open_security, serve
+from coremetry.server import (
+    TELEMETRY_DB,
+    Security,
+    build_mcp_server,
+    open_security,
+    open_telemetry_store,
+    serve_with_store,
+)
+from coremetry.store import TelemetryStore, TimeRange, TraceQuery
 
 JsonObject = dict[str, object]
 RequestId = int | str
@@ -89,8 +102,108 @@ TOOL_ARGUMENTS: Final[Mapping[str, JsonObject]] = {
     "fail": {"kind": "not_found"},  # an isError result: the call was allowed
     "admin_only": {},
     "log_levels": {},
+    "list_services": {"range": "24h"},
+    "get_service": {"service": "ts-travel-service", "range": "24h"},
+    "get_service_map": {"range": "24h"},
+    "search_traces": {"service": "ts-travel-service", "range": "24h"},
+    "get_trace": {"trace_id": "<trace_id>"},
+    "search_logs": {"text": "error", "range": "24h"},
+    "list_metrics": {"range": "24h"},
+    "query_metric": {"name": "<metric>", "range": "24h"},
+    "list_deploys": {"range": "24h"},
+    "compare_deploys": {"service": "ts-travel-service", "range": "24h"},
+    "list_problems": {"range": "24h"},
+    "get_problem": {"problem_id": "<problem_id>"},
+    "list_anomalies": {"range": "24h"},
 }
-"""Minimal valid arguments of every fixture tool (a tool missing here fails the matrix)."""
+"""Minimal valid arguments of every tool (a tool missing here fails the matrix); ``<name>``
+stands for a value read from the demo data (:class:`Telemetry`)."""
+
+TOOL_ERRORS_EXPECTED: Final = frozenset({"fail", "compare_deploys"})
+"""Tools whose allowed call answers a tool error (``isError``: past the gate): ``fail`` by
+design, ``compare_deploys`` because no shipped dataset carries ``service.version``."""
+
+TEMPLATE_VALUES: Final[Mapping[str, str]] = {
+    "fixture://echo/{text}": "fixture://echo/x",
+    "coremetry://service/{name}": "coremetry://service/ts-travel-service",
+    "coremetry://trace/{trace_id}": "coremetry://trace/<trace_id>",
+    "coremetry://logs/{service}": "coremetry://logs/ts-travel-service",
+    "coremetry://metric/{name}": "coremetry://metric/<metric>",
+    "coremetry://problem/{id}": "coremetry://problem/<problem_id>",
+}
+"""A URI each template serves on the demo data (a template missing here fails the matrix)."""
+
+PROMPT_ARGUMENTS: Final[Mapping[str, JsonObject]] = {
+    "greet": {"name": "x"},
+    "explain_trace": {"trace_id": "<trace_id>"},
+    "suggest_runbook": {"service": "ts-travel-service"},
+    "compare_deploys": {"service": "ts-travel-service"},
+    "investigate_service": {"service": "ts-travel-service"},
+    "triage_brief": {},
+}
+"""Arguments of every prompt (a prompt missing here fails the matrix)."""
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """A data dir holding the demo telemetry and the detector's problems, made once per module
+    with the real commands (``coremetry demo load``, ``coremetry detect``), and values in it."""
+
+    data_dir: Path
+    values: Mapping[str, str]
+    """``<trace_id>``, ``<metric>``, ``<problem_id>`` -> a real value of the demo data."""
+
+    def fill(self, value: object) -> object:
+        """``value`` with every ``<name>`` placeholder replaced (recursively)."""
+        if isinstance(value, str):
+            for key, real in self.values.items():
+                value = value.replace(key, real)
+            return value
+        if isinstance(value, dict):
+            return {k: self.fill(v) for k, v in value.items()}
+        return value
+
+    def copy_into(self, data_dir: Path) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        for name in (TELEMETRY_DB, PROBLEMS_FILE):
+            shutil.copy2(self.data_dir / name, data_dir / name)
+        shutil.copytree(self.data_dir / "demo", data_dir / "demo")
+
+
+@pytest.fixture(scope="module")
+def telemetry(tmp_path_factory: pytest.TempPathFactory) -> Telemetry:
+    data_dir = tmp_path_factory.mktemp("telemetry")
+    for command in (["demo", "load"], ["detect", "--range", "13h"]):
+        subprocess.run(
+            [sys.executable, "-m", "coremetry", *command, "--data-dir", str(data_dir)],
+            check=True,
+            capture_output=True,
+            timeout=LIMIT_S * 3,
+        )
+    problems = as_list(as_object(json.loads((data_dir / PROBLEMS_FILE).read_text()))["problems"])
+    assert problems, "the detector found no problem in the demo data"
+    problem_id = str(as_object(problems[0])["problem_id"])
+    config = load_config(environ={}, overrides={"data_dir": str(data_dir)})
+
+    async def read_values() -> tuple[str, str]:
+        async with open_telemetry_store(config) as store:
+            stats = await store.statistics()
+            assert stats.newest_unix_nano is not None
+            day = TimeRange(
+                start_unix_nano=stats.newest_unix_nano - 86_400 * 10**9,
+                end_unix_nano=stats.newest_unix_nano + 1,
+            )
+            traces = await store.search_traces(
+                TraceQuery(time_range=day, service_name="ts-travel-service"), limit=1
+            )
+            metrics = await store.metric_names(day, limit=1)
+            return traces.items[0].trace_id, metrics.items[0].name
+
+    trace_id, metric = trio.run(read_values)
+    return Telemetry(
+        data_dir,
+        {"<trace_id>": trace_id, "<metric>": metric, "<problem_id>": problem_id},
+    )
 
 
 def rank(role: str) -> int:
@@ -180,15 +293,21 @@ async def live_server(
     rate_limit: Mapping[str, object] | None = None,
     users: Sequence[tuple[str, str]] = (),
     extra_tokens: Sequence[tuple[str, str]] = (),
+    telemetry: Telemetry | None = None,
 ) -> AsyncIterator[Live]:
-    """``serve`` with ``open_security`` on a fresh data dir; stopped and drained on exit.
+    """``serve_with_store`` with ``open_security`` on a fresh data dir, as ``coremetry serve``
+    runs it (the telemetry store open, the observability entries registered); stopped and
+    drained on exit.
 
     Args:
         rate_limit: the ``[rate_limit]`` section (default: large enough never to interfere).
         users: ``(name, role)`` users to add, all with :data:`PASSWORD`.
         extra_tokens: ``(name, role)`` service tokens besides ``e2e-<role>`` for every role.
+        telemetry: telemetry to start with (copied into the data dir); default: an empty store.
     """
     data_dir = tmp_path / "data"
+    if telemetry is not None:
+        telemetry.copy_into(data_dir)
     config = load_config(
         environ={},
         overrides={
@@ -207,14 +326,29 @@ async def live_server(
         }
         for name, role in users:
             security.store.add_user(name, role, PASSWORD)
-        mcp = build_mcp_server(fixture=True)
+        built: list[Server] = []
+
+        def build(store: TelemetryStore) -> Server:
+            mcp = build_mcp_server(
+                fixture=True, store=store, problems_path=data_dir / PROBLEMS_FILE
+            )
+            built.append(mcp)
+            return mcp
+
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
             base: str = await nursery.start(
-                partial(serve, config, mcp, announce=False, shutdown=stop, security=security)
+                partial(
+                    serve_with_store,
+                    config,
+                    build,
+                    announce=False,
+                    shutdown=stop,
+                    security=security,
+                )
             )
             try:
-                yield Live(base, config, security, mcp, data_dir, tokens, extras, stop)
+                yield Live(base, config, security, built[0], data_dir, tokens, extras, stop)
             finally:
                 stop.set()
     finally:
@@ -258,12 +392,14 @@ class Entry:
         return self.min_role or "viewer"
 
 
-def registry_entries(mcp: Server) -> list[Entry]:
-    """Every entry of ``mcp`` (read after ``serve`` installed the admin audit resource)."""
+def registry_entries(mcp: Server, telemetry: Telemetry) -> list[Entry]:
+    """Every entry of ``mcp`` (read after ``serve`` installed the admin audit resource), each
+    with a call that succeeds on the demo data for a role allowed to make it."""
     entries: list[Entry] = []
     for tool in mcp.tools():
         assert tool.name in TOOL_ARGUMENTS, f"give {tool.name!r} minimal arguments"
-        params: JsonObject = {"name": tool.name, "arguments": dict(TOOL_ARGUMENTS[tool.name])}
+        arguments = as_object(telemetry.fill(dict(TOOL_ARGUMENTS[tool.name])))
+        params: JsonObject = {"name": tool.name, "arguments": arguments}
         entries.append(Entry("tool", tool.name, tool.min_role, "tools/call", params))
     for resource in mcp._resources.values():
         entries.append(
@@ -272,15 +408,16 @@ def registry_entries(mcp: Server) -> list[Entry]:
             )
         )
     for template in mcp._templates.values():
-        uri = re.sub(r"\{[^}]*\}", "x", template.uri_template)
+        assert template.uri_template in TEMPLATE_VALUES, f"give {template.uri_template!r} a URI"
+        uri = str(telemetry.fill(TEMPLATE_VALUES[template.uri_template]))
         entries.append(
             Entry(
                 "template", template.uri_template, template.min_role, "resources/read", {"uri": uri}
             )
         )
     for prompt in mcp._prompts.values():
-        arguments = {argument.name: "x" for argument in prompt.arguments if argument.required}
-        params = {"name": prompt.name, "arguments": arguments}
+        assert prompt.name in PROMPT_ARGUMENTS, f"give {prompt.name!r} arguments"
+        params = {"name": prompt.name, "arguments": telemetry.fill(PROMPT_ARGUMENTS[prompt.name])}
         entries.append(Entry("prompt", prompt.name, prompt.min_role, "prompts/get", params))
     return entries
 
@@ -659,7 +796,7 @@ def check_role_matrix(
                 continue
             result = as_object(reply["result"])
             if entry.kind == "tool":
-                failing = entry.key == "fail"
+                failing = entry.key in TOOL_ERRORS_EXPECTED
                 if (result.get("isError") is True) != failing:
                     problems.append(f"{label}: unexpected tool result {result}")
             elif entry.kind == "prompt":
@@ -697,14 +834,21 @@ def check_role_matrix(
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_role_matrix(tmp_path: Path, transport: TransportName) -> None:
+async def test_role_matrix(tmp_path: Path, transport: TransportName, telemetry: Telemetry) -> None:
     """Every entry x every role over ``transport``: allowed or -32001 exactly as ``min_role``."""
-    with trio.fail_after(LIMIT_S):
-        async with live_server(tmp_path) as live:
-            entries = registry_entries(live.mcp)
+    with trio.fail_after(LIMIT_S * 2):
+        async with live_server(tmp_path, telemetry=telemetry) as live:
+            entries = registry_entries(live.mcp, telemetry)
             # The fixture registry has entries of every kind, some of them admin-only.
             assert {e.kind for e in entries} == {"tool", "resource", "template", "prompt"}
-            assert {e.key for e in entries} >= {"admin_only", RECENT_URI, "fixture://echo/{text}"}
+            assert {e.key for e in entries} >= {
+                "admin_only",
+                RECENT_URI,
+                "fixture://echo/{text}",
+                "get_trace",
+                "coremetry://trace/{trace_id}",
+                "triage_brief",
+            }
             assert any(e.min_role == "admin" for e in entries)
             calls: list[Call] = [(method, {}) for method, _key, _field in LISTS.values()]
             calls += [(entry.method, entry.params) for entry in entries]

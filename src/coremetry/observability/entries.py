@@ -31,7 +31,7 @@ from typing import Final
 
 import msgspec
 
-from coremetry.mcp import CallContext, ProtocolError, codes
+from coremetry.mcp import CallContext, NotFound, ProtocolError, codes
 from coremetry.store import (
     MAX_LIMIT,
     LogQuery,
@@ -51,6 +51,7 @@ from .tools import (
     GetProblemArgs,
     GetServiceArgs,
     GetTraceArgs,
+    ListDeploysArgs,
     ListProblemsArgs,
     ListServicesArgs,
     ObservabilityTools,
@@ -281,7 +282,23 @@ class ObservabilityEntries:
             start=window.start,
             end=window.end,
         )
-        shaped = await self.tools.compare_deploys(args, ctx)
+        try:
+            shaped = await self.tools.compare_deploys(args, ctx)
+        except NotFound as exc:
+            # No version change to compare (e.g. telemetry without ``service.version``): the
+            # prompt still answers, with the versions that were seen, so the model can tell the
+            # user why there is nothing to compare instead of the client showing an error.
+            deploys = await self.tools.list_deploys(
+                ListDeploysArgs(service=arguments["service"], start=window.start, end=window.end),
+                ctx,
+            )
+            return self._message(
+                f"The user asked to compare deploys of {arguments['service']}, but there is no "
+                f"version change to compare: {exc.detail}. Say so, list the versions seen "
+                "below (if any), and suggest how to get versions into the telemetry (the "
+                "service.version resource attribute) or which other evidence to look at.",
+                deploys,
+            )
         return self._message(
             f"Compare {arguments['service']} before and after the version change below: did "
             "latency or errors change, in which operations, and is the deploy a plausible "
