@@ -76,7 +76,7 @@ async def test_new_database_is_wal_at_the_current_version(tmp_path: Path) -> Non
         conn.close()
 
 
-async def test_version_1_database_is_migrated_and_its_logs_become_searchable(
+async def test_version_1_database_is_migrated_and_its_records_stay_queryable(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "telemetry.db"
@@ -93,11 +93,28 @@ async def test_version_1_database_is_migrated_and_its_logs_become_searchable(
             "VALUES (?, 0, 17, 'ERROR', 'card expired for order 42', 'pay', 1, x'01')",
             (now,),
         )
+        conn.execute(
+            "INSERT INTO metric_series (fingerprint, name, service_name, type, unit, "
+            "description, resource_id, is_monotonic, temporality) "
+            "VALUES (x'02', 'latency', 'pay', 'histogram', 'ms', '', 1, 0, 'delta')"
+        )
+        conn.execute(
+            "INSERT INTO metric_points VALUES (1, ?, 0, NULL, "
+            """'{"count":4,"bucket_counts":[0,4,0],"explicit_bounds":[10.0,20.0]}')""",
+            (now,),
+        )
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
     finally:
         conn.close()
     async with open_sqlite_store(path, retention_days=0) as store:
         window = TimeRange(start_unix_nano=now - SECOND, end_unix_nano=now + SECOND)
+        # Histogram percentiles of points stored before the migration (p50 of 4 values in
+        # (10, 20]: rank 2 of 4, halfway through the bucket).
+        series = await store.metric_series(
+            MetricQuery(name="latency", time_range=window, step_ns=2 * SECOND, aggregation="p50"),
+            limit=10,
+        )
+        assert [s.points for s in series] == [[(window.start_unix_nano, 15.0)]]
         found = await store.search_logs(LogQuery(time_range=window, text="expired"), limit=10)
         assert [r.body for r in found.items] == ["card expired for order 42"]
         # And new records are indexed as they are written.
