@@ -12,6 +12,8 @@ store exception             tool error               detail
 ``QueryRejected``           ``bad_args``             its message (names the field)
 ``StoreUnavailable``        ``backend_unavailable``  generic sentence
 ``StoreClosed``             ``backend_unavailable``  generic sentence
+``StoreTimeout``            ``timeout``              generic sentence (the backend's time limit)
+``StoreSchemaError``        ``internal``             its message (the missing table or column)
 ``ProblemFileError``        ``backend_unavailable``  generic sentence (the problems file)
 ==========================  =======================  ==========================================
 
@@ -39,7 +41,14 @@ from coremetry.mcp import (
 )
 from coremetry.mcp.registry import ToolOutput
 from coremetry.mcp.wire import ToolAnnotations
-from coremetry.store import QueryRejected, StoreClosed, StoreUnavailable, TelemetryStore
+from coremetry.store import (
+    QueryRejected,
+    StoreClosed,
+    StoreSchemaError,
+    StoreTimeout,
+    StoreUnavailable,
+    TelemetryStore,
+)
 
 from .budget import DEFAULT_BUDGET_BYTES, MIN_BUDGET_BYTES, Shaped, fit
 from .catalog import ANNOTATIONS, TOOL_ARGS, input_schema, title_of
@@ -82,6 +91,8 @@ def register_store_errors() -> None:
     register_error_class(ProblemFileError, ToolErrorKind.BACKEND_UNAVAILABLE)
     register_error_class(StoreUnavailable, ToolErrorKind.BACKEND_UNAVAILABLE, hint=_STORE_HINT)
     register_error_class(StoreClosed, ToolErrorKind.BACKEND_UNAVAILABLE, hint=_STORE_HINT)
+    register_error_class(StoreTimeout, ToolErrorKind.TIMEOUT)
+    register_error_class(StoreSchemaError, ToolErrorKind.INTERNAL, keep_message=True)
 
 
 def _budgeted(

@@ -9,6 +9,8 @@ store's errors with the protocol core's classifier).
 from .errors import QueryRejected as QueryRejected
 from .errors import StoreClosed as StoreClosed
 from .errors import StoreError as StoreError
+from .errors import StoreSchemaError as StoreSchemaError
+from .errors import StoreTimeout as StoreTimeout
 from .errors import StoreUnavailable as StoreUnavailable
 from .interface import MAX_LIMIT as MAX_LIMIT
 from .interface import Aggregation as Aggregation
@@ -83,7 +85,9 @@ __all__ = [
     "StatusFilter",
     "StoreClosed",
     "StoreError",
+    "StoreSchemaError",
     "StoreStatistics",
+    "StoreTimeout",
     "StoreUnavailable",
     "TelemetryBatch",
     "TelemetryStore",

@@ -6,19 +6,32 @@
     ├── QueryRejected                the query itself is wrong (bad cursor, bad full-text
     │                                syntax, inverted range): the caller must change it
     ├── StoreUnavailable             the backend failed or cannot be reached (disk full,
-    │                                database locked past its wait, server refused)
+    │   │                            database locked past its wait, server refused)
+    │   └── StoreTimeout             the backend stopped the query at its own time limit
+    │                                (ClickHouse ``max_execution_time``, code 159)
+    ├── StoreSchemaError             the backend's tables lack what the store reads (a
+    │                                ClickHouse table or column missing or of another type)
     └── StoreClosed                  we closed the store; no more calls are accepted
 
 ``coremetry.store`` registers these with the protocol core's classifier
 (:func:`coremetry.mcp.register_error_class`) in ``coremetry.observability`` — the store itself
 never imports the protocol core. ``QueryRejected`` -> ``bad_args`` (its message is written for
-users and names the field), ``StoreUnavailable`` / ``StoreClosed`` -> ``backend_unavailable``.
+users and names the field), ``StoreUnavailable`` / ``StoreClosed`` -> ``backend_unavailable``,
+``StoreTimeout`` -> ``timeout``, ``StoreSchemaError`` -> ``internal`` (its message names the
+table or column, from the configuration, never the data).
 Anything else a backend raises is a bug and classifies as ``internal``.
 """
 
 from __future__ import annotations
 
-__all__ = ["QueryRejected", "StoreClosed", "StoreError", "StoreUnavailable"]
+__all__ = [
+    "QueryRejected",
+    "StoreClosed",
+    "StoreError",
+    "StoreSchemaError",
+    "StoreTimeout",
+    "StoreUnavailable",
+]
 
 
 class StoreError(Exception):
@@ -46,3 +59,20 @@ class StoreUnavailable(StoreError):
 
 class StoreClosed(StoreError):
     """Raised by any store call made after :meth:`TelemetryStore.aclose` began."""
+
+
+class StoreTimeout(StoreUnavailable):
+    """Raised by a store query when the backend stopped it at its own time limit.
+
+    The ClickHouse backend sends the call's remaining budget as ``max_execution_time``; when
+    the server gives up first (``TIMEOUT_EXCEEDED``, code 159, and its kin) the query raises
+    this. A deadline that trio enforces first raises ``Cancelled`` as usual.
+    """
+
+
+class StoreSchemaError(StoreError):
+    """Raised by a store call when the backend's tables lack what the store reads or writes.
+
+    The message names the tables and columns (e.g. ``column default.otel_traces.Duration is
+    Int64, expected UInt64``): a deployment problem to fix, not a transient failure.
+    """
