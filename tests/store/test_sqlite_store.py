@@ -433,6 +433,8 @@ async def test_every_query_is_answered_through_indexes(tmp_path: Path) -> None:
             ),
             lambda: store.service_edges(window, limit=10),
             lambda: store.deploys(window, limit=10),
+            lambda: store.service_red_series(window, step_ns=60 * SECOND, limit=10),
+            lambda: store.log_counts(window, step_ns=60 * SECOND, limit=10),
         ]
         for call in calls:
             await call()

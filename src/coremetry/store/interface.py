@@ -40,14 +40,18 @@ __all__ = [
     "Aggregation",
     "DeployRecord",
     "LabelMatcher",
+    "LogCountPoint",
+    "LogCountSeries",
     "LogQuery",
     "MetricDescriptor",
     "MetricQuery",
     "MetricSeries",
     "OperationSummary",
     "Page",
+    "RedPoint",
     "RetentionResult",
     "ServiceEdge",
+    "ServiceRedSeries",
     "ServiceSummary",
     "StatusFilter",
     "StoreStatistics",
@@ -340,6 +344,51 @@ class ServiceEdge(msgspec.Struct, frozen=True, kw_only=True):
     p99_duration_ns: int | None
 
 
+class RedPoint(msgspec.Struct, frozen=True, kw_only=True):
+    """One bucket of a service's RED series (:meth:`TelemetryStore.service_red_series`).
+
+    Over the service's *entry spans* (as :class:`ServiceSummary`) starting in the bucket
+    ``[bucket_start_unix_nano, bucket_start_unix_nano + step_ns)``: how many
+    (``request_count``, at least 1), how many with status ERROR, and nearest-rank
+    percentiles of their durations in nanoseconds.
+    """
+
+    bucket_start_unix_nano: int
+    request_count: int
+    error_count: int
+    p50_duration_ns: int
+    p95_duration_ns: int
+    p99_duration_ns: int
+
+
+class ServiceRedSeries(msgspec.Struct, frozen=True, kw_only=True):
+    """One service's RED per bucket; buckets without entry spans are omitted."""
+
+    service_name: str
+    points: list[RedPoint]
+
+
+class LogCountPoint(msgspec.Struct, frozen=True, kw_only=True):
+    """One bucket of a service's log counts (:meth:`TelemetryStore.log_counts`).
+
+    ``records`` counts every log record of the service whose ``time_unix_nano`` is in the
+    bucket; ``warn_records`` those with an OTel severity number from 13 to 16 (WARN);
+    ``error_records`` those at 17 or above (ERROR and FATAL).
+    """
+
+    bucket_start_unix_nano: int
+    records: int
+    warn_records: int
+    error_records: int
+
+
+class LogCountSeries(msgspec.Struct, frozen=True, kw_only=True):
+    """One service's log counts per bucket; buckets without records are omitted."""
+
+    service_name: str
+    points: list[LogCountPoint]
+
+
 class DeployRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One ``service.version`` of one service as seen in spans.
 
@@ -473,6 +522,34 @@ class TelemetryStore(Protocol):
 
         Ordered by ``first_seen_unix_nano`` descending (latest deploy first). Spans without
         a version are not listed.
+        """
+        ...
+
+    async def service_red_series(
+        self, time_range: TimeRange, *, step_ns: int, limit: int
+    ) -> list[ServiceRedSeries]:
+        """Per-service RED of entry spans, bucketed: :meth:`services` per bucket in one query.
+
+        Buckets are ``[start + k*step_ns, start + (k+1)*step_ns)`` of ``time_range``, labelled
+        by their start; a span belongs to the bucket of its start. At most ``limit`` services
+        (the first by name), ordered by ``service_name``, each one's points in time order.
+
+        Raises:
+            QueryRejected: ``step_ns`` not a positive integer, or more than ``MAX_LIMIT``
+                buckets over the range (field ``step_ns``).
+        """
+        ...
+
+    async def log_counts(
+        self, time_range: TimeRange, *, step_ns: int, limit: int
+    ) -> list[LogCountSeries]:
+        """Per-service log record counts by severity (all, WARN, ERROR and worse), bucketed.
+
+        Buckets as :meth:`service_red_series`, by ``time_unix_nano``. At most ``limit``
+        services (the first by name), ordered by ``service_name``; points in time order.
+
+        Raises:
+            QueryRejected: ``step_ns`` as :meth:`service_red_series`.
         """
         ...
 

@@ -19,10 +19,10 @@ whose message says what differed.
 What is covered: write (counts, idempotency of spans/logs/points, all-or-nothing on a bad
 record), every query's results and order, paging through every item with cursors without
 loss or duplicates, limits and totals, ``QueryRejected`` naming the field for bad input (limit,
-range, cursor, ids, full-text syntax, regex, step, aggregation), non-ASCII and odd service
-names, clock skew (a child starting before its parent), NaN/±Inf metric values, retention
-(``delete_before``), ``StoreClosed`` after ``aclose``, and cancellation leaving the store
-usable.
+range, cursor, ids, full-text syntax, regex, step, aggregation), the bucketed RED and log
+counts, non-ASCII and odd service names, clock skew (a child starting before its parent),
+NaN/±Inf metric values, retention (``delete_before``), ``StoreClosed`` after ``aclose``, and
+cancellation leaving the store usable.
 """
 
 from __future__ import annotations
@@ -1850,7 +1850,123 @@ def _every_query(
         ),
         ("service_edges", lambda: store.service_edges(time_range, limit=limit)),
         ("deploys", lambda: store.deploys(time_range, limit=limit)),
+        (
+            "service_red_series",
+            lambda: store.service_red_series(time_range, step_ns=10 * MINUTE, limit=limit),
+        ),
+        ("log_counts", lambda: store.log_counts(time_range, step_ns=10 * MINUTE, limit=limit)),
     ]
+
+
+async def check_bucketed_series(make_store: MakeStore) -> None:
+    """service_red_series and log_counts: services() and counted logs per bucket; steps."""
+    data = _dataset()
+    async with make_store() as store:
+        await store.write(TelemetryBatch(spans=data.spans, logs=data.logs))
+        window = data.window
+        for step in (7 * MINUTE, HOUR, 4 * HOUR):
+            red: dict[str, dict[int, list[Span]]] = defaultdict(lambda: defaultdict(list))
+            for span in data.spans:
+                if _in_range(span.start_time_unix_nano, window) and _is_entry(span):
+                    bucket = (span.start_time_unix_nano - window.start_unix_nano) // step
+                    red[span.service_name][window.start_unix_nano + bucket * step].append(span)
+            expected_red = [
+                (
+                    name,
+                    [
+                        (
+                            start,
+                            len(spans),
+                            sum(1 for s in spans if s.status_code == StatusCode.ERROR),
+                            _nearest_rank([s.duration_ns for s in spans], 50),
+                            _nearest_rank([s.duration_ns for s in spans], 95),
+                            _nearest_rank([s.duration_ns for s in spans], 99),
+                        )
+                        for start, spans in sorted(buckets.items())
+                    ],
+                )
+                for name, buckets in sorted(red.items())
+            ]
+            series = await store.service_red_series(window, step_ns=step, limit=MAX_LIMIT)
+            actual_red = [
+                (
+                    one.service_name,
+                    [
+                        (
+                            p.bucket_start_unix_nano,
+                            p.request_count,
+                            p.error_count,
+                            p.p50_duration_ns,
+                            p.p95_duration_ns,
+                            p.p99_duration_ns,
+                        )
+                        for p in one.points
+                    ],
+                )
+                for one in series
+            ]
+            _equal(actual_red, expected_red, f"service_red_series(step={step})")
+            # One bucket's RED is services() over that bucket.
+            name, points = expected_red[0]
+            start = points[0][0]
+            bucket_range = TimeRange(start_unix_nano=start, end_unix_nano=start + step)
+            summary = next(
+                s
+                for s in (await store.services(bucket_range, limit=MAX_LIMIT)).items
+                if s.service_name == name
+            )
+            _equal(
+                (summary.request_count, summary.p95_duration_ns),
+                (points[0][1], points[0][4]),
+                "service_red_series against services() over the bucket",
+            )
+            limited = await store.service_red_series(window, step_ns=step, limit=2)
+            _equal(
+                [s.service_name for s in limited],
+                [e[0] for e in expected_red[:2]],
+                "service_red_series limit",
+            )
+
+            counts: dict[str, dict[int, list[int]]] = defaultdict(dict)
+            for record in data.logs:
+                if _in_range(record.time_unix_nano, window):
+                    bucket = (record.time_unix_nano - window.start_unix_nano) // step
+                    row = counts[record.service_name].setdefault(
+                        window.start_unix_nano + bucket * step, [0, 0, 0]
+                    )
+                    row[0] += 1
+                    row[1] += 13 <= record.severity_number <= 16
+                    row[2] += record.severity_number >= 17
+            expected_logs = [
+                (name, [(start, *row) for start, row in sorted(buckets.items())])
+                for name, buckets in sorted(counts.items())
+            ]
+            logs = await store.log_counts(window, step_ns=step, limit=MAX_LIMIT)
+            actual_logs = [
+                (
+                    one.service_name,
+                    [
+                        (p.bucket_start_unix_nano, p.records, p.warn_records, p.error_records)
+                        for p in one.points
+                    ],
+                )
+                for one in logs
+            ]
+            _equal(actual_logs, expected_logs, f"log_counts(step={step})")
+        empty = TimeRange(start_unix_nano=1, end_unix_nano=2)
+        _equal(await store.service_red_series(empty, step_ns=1, limit=5), [], "empty range")
+        _equal(await store.log_counts(empty, step_ns=1, limit=5), [], "empty range (logs)")
+        for bad_step in (0, -MINUTE, 1):
+            await _rejected(
+                store.service_red_series(window, step_ns=bad_step, limit=5),
+                "step_ns",
+                f"service_red_series(step_ns={bad_step})",
+            )
+            await _rejected(
+                store.log_counts(window, step_ns=bad_step, limit=5),
+                "step_ns",
+                f"log_counts(step_ns={bad_step})",
+            )
 
 
 async def check_bad_arguments(make_store: MakeStore) -> None:
@@ -2154,6 +2270,7 @@ CONFORMANCE_CHECKS: Final[tuple[ConformanceCheck, ...]] = tuple(
         check_search_logs_text,
         check_metric_names,
         check_metric_series,
+        check_bucketed_series,
         check_nan_and_infinity,
         check_bad_arguments,
         check_odd_service_names,

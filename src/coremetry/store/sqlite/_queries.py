@@ -32,13 +32,17 @@ from coremetry.store.errors import QueryRejected
 from coremetry.store.interface import (
     MAX_LIMIT,
     DeployRecord,
+    LogCountPoint,
+    LogCountSeries,
     LogQuery,
     MetricDescriptor,
     MetricQuery,
     MetricSeries,
     OperationSummary,
     Page,
+    RedPoint,
     ServiceEdge,
+    ServiceRedSeries,
     ServiceSummary,
     StoreStatistics,
     TimeRange,
@@ -71,9 +75,11 @@ __all__ = [
     "check_limit",
     "check_metric_query",
     "check_range",
+    "check_step",
     "check_trace_id",
     "deploys",
     "get_trace",
+    "log_counts",
     "metric_names",
     "metric_series",
     "operations",
@@ -81,6 +87,7 @@ __all__ = [
     "search_logs",
     "search_traces",
     "service_edges",
+    "service_red_series",
     "services",
     "statistics",
 ]
@@ -294,6 +301,104 @@ def services(ctx: ReadContext, time_range: TimeRange, limit: int) -> Page[Servic
         for row in rows
     ]
     return Page(items=items, total=rows[0][9] if rows else 0)
+
+
+_SERVICE_RED_SERIES: Final = f"""
+WITH win AS MATERIALIZED (
+    SELECT s.service_name, (s.start_unix_nano - :start) / :step AS b, s.duration_ns AS d,
+           s.status_code
+    FROM spans s
+    WHERE s.start_unix_nano >= :start AND s.start_unix_nano < :end AND {_ENTRY}
+),
+chosen AS (
+    SELECT DISTINCT service_name FROM win ORDER BY service_name LIMIT :limit
+),
+ranked AS (
+    SELECT service_name, b, d, status_code,
+           row_number() OVER (PARTITION BY service_name, b ORDER BY d) AS rn,
+           count(*) OVER (PARTITION BY service_name, b) AS n
+    FROM win WHERE service_name IN (SELECT service_name FROM chosen)
+)
+SELECT service_name, b, count(*), sum(status_code = {_ERROR}), {_percentiles()}
+FROM ranked GROUP BY service_name, b
+ORDER BY service_name, b
+"""
+
+
+def service_red_series(
+    ctx: ReadContext, time_range: TimeRange, step: int, limit: int
+) -> list[ServiceRedSeries]:
+    """RED of entry spans per service and bucket (see ``TelemetryStore.service_red_series``)."""
+    rows = cast(
+        "list[tuple[str, int, int, int, int, int, int]]",
+        ctx.execute(
+            _SERVICE_RED_SERIES,
+            {
+                "start": time_range.start_unix_nano,
+                "end": time_range.end_unix_nano,
+                "step": step,
+                "limit": limit,
+            },
+        ),
+    )
+    found: dict[str, list[RedPoint]] = {}
+    for name, bucket, requests, errors, p50, p95, p99 in rows:
+        found.setdefault(name, []).append(
+            RedPoint(
+                bucket_start_unix_nano=time_range.start_unix_nano + bucket * step,
+                request_count=requests,
+                error_count=errors,
+                p50_duration_ns=p50,
+                p95_duration_ns=p95,
+                p99_duration_ns=p99,
+            )
+        )
+    return [ServiceRedSeries(service_name=name, points=points) for name, points in found.items()]
+
+
+_LOG_COUNTS: Final = """
+WITH win AS MATERIALIZED (
+    SELECT l.service_name, (l.time_unix_nano - :start) / :step AS b, l.severity_number AS sev
+    FROM logs l
+    WHERE l.time_unix_nano >= :start AND l.time_unix_nano < :end
+),
+chosen AS (
+    SELECT DISTINCT service_name FROM win ORDER BY service_name LIMIT :limit
+)
+SELECT service_name, b, count(*), sum(sev BETWEEN 13 AND 16), sum(sev >= 17)
+FROM win WHERE service_name IN (SELECT service_name FROM chosen)
+GROUP BY service_name, b
+ORDER BY service_name, b
+"""
+
+
+def log_counts(
+    ctx: ReadContext, time_range: TimeRange, step: int, limit: int
+) -> list[LogCountSeries]:
+    """Log records per service and bucket by severity (see ``TelemetryStore.log_counts``)."""
+    rows = cast(
+        "list[tuple[str, int, int, int, int]]",
+        ctx.execute(
+            _LOG_COUNTS,
+            {
+                "start": time_range.start_unix_nano,
+                "end": time_range.end_unix_nano,
+                "step": step,
+                "limit": limit,
+            },
+        ),
+    )
+    found: dict[str, list[LogCountPoint]] = {}
+    for name, bucket, records, warn, error in rows:
+        found.setdefault(name, []).append(
+            LogCountPoint(
+                bucket_start_unix_nano=time_range.start_unix_nano + bucket * step,
+                records=records,
+                warn_records=warn,
+                error_records=error,
+            )
+        )
+    return [LogCountSeries(service_name=name, points=points) for name, points in found.items()]
 
 
 _OPERATIONS: Final = f"""
@@ -845,6 +950,25 @@ _SIMPLE: Final = frozenset(("avg", "min", "max", "sum", "count", "last"))
 _MATCH_OPS: Final = frozenset(("=", "!=", "=~", "!~"))
 
 
+def check_step(time_range: TimeRange, step: int) -> None:
+    """Check a bucket width against the range it divides.
+
+    Raises:
+        QueryRejected: ``step_ns`` is not a positive int, or gives more than ``MAX_LIMIT``
+            buckets over ``time_range``.
+    """
+    if type(step) is not int or step <= 0:
+        raise QueryRejected("step_ns", f"must be a positive integer of nanoseconds, got {step!r}")
+    span = time_range.end_unix_nano - time_range.start_unix_nano
+    buckets = -(-span // step)
+    if buckets > MAX_LIMIT:
+        raise QueryRejected(
+            "step_ns",
+            f"gives {buckets} buckets over the range, more than {MAX_LIMIT}: "
+            f"use a step of at least {-(-span // MAX_LIMIT)} ns or a shorter range",
+        )
+
+
 def check_metric_query(query: MetricQuery) -> None:
     """Check what can be checked without the database.
 
@@ -855,17 +979,7 @@ def check_metric_query(query: MetricQuery) -> None:
     """
     if not query.name:
         raise QueryRejected("name", "must be a metric name")
-    step = query.step_ns
-    if type(step) is not int or step <= 0:
-        raise QueryRejected("step_ns", f"must be a positive integer of nanoseconds, got {step!r}")
-    span = query.time_range.end_unix_nano - query.time_range.start_unix_nano
-    buckets = -(-span // step)
-    if buckets > MAX_LIMIT:
-        raise QueryRejected(
-            "step_ns",
-            f"gives {buckets} buckets over the range, more than {MAX_LIMIT}: "
-            f"use a step of at least {-(-span // MAX_LIMIT)} ns or a shorter range",
-        )
+    check_step(query.time_range, query.step_ns)
     aggregation = query.aggregation
     if aggregation not in _SIMPLE and aggregation != "rate" and aggregation not in _PERCENTILES:
         raise QueryRejected("aggregation", f"unknown aggregation {query.aggregation!r}")

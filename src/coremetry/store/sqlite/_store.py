@@ -40,6 +40,7 @@ import trio
 from coremetry.store.errors import QueryRejected, StoreClosed, StoreUnavailable
 from coremetry.store.interface import (
     DeployRecord,
+    LogCountSeries,
     LogQuery,
     MetricDescriptor,
     MetricQuery,
@@ -48,6 +49,7 @@ from coremetry.store.interface import (
     Page,
     RetentionResult,
     ServiceEdge,
+    ServiceRedSeries,
     ServiceSummary,
     StoreStatistics,
     TimeRange,
@@ -294,6 +296,26 @@ class SqliteStore:
         _queries.check_range(time_range)
         _queries.check_limit(limit)
         return await self._read(lambda ctx: _queries.deploys(ctx, time_range, limit, service_name))
+
+    async def service_red_series(
+        self, time_range: TimeRange, *, step_ns: int, limit: int
+    ) -> list[ServiceRedSeries]:
+        """See :meth:`TelemetryStore.service_red_series`."""
+        _queries.check_range(time_range)
+        _queries.check_limit(limit)
+        _queries.check_step(time_range, step_ns)
+        return await self._read(
+            lambda ctx: _queries.service_red_series(ctx, time_range, step_ns, limit)
+        )
+
+    async def log_counts(
+        self, time_range: TimeRange, *, step_ns: int, limit: int
+    ) -> list[LogCountSeries]:
+        """See :meth:`TelemetryStore.log_counts`."""
+        _queries.check_range(time_range)
+        _queries.check_limit(limit)
+        _queries.check_step(time_range, step_ns)
+        return await self._read(lambda ctx: _queries.log_counts(ctx, time_range, step_ns, limit))
 
     # -- closing ----------------------------------------------------------------------------
 
