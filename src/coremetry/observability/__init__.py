@@ -6,7 +6,8 @@ protocol core's registry types, nothing of HTTP (``shared/DESIGN.md`` §2). Modu
 
 - :mod:`.ranges`: time windows in (``range``/``start``/``end``) and times out (RFC 3339);
 - :mod:`.budget`: the output budget every result passes through, and opaque cursors;
-- :mod:`.trace_analysis`: trace tree, self time, clock skew, critical path (pure);
+- :mod:`.trace_analysis`: re-exports :mod:`coremetry.analysis.trace_analysis` (trace tree,
+  self time, clock skew, critical path; pure, shared with the detector);
 - :mod:`.origin`: the likely origin of slowness (whose critical-path time grew);
 - :mod:`.problems`: the detector's stored problems and anomalies, rendered;
 - :mod:`.tools`: the tool handlers and their argument Structs;

@@ -12,7 +12,8 @@ looks past that, the way an engineer reads traces:
    entry-span duration (so slow requests across the window are represented), are ranked by
    trace duration. The slowest tenth (at least one, at most ``slow_traces``) are the *slow*
    traces; up to ``typical_traces`` evenly spaced from the faster half are the *typical* ones.
-   Each is read (at most :data:`ANALYSIS_SPANS` spans) and analysed (:mod:`.trace_analysis`).
+   Each is read (at most :data:`ANALYSIS_SPANS` spans) and analysed
+   (:mod:`coremetry.analysis.trace_analysis`).
 3. **Attribution.** Each critical-path segment counts for the service doing the work — or, for a
    span waiting on a call into another service, for that callee (network and queueing are the
    callee's latency as its callers see it). With a service named, only segments inside that
@@ -34,9 +35,11 @@ The method is a heuristic over samples; the result says which and how many trace
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
+from coremetry.analysis import CriticalPathTally as _Tally
+from coremetry.analysis import analyse_trace
 from coremetry.store import (
     Aggregation,
     LogQuery,
@@ -55,7 +58,6 @@ from coremetry.store import (
 from ._reading import fetch_trace_spans
 from .budget import JsonObject, shorten
 from .ranges import NS_PER_S, auto_step_ns, ms, rfc3339
-from .trace_analysis import TraceAnalysis, analyse_trace
 
 __all__ = [
     "ANALYSIS_SPANS",
@@ -103,49 +105,6 @@ class Origin:
 
     body: JsonObject
     focus: TimeRange
-
-
-@dataclass
-class _Tally:
-    """Critical-path nanoseconds per service over a set of traces."""
-
-    traces: int = 0
-    duration_ns: int = 0
-    own: dict[str, int] = field(default_factory=dict)
-    waiting: dict[str, int] = field(default_factory=dict)
-
-    def add(self, analysis: TraceAnalysis, scope: str | None) -> None:
-        self.traces += 1
-        self.duration_ns += analysis.duration_ns
-        inside = _scope_nodes(analysis, scope)
-        for segment in analysis.critical_path:
-            target = segment.attributed_service
-            if scope is not None and target != scope and segment.node not in inside:
-                continue
-            bucket = self.waiting if segment.waiting else self.own
-            bucket[target] = bucket.get(target, 0) + segment.duration_ns
-
-    def mean_ns(self, service: str) -> tuple[float, float]:
-        if self.traces == 0:
-            return 0.0, 0.0
-        return (
-            self.own.get(service, 0) / self.traces,
-            self.waiting.get(service, 0) / self.traces,
-        )
-
-    def services(self) -> set[str]:
-        return set(self.own) | set(self.waiting)
-
-
-def _scope_nodes(analysis: TraceAnalysis, scope: str | None) -> set[object]:
-    """Nodes of ``scope`` and everything below them (nodes are in depth-first order)."""
-    if scope is None:
-        return set()
-    inside: set[object] = set()
-    for node in analysis.nodes:
-        if node.service == scope or (node.parent is not None and node.parent in inside):
-            inside.add(node)
-    return inside
 
 
 def entry_services(
