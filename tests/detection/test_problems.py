@@ -1,17 +1,28 @@
-"""Grouping anomalies into problems and ranking their origin, on small service graphs."""
+"""Grouping anomalies into problems (one per onset) and ranking their origin, on small service
+graphs: the graph rules from anomalies alone, then with the evidence of every series and of
+traces."""
 
 from __future__ import annotations
 
 import random
 
+import msgspec
 import pytest
 
 from coremetry.detection import (
     Anomaly,
     GroupingConfig,
+    Series,
+    Side,
     Signal,
     group_problems,
     rank_origins,
+)
+from coremetry.detection.problems import (
+    TraceBlame,
+    evidence_window,
+    service_evidence,
+    with_trace_blame,
 )
 
 MINUTE = 60 * 1_000_000_000
@@ -104,12 +115,43 @@ def test_the_graph_is_read_both_ways() -> None:
     assert problems[0].services[0] == "checkout"  # now the callee
 
 
-def test_join_gap_decides_whether_episodes_of_one_service_are_one_problem() -> None:
-    near = [anomaly("payment", 0, 10), anomaly("payment", 14, 20, name="errors")]
-    assert len(group_problems(near)) == 1  # 4 minutes apart, within the 5-minute gap
-    far = [anomaly("payment", 0, 10), anomaly("payment", 16, 20, name="errors")]
-    assert len(group_problems(far)) == 2
-    assert len(group_problems(far, config=GroupingConfig(join_gap_ns=10 * MINUTE))) == 1
+def test_quiet_gap_decides_whether_onsets_of_one_service_are_one_problem() -> None:
+    near = [anomaly("payment", 0, 10), anomaly("payment", 3, 20, name="errors")]
+    assert len(group_problems(near)) == 1  # 3 minutes apart: within the 3-minute gap
+    far = [anomaly("payment", 0, 10), anomaly("payment", 4, 20, name="errors")]
+    assert len(group_problems(far)) == 2  # a new onset 4 minutes later is a new problem
+    assert len(group_problems(far, config=GroupingConfig(quiet_gap_ns=5 * MINUTE))) == 1
+
+
+def test_a_new_onset_while_an_old_anomaly_is_still_open_is_a_new_problem() -> None:
+    found = [
+        anomaly("checkout", 0, 40),  # held open by hysteresis across both incidents
+        anomaly("payment", 1, 5),
+        anomaly("payment", 20, 25, name="errors", signal="errors"),
+        anomaly("checkout", 21, 25, name="client"),
+    ]
+    first, second = group_problems(found, CHAIN)
+    assert {a.start_unix_nano for a in first.anomalies} == {T0, T0 + MINUTE}
+    assert {a.start_unix_nano for a in second.anomalies} == {T0 + 20 * MINUTE, T0 + 21 * MINUTE}
+    assert second.services[0] == "payment"
+    assert second.detected_unix_nano == T0 + 21 * MINUTE
+
+
+def test_a_traffic_change_joins_a_problem_it_falls_in_and_otherwise_stands_alone() -> None:
+    found = [
+        anomaly("ledger-db", 0, 8, signal="traffic", name="rpc.server.request.rate"),
+        anomaly("payment", 10, 20),
+        anomaly("ledger-db", 11, 20, signal="traffic", name="rpc.server.request.rate"),
+    ]
+    alone, incident = group_problems(found, CHAIN)
+    assert [a.start_unix_nano for a in alone.anomalies] == [T0]
+    assert alone.services == ["ledger-db"]
+    assert alone.ranking[0].role == "traffic_only"
+    assert incident.services == ["payment", "ledger-db"]
+    # A symptom never joins a problem made of traffic changes only.
+    [traffic, symptom] = group_problems([found[0], anomaly("payment", 2, 9)], CHAIN)
+    assert traffic.services == ["ledger-db"]
+    assert symptom.services == ["payment"]
 
 
 def test_a_chain_joins_through_the_middle_service_only_when_it_is_anomalous() -> None:
@@ -136,8 +178,8 @@ def test_between_sinks_caller_support_then_onset_decide() -> None:
     found = [
         anomaly("gw", 10, 20),
         anomaly("x", 10, 20),
-        anomaly("a", 5, 20),  # earliest, one anomalous caller
-        anomaly("b", 8, 20),  # two anomalous callers
+        anomaly("a", 8, 20),  # earliest, one anomalous caller
+        anomaly("b", 9, 20),  # two anomalous callers
     ]
     [problem] = group_problems(found, edges)
     assert problem.services[:2] == ["b", "a"]
@@ -164,8 +206,8 @@ def test_a_call_cycle_terminates_and_the_rules_still_order_it() -> None:
 
 def test_traffic_only_changes_never_rank_above_a_symptom() -> None:
     found = [
-        anomaly("ledger-db", 1, 30, signal="traffic", score=90.0),
         anomaly("payment", 10, 20, signal="errors", score=4.0),
+        anomaly("ledger-db", 11, 30, signal="traffic", score=90.0),
     ]
     [problem] = group_problems(found, CHAIN)
     assert problem.services == ["payment", "ledger-db"]
@@ -203,7 +245,7 @@ def test_anomalies_without_a_service_group_only_with_their_own_series() -> None:
             score=9.0,
             points=10,
         )
-        for series_id, start in (("host-a/cpu", 0), ("host-b/cpu", 0), ("host-a/cpu", 12))
+        for series_id, start in (("host-a/cpu", 0), ("host-b/cpu", 0), ("host-a/cpu", 2))
     ]
     problems = group_problems(loose)
     assert sorted(len(p.anomalies) for p in problems) == [1, 2]
@@ -211,10 +253,235 @@ def test_anomalies_without_a_service_group_only_with_their_own_series() -> None:
     assert all(p.title.startswith("system.cpu.utilization up: 0.1 -> 0.9") for p in problems)
 
 
-def test_negative_join_gap_is_refused() -> None:
-    with pytest.raises(ValueError, match="join_gap_ns"):
-        group_problems([], config=GroupingConfig(join_gap_ns=-1))
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("quiet_gap_ns", -1),
+        ("evidence_tail_ns", -1),
+        ("history_ns", 0),
+        ("min_history_points", 1),
+        ("evidence_z", 0.0),
+        ("evidence_ratio", 1.0),
+        ("saturation_level", 1.5),
+        ("trace_share", -0.1),
+    ],
+)
+def test_bad_grouping_config_names_the_field(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"GroupingConfig.{field} "):
+        group_problems([], config=GroupingConfig(**{field: value}))  # type: ignore[arg-type]  # one field at a time, by name
 
 
 def test_no_anomalies_no_problems() -> None:
     assert group_problems([], CHAIN) == []
+
+
+# -- evidence from every series: the client/server split, saturation, traces -----------------
+
+
+def series(
+    service: str,
+    name: str,
+    window: list[float],
+    *,
+    usual: float = 0.1,
+    signal: Signal = "latency",
+    side: Side = "",
+    unit: str = "s",
+    history: int = 60,
+) -> Series:
+    """``history`` minutes of ``usual`` with a little noise, then ``window`` from minute 60."""
+    rng = random.Random(f"{service}/{name}")
+    points = [
+        (T0 + (60 - history + i) * MINUTE, usual * rng.uniform(0.9, 1.1)) for i in range(history)
+    ]
+    points += [(T0 + (60 + i) * MINUTE, value) for i, value in enumerate(window)]
+    return Series(
+        series_id=f"{service}/{name}",
+        name=name,
+        points=points,
+        service_name=service,
+        signal=signal,
+        side=side,
+        unit=unit,
+        watch="up",
+    )
+
+
+def client(service: str, window: list[float]) -> Series:
+    return series(service, "http.client.request.duration", window, side="client")
+
+
+def server(service: str, window: list[float]) -> Series:
+    return series(service, "http.server.request.duration", window, side="server")
+
+
+def at(minute: int, service: str, name: str, **kwargs: object) -> Anomaly:
+    return msgspec.structs.replace(anomaly(service, minute, minute + 3, name=name), **kwargs)
+
+
+# gateway -> api -> {route, station}; api -> cache (no metrics at all)
+GRAPH = [("gateway", "api"), ("api", "route"), ("api", "station"), ("api", "cache")]
+SLOW = [1.0, 1.2, 0.9, 1.1]
+FLAT = [0.1, 0.1, 0.1, 0.1]
+
+
+def test_a_callee_whose_callers_wait_while_its_own_server_latency_is_normal_is_named() -> None:
+    judged = [
+        server("gateway", SLOW),
+        client("api", SLOW),  # api waits on a call
+        server("api", SLOW),
+        server("route", FLAT),  # observed and normal: the time is lost on the way to it?
+        client("route", FLAT),
+        server("station", FLAT),
+    ]
+    found = [
+        at(60, "gateway", "http.server.request.duration", side="server"),
+        at(60, "api", "http.client.request.duration", side="client"),
+    ]
+    [problem] = group_problems(found, GRAPH, series=judged)
+    roles = {r.service_name: r.role for r in problem.ranking}
+    assert roles == {
+        "route": "silent_callee",
+        "station": "silent_callee",
+        "api": "symptomatic",
+        "gateway": "symptomatic",
+    }  # cache has no series: unobserved, not listed
+    assert problem.services[2:] == ["api", "gateway"]  # api is the deeper waiting service
+    assert "api waits longer on calls" in problem.ranking[0].reason
+    assert problem.title.startswith(f"{problem.services[0]} (likely origin): ")
+    # With route's server latency up, route is the origin: its own work slowed.
+    judged[3] = server("route", SLOW)
+    [problem] = group_problems(found, GRAPH, series=judged)
+    assert problem.services[0] == "route"
+    assert problem.ranking[0].role == "own_cause"
+    assert "its own work slowed" in problem.ranking[0].reason
+    assert any("http.server.request.duration" in line for line in problem.ranking[0].evidence)
+    assert "station" not in problem.services  # api's wait is explained by route now
+
+
+def test_a_callee_is_only_blamed_by_the_deepest_waiting_service() -> None:
+    # gateway waits too, but api (which it calls) is unwell: gateway's own other callees are
+    # not suspects.
+    graph = [*GRAPH, ("gateway", "auth")]
+    judged = [
+        client("gateway", SLOW),
+        client("api", SLOW),
+        server("route", FLAT),
+        server("auth", FLAT),
+    ]
+    found = [at(60, "gateway", "c", side="client"), at(60, "api", "c", side="client")]
+    [problem] = group_problems(found, graph, series=judged)
+    assert problem.services[0] == "route"
+    assert "auth" not in problem.services
+
+
+def test_saturation_near_the_limit_outranks_a_latency_rise_and_load_does_not() -> None:
+    judged = [
+        server("gateway", SLOW),
+        server("api", SLOW),
+        client("api", FLAT),
+        series(
+            "route",
+            "k8s.pod.cpu_limit_utilization",
+            [0.9, 1.0, 1.0, 1.0],
+            usual=0.05,
+            signal="saturation",
+            unit="1",
+        ),
+        server("route", [0.3, 0.3, 0.3, 0.3]),
+        client("route", FLAT),
+    ]
+    found = [
+        at(60, "gateway", "g"),
+        at(60, "api", "s", side="server"),
+        at(
+            60,
+            "route",
+            "k8s.pod.cpu_limit_utilization",
+            signal="saturation",
+            unit="1",
+            observed=1.0,
+        ),
+    ]
+    [problem] = group_problems(found, GRAPH, series=judged)
+    assert problem.services[:2] == ["route", "api"]
+    # api's server latency rose with normal calls, but its callee route is unwell: waiting.
+    assert [r.role for r in problem.ranking[:2]] == ["own_cause", "symptomatic"]
+    assert "its own saturation" in problem.ranking[0].reason
+    # The same rise to 30 % of the limit is load, not saturation: the ranking follows the
+    # client/server evidence instead.
+    judged[3] = series(
+        "route",
+        "k8s.pod.cpu_limit_utilization",
+        [0.3, 0.3, 0.3, 0.3],
+        usual=0.05,
+        signal="saturation",
+        unit="1",
+    )
+    found[2] = msgspec.structs.replace(found[2], observed=0.3)
+    [problem] = group_problems(found, GRAPH, series=judged)
+    route = next(r for r in problem.ranking if r.service_name == "route")
+    assert route.role == "own_cause"
+    assert "saturation" not in route.reason
+
+
+def test_evidence_needs_a_real_departure_and_enough_history() -> None:
+    config = GroupingConfig()
+    low, high = T0 + 60 * MINUTE, T0 + 63 * MINUTE
+    cases = {
+        "a": [server("a", [0.15, 0.15, 0.15, 0.15])],  # 1.5x: not a symptom
+        "b": [server("b", [0.3, 0.1, 0.1, 0.1])],  # 3x at one point: a symptom
+        "c": [series("c", "x", SLOW, history=5, side="server")],  # too little history
+        "d": [series("d", "rpc.server.request.rate", SLOW, signal="traffic")],  # not a symptom
+    }
+    found = service_evidence(cases, low, high, config)
+    assert found["a"].symptoms == []
+    assert found["a"].normal("server_latency")
+    [symptom] = found["b"].symptoms
+    assert symptom.kind == "server_latency"
+    assert symptom.peak == 0.3
+    assert 0.09 < symptom.baseline < 0.11
+    assert symptom.z >= config.evidence_z
+    assert found["c"].symptoms == []  # observed (points in the window) but not judged
+    assert "d" not in found
+    # Nothing in the window: not even observed.
+    assert service_evidence(cases, T0 + 200 * MINUTE, T0 + 210 * MINUTE, config) == {}
+
+
+def test_the_services_of_traces_critical_paths_come_first() -> None:
+    judged = [client("gateway", SLOW), client("api", SLOW), server("route", FLAT)]
+    found = [at(60, "gateway", "c", side="client"), at(60, "api", "c", side="client")]
+    [problem] = group_problems(found, GRAPH, series=judged)
+    assert problem.services[0] == "route"
+    blame = TraceBlame(
+        service_name="station", excess_ns=800e6, gap_ns=1000e6, slow_traces=5, typical_traces=9
+    )
+    again = with_trace_blame(problem, blame, GRAPH, judged)
+    assert again.services[:2] == ["station", "route"]
+    assert again.ranking[0].role == "trace_origin"
+    assert "80% of the gap" in again.ranking[0].reason
+    assert again.trace_blame == blame
+    assert again.problem_id == problem.problem_id
+    # A growth that explains too little of the gap names nobody.
+    weak = msgspec.structs.replace(blame, excess_ns=50e6)
+    assert with_trace_blame(problem, weak, GRAPH, judged).services[0] == "route"
+
+
+def test_unrelated_unwell_services_are_not_part_of_a_problem() -> None:
+    judged = [client("api", SLOW), server("route", FLAT), server("billing", SLOW)]
+    found = [at(60, "api", "c", side="client")]
+    [problem] = group_problems(found, [*GRAPH, ("billing", "ledger")], series=judged)
+    assert "billing" not in problem.services
+
+
+def test_a_problem_stays_open_while_another_symptom_may_still_join_it() -> None:
+    found = [anomaly("payment", 10, 12)]
+    [problem] = group_problems(found, CHAIN, end_unix_nano=T0 + 13 * MINUTE)
+    assert problem.status == "open"  # 3 minutes after its onset: a symptom may still join
+    [problem] = group_problems(found, CHAIN, end_unix_nano=T0 + 14 * MINUTE)
+    assert problem.status == "resolved"
+    window = evidence_window(problem)
+    assert (window.start_unix_nano, window.end_unix_nano) == (
+        T0 + 10 * MINUTE,
+        T0 + 12 * MINUTE + 1,
+    )

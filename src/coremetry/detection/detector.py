@@ -79,6 +79,7 @@ __all__ = [
     "DetectorConfig",
     "Direction",
     "Series",
+    "Side",
     "Signal",
     "Watch",
     "detect_anomalies",
@@ -96,6 +97,13 @@ Signal: TypeAlias = Literal["latency", "errors", "traffic", "saturation", "logs"
 errors, saturation) plus ``logs`` (severity rates, new templates) and ``other``. Problems use
 it to rank origins: a traffic drop at a callee is usually a consequence of its caller's
 trouble, not a cause, so ``traffic`` anomalies do not make a service an origin candidate."""
+
+Side: TypeAlias = Literal["", "server", "client"]
+"""Which end of a call a latency series measures, where the series says so: ``server`` (the
+service's own handling of requests it received: entry spans, ``http.server.request.duration``),
+``client`` (its calls into others, waiting included: ``http.client.request.duration``), ``""``
+(not a call latency, or not known). Problems use it to tell a service that is slow from one
+that waits on a slow callee."""
 
 _DAY_NS: Final = 86_400 * 1_000_000_000
 _IQR_TO_SIGMA: Final = 1.349
@@ -211,6 +219,7 @@ class Series(msgspec.Struct, frozen=True, kw_only=True):
         unit: the values' unit (UCUM, as OTel metrics: ``s``, ``1``, ``{request}/s``).
         watch: which departures matter: ``up`` (latency, error rate), ``down``, ``both``.
         signal: what the series measures (see :data:`Signal`).
+        side: for call latencies, which end measures it (see :data:`Side`).
         points: ``(time_unix_nano, value)`` pairs, any order.
     """
 
@@ -222,6 +231,7 @@ class Series(msgspec.Struct, frozen=True, kw_only=True):
     unit: str = ""
     watch: Watch = "both"
     signal: Signal = "other"
+    side: Side = ""
 
 
 class Anomaly(msgspec.Struct, frozen=True, kw_only=True):
@@ -245,6 +255,7 @@ class Anomaly(msgspec.Struct, frozen=True, kw_only=True):
         points: how many of its points were at or beyond ``z_close``.
         season_ns: the season whose baseline judged the opening point (0: the plain one).
         signal: the series' :data:`Signal`.
+        side: the series' :data:`Side`.
     """
 
     series_id: str
@@ -263,6 +274,7 @@ class Anomaly(msgspec.Struct, frozen=True, kw_only=True):
     service_name: str = ""
     unit: str = ""
     signal: Signal = "other"
+    side: Side = ""
 
 
 class DetectionSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -611,6 +623,7 @@ def detect_series(
                     service_name=series.service_name,
                     unit=series.unit,
                     signal=series.signal,
+                    side=series.side,
                     direction=current.direction,
                     start_unix_nano=current.start,
                     detected_unix_nano=current.detected,

@@ -1,70 +1,208 @@
-"""Problems: related anomalies grouped into one record, most likely origin first.
+"""Problems: related anomalies grouped into one record per onset, most likely origin first.
 
-Pure functions over :class:`~coremetry.detection.Anomaly` records and the service graph (the
-``(caller, callee)`` pairs of :meth:`coremetry.store.TelemetryStore.service_edges`); no I/O.
+Pure functions over :class:`~coremetry.detection.Anomaly` records, the judged series and the
+service graph (the ``(caller, callee)`` pairs of
+:meth:`coremetry.store.TelemetryStore.service_edges`); no I/O.
 
-**Grouping** (:func:`group_problems`). Two anomalies are *related* when their time spans
-overlap, each widened by ``join_gap_ns`` (a latency anomaly that closes a minute before an
-error burst opens is the same incident), and they belong to the same service or to two
-services joined by an edge of the service graph, either way round. A problem is a connected
-component of that relation, so a fault that spreads caller by caller up a call chain is one
-problem, while two unrelated services misbehaving at the same time are two. Anomalies of
-series that belong to no service group only with other episodes of the same series.
+**Grouping** (:func:`group_problems`): one problem per *onset* — a burst of related symptoms
+starting together. Anomalies are taken in start order (symptoms before traffic changes at the
+same instant). A *symptom* (an anomaly whose signal is not ``traffic``) joins a problem when it
+is *related* to one of the problem's services — the same service, or a caller or callee of it
+in the service graph — and starts at most ``quiet_gap_ns`` after the problem's latest symptom
+onset; a symptom related to several such problems merges them. Otherwise it opens a new
+problem: a new symptom after a quiet gap is a new incident, even while earlier anomalies are
+still open (their hysteresis keeps them open across the gap; they stay with the problem they
+opened). A *traffic change* joins a related problem whose span ``[first onset, latest symptom
+onset + quiet_gap_ns]`` covers its start, and otherwise stands alone (a traffic problem that no
+later symptom joins: traffic is usually a consequence). Anomalies without a service relate
+only to episodes of the same series.
 
-**Origin ranking** (:func:`rank_origins`), after the "deepest anomalous callee" rule of
-microservice root-cause localisation (e.g. MicroRCA, Wu et al., NOMS 2020; the call-graph
-walk of Sieve and of Dynatrace's Davis): a fault at a service makes its callers slow or
+**Evidence** (:func:`service_evidence`): which services were visibly unwell while the problem
+began — ``[first onset, latest symptom onset + evidence_tail_ns]`` — judged over *every*
+series of the run, not only the anomalous ones (a caller's client latency can be far above
+normal without passing the detector's envelope, and a callee's server latency can be plainly
+normal: both are evidence). A series shows a *symptom* when its peak in that window is at least
+``evidence_ratio`` times, and ``evidence_z`` robust standard deviations above, its median over
+the ``history_ns`` before the window (the scale is the interquartile range / 1.349, the
+detector's; a falling "success" series mirrored). Kinds: *server latency* (entry spans,
+``*.server.*`` durations, latency of no stated side), *client latency* (``*.client.*``
+durations: time spent waiting on calls), *saturation* (a utilisation — unit ``1`` — that also
+reaches ``saturation_level`` of its limit), *load* (other CPU/memory rises), *errors*, *logs*
+(ERROR/WARN bursts, new log templates). The problem's own anomalies count as evidence too.
+
+**Origin ranking** (:func:`rank_origins`). A fault at a service makes its callers slow or
 failing too, because they wait for it, while its own callees see less traffic, not slower
-service. So among the services with a *symptom* (an anomaly whose signal is not
-``traffic``), the most likely origin is one
+service: the "deepest anomalous callee" rule of microservice root-cause localisation (MicroRCA,
+Wu et al., NOMS 2020; the call-graph walk of Sieve and of Dynatrace's Davis), refined with the
+client/server split of call latencies and, where traces exist, their critical paths. Roles,
+most likely origin first:
 
-1. none of whose callees has a symptom (the fault does not come from further down),
-2. whose callers do have one (the fault spread upwards as it should), the more the better,
-3. deepest along the anomalous call chain (longest path from an anomalous entry point),
-4. earliest to turn anomalous, then with the largest score.
+1. ``trace_origin`` — the service whose critical-path time grew most from typical to slow
+   traces of the problem's window (:mod:`coremetry.analysis.critical_path`; a caller's wait on
+   a call counts for the callee), when that growth explains at least ``trace_share`` of how
+   much slower the slow traces are. Traces see the call tree itself, so this comes first.
+2. ``own_cause`` — evidence that the trouble is the service's own: saturation near its limit,
+   errors or error logs (these first), or server latency up while its client latency is
+   observed and normal (its own work slowed, not its calls).
+3. ``silent_callee`` — a service with no symptom, called by a *frontier waiting* service
+   (client latency up, and no symptomatic service anywhere below it), whose own server latency
+   is observed and normal: the time is lost between the caller's client and the callee's
+   server — the callee's network or queueing, which its own server-side metrics cannot see.
+4. ``symptomatic`` — any other service with a symptom.
+5. ``traffic_only`` — only its traffic changed: usually a consequence.
 
-Services whose only anomalies are traffic changes rank last: they are usually consequences.
-Every :class:`ServiceRank` carries the reason in words, for the model and the operator.
+Within a role: services without a symptomatic callee first (the fault does not come from
+further down), then more symptomatic callers (the fault spread upwards as it should), deeper
+along the symptomatic call chain, earlier first anomaly, larger score, name. Every
+:class:`ServiceRank` carries its reason in words.
 
-The problem id is derived from the earliest anomaly (series and start), so re-running the
-detector over the same data gives the same ids and a store can upsert by id.
+The problem id is derived from the problem's earliest anomaly (series and start), so re-running
+the detector over the same data gives the same ids and a store can upsert by id.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, Literal, TypeAlias
 
 import msgspec
 
-from .detector import Anomaly
+from coremetry.store import TimeRange
+
+from .detector import Anomaly, Series
 
 __all__ = [
     "GroupingConfig",
     "Problem",
     "ProblemStatus",
+    "Role",
+    "ServiceEvidence",
     "ServiceRank",
+    "Symptom",
+    "SymptomKind",
+    "TraceBlame",
     "describe_anomaly",
+    "evidence_window",
     "group_problems",
     "rank_origins",
+    "retitle",
+    "service_evidence",
+    "with_trace_blame",
 ]
 
 ProblemStatus: TypeAlias = Literal["open", "resolved"]
-"""``open`` while one of its anomalies is still ongoing, else ``resolved``."""
+"""``open`` while one of its anomalies is still ongoing or a symptom may still join it (see
+:func:`group_problems`), else ``resolved``."""
+
+Role: TypeAlias = Literal[
+    "trace_origin", "own_cause", "silent_callee", "symptomatic", "traffic_only"
+]
+"""Why a service is where it is in a problem's ranking (module docstring, "Origin ranking")."""
+
+SymptomKind: TypeAlias = Literal[
+    "server_latency", "client_latency", "saturation", "load", "errors", "logs", "other"
+]
+"""What a :class:`Symptom` shows (module docstring, "Evidence")."""
 
 _MINUTE_NS: Final = 60 * 1_000_000_000
+_IQR_TO_SIGMA: Final = 1.349
+_P10_P90_TO_SIGMA: Final = 2.563
+_ROLE_ORDER: Final[dict[Role, int]] = {
+    "trace_origin": 0,
+    "own_cause": 1,
+    "silent_callee": 2,
+    "symptomatic": 3,
+    "traffic_only": 4,
+}
+_OWN_KINDS: Final[frozenset[SymptomKind]] = frozenset({"saturation", "errors", "logs"})
 
 
 class GroupingConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Parameters of :func:`group_problems`.
+    """Parameters of :func:`group_problems` and :func:`service_evidence`.
 
     Attributes:
-        join_gap_ns: anomalies whose spans come within this many nanoseconds of each other
-            count as overlapping (default 5 minutes).
+        quiet_gap_ns: a symptom starting more than this after a related problem's latest
+            symptom onset opens a new problem (default 3 minutes).
+        evidence_tail_ns: how long after the latest onset the evidence window lasts.
+        history_ns: how far back before the evidence window a series' usual level is taken.
+        min_history_points: points of history a series needs to show a symptom.
+        evidence_z: robust standard deviations above the usual level a symptom needs.
+        evidence_ratio: times the usual level a symptom needs (and, for series watched
+            downwards, a fall to at most ``1 / evidence_ratio`` of it).
+        saturation_level: a utilisation (unit ``1``) counts as saturation from this share of
+            its limit on; below it a rise is *load*.
+        trace_share: the trace origin must explain at least this share of how much slower
+            the slow traces are than the typical ones.
     """
 
-    join_gap_ns: int = 5 * _MINUTE_NS
+    quiet_gap_ns: int = 3 * _MINUTE_NS
+    evidence_tail_ns: int = 2 * _MINUTE_NS
+    history_ns: int = 60 * _MINUTE_NS
+    min_history_points: int = 10
+    evidence_z: float = 4.0
+    evidence_ratio: float = 2.0
+    saturation_level: float = 0.5
+    trace_share: float = 0.1
+
+    def validate(self) -> None:
+        """Check the parameters.
+
+        Raises:
+            ValueError: naming the first offending field.
+        """
+        checks: list[tuple[str, bool, str]] = [
+            ("quiet_gap_ns", self.quiet_gap_ns >= 0, "must not be negative"),
+            ("evidence_tail_ns", self.evidence_tail_ns >= 0, "must not be negative"),
+            ("history_ns", self.history_ns > 0, "must be positive"),
+            ("min_history_points", self.min_history_points >= 2, "must be at least 2"),
+            ("evidence_z", self.evidence_z > 0, "must be positive"),
+            ("evidence_ratio", self.evidence_ratio > 1, "must be above 1"),
+            ("saturation_level", 0 < self.saturation_level <= 1, "must be in (0, 1]"),
+            ("trace_share", 0 <= self.trace_share <= 1, "must be in [0, 1]"),
+        ]
+        for field, ok, message in checks:
+            if not ok:
+                raise ValueError(f"GroupingConfig.{field} {message}")
+
+
+class Symptom(msgspec.Struct, frozen=True, kw_only=True):
+    """One series of a service visibly unwell while a problem began.
+
+    Attributes:
+        kind: what it shows (:data:`SymptomKind`).
+        series_name: the series' name.
+        baseline: its usual level (median over the history), series unit.
+        peak: its most extreme value in the evidence window, series unit.
+        z: how far ``peak`` is from ``baseline`` in robust standard deviations.
+    """
+
+    kind: SymptomKind
+    series_name: str
+    baseline: float
+    peak: float
+    z: float
+
+
+class TraceBlame(msgspec.Struct, frozen=True, kw_only=True):
+    """What the traces of a problem's window say (filled by the runner from the store).
+
+    Attributes:
+        service_name: the service whose critical-path time grew most from typical to slow
+            traces.
+        excess_ns: that growth, mean nanoseconds per trace.
+        gap_ns: how much slower the slow traces are than the typical ones (mean durations).
+        slow_traces: slow traces read.
+        typical_traces: typical traces read.
+    """
+
+    service_name: str
+    excess_ns: float
+    gap_ns: float
+    slow_traces: int
+    typical_traces: int
 
 
 class ServiceRank(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,14 +210,17 @@ class ServiceRank(msgspec.Struct, frozen=True, kw_only=True):
 
     Attributes:
         service_name: the service (``service.name``).
-        symptomatic: it has an anomaly other than a traffic change.
+        symptomatic: it shows a symptom (evidence or an anomaly other than a traffic change).
         anomalous_callers: its callers (graph edges into it) with a symptom in the problem.
         anomalous_callees: its callees with a symptom in the problem.
         depth: edges on the longest symptomatic call chain from an entry point down to it
             (0 for an entry point or a service without symptomatic callers).
-        first_anomaly_unix_nano: start of its earliest anomaly in the problem.
-        max_score: its largest anomaly score (robust standard deviations).
+        first_anomaly_unix_nano: start of its earliest anomaly in the problem (for a
+            silent callee without one: the problem's start).
+        max_score: its largest anomaly or evidence score (robust standard deviations).
         reason: why it ranks where it does, in words.
+        role: its :data:`Role`.
+        evidence: its symptoms, one line each (series, usual level, peak).
     """
 
     service_name: str
@@ -90,6 +231,8 @@ class ServiceRank(msgspec.Struct, frozen=True, kw_only=True):
     first_anomaly_unix_nano: int
     max_score: float
     reason: str
+    role: Role = "symptomatic"
+    evidence: list[str] = msgspec.field(default_factory=list)
 
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,6 +251,7 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
         sample_trace_ids: traces that show it (filled by the server-side runner from the
             store; empty from :func:`group_problems`).
         sample_log_lines: log lines that show it (likewise).
+        trace_blame: what the traces of its window said, when there were any (runner).
     """
 
     problem_id: str
@@ -121,6 +265,16 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
     title: str
     sample_trace_ids: list[str] = msgspec.field(default_factory=list)
     sample_log_lines: list[str] = msgspec.field(default_factory=list)
+    trace_blame: TraceBlame | None = None
+
+    @property
+    def onsets(self) -> tuple[int, int]:
+        """``(first onset, latest symptom onset)`` in unix ns: when the problem began."""
+        symptoms = [a.start_unix_nano for a in self.anomalies if a.signal != "traffic"]
+        return self.start_unix_nano, max(symptoms, default=self.start_unix_nano)
+
+
+# -- grouping --------------------------------------------------------------------------------
 
 
 def _group_key(anomaly: Anomaly) -> str:
@@ -139,76 +293,135 @@ def _adjacency(edges: Iterable[tuple[str, str]]) -> tuple[dict[str, set[str]], d
     return callees, callers
 
 
+class _Cluster:
+    __slots__ = ("first", "keys", "last_symptom", "members", "symptoms")
+
+    def __init__(self, anomaly: Anomaly) -> None:
+        self.members = [anomaly]
+        self.keys = {_group_key(anomaly)}
+        self.first = anomaly.start_unix_nano
+        self.symptoms = anomaly.signal != "traffic"
+        self.last_symptom = anomaly.start_unix_nano
+
+    def absorb(self, other: _Cluster) -> None:
+        self.members.extend(other.members)
+        self.keys |= other.keys
+        self.first = min(self.first, other.first)
+        self.last_symptom = max(self.last_symptom, other.last_symptom)
+
+
 def group_problems(
     anomalies: Iterable[Anomaly],
     edges: Iterable[tuple[str, str]] = (),
     config: GroupingConfig | None = None,
+    series: Sequence[Series] = (),
+    *,
+    end_unix_nano: int | None = None,
 ) -> list[Problem]:
-    """Group anomalies into problems and rank each problem's origins.
+    """Group anomalies into problems, one per onset, and rank each problem's origins.
+
+    A problem is ``open`` while one of its anomalies is ongoing, and also while its latest
+    symptom onset is within ``quiet_gap_ns`` of ``end_unix_nano`` (another symptom may still
+    join it): so once ``resolved`` a problem stays resolved as the data grows (problem-level
+    hysteresis, on top of each anomaly's).
 
     Args:
         anomalies: the anomalies of one detection run, any order.
         edges: the service graph as ``(caller, callee)`` service-name pairs; duplicates and
             self-loops are ignored.
-        config: grouping parameters; ``None`` uses the defaults.
+        config: grouping and evidence parameters; ``None`` uses the defaults.
+        series: every series the run judged (their points are read for the evidence of
+            :func:`service_evidence`); empty: only the anomalies are evidence.
+        end_unix_nano: the end of the judged range; ``None``: only ongoing anomalies keep a
+            problem open.
 
     Returns:
         Problems ordered by start time (then id); each one's anomalies ordered by start time
-        then series id.
+        then series id. ``trace_blame`` and the samples are left for the runner.
 
     Raises:
-        ValueError: ``config.join_gap_ns`` is negative.
+        ValueError: a bad ``config`` field (named).
     """
     cfg = config if config is not None else GroupingConfig()
-    if cfg.join_gap_ns < 0:
-        raise ValueError("GroupingConfig.join_gap_ns must not be negative")
-    ordered = sorted(anomalies, key=lambda a: (a.start_unix_nano, a.series_id))
+    cfg.validate()
+    ordered = sorted(
+        anomalies, key=lambda a: (a.start_unix_nano, a.signal == "traffic", a.series_id)
+    )
     edge_list = list(edges)
     callees, callers = _adjacency(edge_list)
-    parent = list(range(len(ordered)))
 
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    def related(a: Anomaly, b: Anomaly) -> bool:
-        key_a, key_b = _group_key(a), _group_key(b)
-        if key_a == key_b:
+    def related(anomaly: Anomaly, cluster: _Cluster) -> bool:
+        key = _group_key(anomaly)
+        if key in cluster.keys:
             return True
-        return key_b in callees.get(key_a, ()) or key_b in callers.get(key_a, ())
+        near = callees.get(key, set()) | callers.get(key, set())
+        return not near.isdisjoint(cluster.keys)
 
-    active: list[int] = []
-    for i, anomaly in enumerate(ordered):
-        active = [
-            j
-            for j in active
-            if ordered[j].end_unix_nano + cfg.join_gap_ns >= anomaly.start_unix_nano
+    clusters: list[_Cluster] = []
+    for anomaly in ordered:
+        start = anomaly.start_unix_nano
+        if anomaly.signal != "traffic":
+            hits = [
+                c
+                for c in clusters
+                if c.symptoms and start - c.last_symptom <= cfg.quiet_gap_ns and related(anomaly, c)
+            ]
+            if not hits:
+                clusters.append(_Cluster(anomaly))
+                continue
+            target = hits[0]
+            for other in hits[1:]:
+                target.absorb(other)
+                clusters.remove(other)
+            target.members.append(anomaly)
+            target.keys.add(_group_key(anomaly))
+            target.last_symptom = max(target.last_symptom, start)
+            continue
+        covering = [
+            c
+            for c in clusters
+            if c.first <= start <= c.last_symptom + cfg.quiet_gap_ns and related(anomaly, c)
         ]
-        for j in active:
-            if related(anomaly, ordered[j]):
-                parent[find(i)] = find(j)
-        active.append(i)
+        if covering:
+            covering[0].members.append(anomaly)
+            covering[0].keys.add(_group_key(anomaly))
+        else:
+            clusters.append(_Cluster(anomaly))
 
-    groups: dict[int, list[Anomaly]] = {}
-    for i, anomaly in enumerate(ordered):
-        groups.setdefault(find(i), []).append(anomaly)
-    problems = [_build_problem(members, edge_list) for members in groups.values()]
+    by_service: dict[str, list[Series]] = {}
+    for one in series:
+        if one.service_name:
+            by_service.setdefault(one.service_name, []).append(one)
+    problems = [
+        _build_problem(
+            sorted(c.members, key=lambda a: (a.start_unix_nano, a.series_id)),
+            edge_list,
+            by_service,
+            cfg,
+            end_unix_nano is not None and end_unix_nano - c.last_symptom <= cfg.quiet_gap_ns,
+        )
+        for c in clusters
+    ]
     problems.sort(key=lambda p: (p.start_unix_nano, p.problem_id))
     return problems
 
 
-def _build_problem(members: list[Anomaly], edges: Sequence[tuple[str, str]]) -> Problem:
-    first = members[0]  # members arrive ordered by (start, series_id)
+def _build_problem(
+    members: list[Anomaly],
+    edges: Sequence[tuple[str, str]],
+    by_service: Mapping[str, Sequence[Series]],
+    cfg: GroupingConfig,
+    recent: bool,
+) -> Problem:
+    first = members[0]
     digest = hashlib.blake2s(
         f"{first.series_id}\0{first.start_unix_nano}".encode(), digest_size=8
     ).hexdigest()
-    ranking = rank_origins(members, edges)
+    ranking = _ranked(members, edges, by_service, cfg, None)
     services = [rank.service_name for rank in ranking]
     return Problem(
         problem_id=f"prb_{digest}",
-        status="open" if any(a.ongoing for a in members) else "resolved",
+        status="open" if recent or any(a.ongoing for a in members) else "resolved",
         start_unix_nano=first.start_unix_nano,
         end_unix_nano=max(a.end_unix_nano for a in members),
         detected_unix_nano=min(a.detected_unix_nano for a in members),
@@ -219,52 +432,384 @@ def _build_problem(members: list[Anomaly], edges: Sequence[tuple[str, str]]) -> 
     )
 
 
-def rank_origins(
-    anomalies: Sequence[Anomaly], edges: Iterable[tuple[str, str]] = ()
-) -> list[ServiceRank]:
-    """Rank the services of one problem's anomalies, most likely origin first.
-
-    Rules in the module docstring. Anomalies without a service are not ranked.
-
-    Args:
-        anomalies: the problem's anomalies.
-        edges: the service graph as ``(caller, callee)`` pairs.
+def evidence_window(problem: Problem, config: GroupingConfig | None = None) -> TimeRange:
+    """When the problem began: its first onset to its latest symptom onset plus the tail.
 
     Returns:
-        One :class:`ServiceRank` per service with an anomaly, best first.
+        ``[start, latest symptom onset + evidence_tail_ns]`` as a half-open range ending one
+        nanosecond after it (unix ns).
     """
+    cfg = config if config is not None else GroupingConfig()
+    low, latest = problem.onsets
+    return TimeRange(start_unix_nano=low, end_unix_nano=latest + cfg.evidence_tail_ns + 1)
+
+
+def with_trace_blame(
+    problem: Problem,
+    blame: TraceBlame,
+    edges: Iterable[tuple[str, str]],
+    series: Sequence[Series] = (),
+    config: GroupingConfig | None = None,
+) -> Problem:
+    """The problem ranked again with what its traces said (:data:`Role` ``trace_origin``).
+
+    Args:
+        problem: a problem of :func:`group_problems`.
+        blame: the critical-path comparison of its window's traces.
+        edges: the service graph, as for :func:`group_problems`.
+        series: the run's series, as for :func:`group_problems`.
+        config: as for :func:`group_problems`.
+
+    Returns:
+        The problem with ``trace_blame`` set and its ranking, services and title redone.
+    """
+    cfg = config if config is not None else GroupingConfig()
+    by_service: dict[str, list[Series]] = {}
+    for one in series:
+        if one.service_name:
+            by_service.setdefault(one.service_name, []).append(one)
+    ranking = _ranked(problem.anomalies, list(edges), by_service, cfg, blame)
+    services = [rank.service_name for rank in ranking]
+    return msgspec.structs.replace(
+        problem,
+        ranking=ranking,
+        services=services,
+        title=_title(problem.anomalies, services),
+        trace_blame=blame,
+    )
+
+
+def _ranked(
+    members: Sequence[Anomaly],
+    edges: Sequence[tuple[str, str]],
+    by_service: Mapping[str, Sequence[Series]],
+    cfg: GroupingConfig,
+    traces: TraceBlame | None,
+) -> list[ServiceRank]:
+    symptoms = [a.start_unix_nano for a in members if a.signal != "traffic"]
+    low = min(a.start_unix_nano for a in members)
+    high = max(symptoms, default=low) + cfg.evidence_tail_ns
+    evidence = service_evidence(by_service, low, high, cfg) if by_service else {}
+    return rank_origins(members, edges, evidence=evidence, traces=traces, config=cfg)
+
+
+# -- evidence --------------------------------------------------------------------------------
+
+
+def _kind(one: Series, peak: float, cfg: GroupingConfig) -> SymptomKind | None:
+    if one.signal == "latency":
+        return "client_latency" if one.side == "client" else "server_latency"
+    if one.signal == "saturation":
+        saturated = one.unit == "1" and peak >= cfg.saturation_level
+        return "saturation" if saturated else "load"
+    if one.signal == "errors":
+        return "errors"
+    if one.signal == "logs":
+        return "logs"
+    return None  # traffic and other series are not symptoms
+
+
+def _symptom(
+    one: Series, times: Sequence[int], low: int, high: int, cfg: GroupingConfig
+) -> Symptom | None:
+    """The series' symptom in ``[low, high]`` against the ``history_ns`` before ``low``."""
+    points = one.points
+    first = bisect.bisect_left(times, low - cfg.history_ns)
+    begin = bisect.bisect_left(times, low)
+    stop = bisect.bisect_right(times, high)
+    history = sorted(v for _, v in points[first:begin] if math.isfinite(v))
+    window = [v for _, v in points[begin:stop] if math.isfinite(v)]
+    if len(history) < cfg.min_history_points or not window:
+        return None
+    last = len(history) - 1
+
+    def quantile(q: float) -> float:
+        pos = q * last
+        below = int(pos)
+        return history[below] + (history[min(below + 1, last)] - history[below]) * (pos - below)
+
+    median = quantile(0.5)
+    iqr = quantile(0.75) - quantile(0.25)
+    scale = iqr / _IQR_TO_SIGMA if iqr > 0 else (quantile(0.9) - quantile(0.1)) / _P10_P90_TO_SIGMA
+    scale = max(scale, 0.01 * abs(median), 1e-12)
+    if one.watch == "down":
+        peak = min(window)
+        z = (median - peak) / scale
+        shown = median > 0 and peak <= median / cfg.evidence_ratio
+    else:
+        peak = max(window)
+        z = (peak - median) / scale
+        shown = peak >= cfg.evidence_ratio * median if median > 0 else peak > median
+    if not shown or z < cfg.evidence_z:
+        return None
+    kind = _kind(one, peak, cfg)
+    if kind is None:
+        return None
+    return Symptom(kind=kind, series_name=one.name, baseline=median, peak=peak, z=round(z, 3))
+
+
+class ServiceEvidence(msgspec.Struct, frozen=True, kw_only=True):
+    """What one service's series showed while a problem began (:func:`service_evidence`).
+
+    Attributes:
+        symptoms: its series that showed a symptom.
+        observed: the latency kinds (``server_latency``, ``client_latency``) of its series
+            that had points in the window, symptom or not: "observed and normal" is evidence.
+    """
+
+    symptoms: list[Symptom] = msgspec.field(default_factory=list)
+    observed: list[SymptomKind] = msgspec.field(default_factory=list)
+
+    def shows(self, kind: SymptomKind) -> bool:
+        """It has a symptom of that kind."""
+        return any(s.kind == kind for s in self.symptoms)
+
+    def normal(self, kind: SymptomKind) -> bool:
+        """A series of that kind had points in the window and showed no symptom."""
+        return kind in self.observed and not self.shows(kind)
+
+
+def service_evidence(
+    by_service: Mapping[str, Sequence[Series]], low: int, high: int, config: GroupingConfig
+) -> dict[str, ServiceEvidence]:
+    """Per service, what its series showed in ``[low, high]`` (module docstring, "Evidence").
+
+    Args:
+        by_service: the run's series by service name.
+        low: start of the evidence window, unix ns.
+        high: end of it (inclusive), unix ns.
+        config: thresholds (``evidence_*``, ``history_ns``, ``saturation_level``).
+
+    Returns:
+        ``{service: ServiceEvidence}`` for every service with a latency, saturation, error or
+        log series that had points in the window or showed a symptom.
+    """
+    found: dict[str, ServiceEvidence] = {}
+    for service, judged in by_service.items():
+        symptoms: list[Symptom] = []
+        observed: set[SymptomKind] = set()
+        for one in judged:
+            if one.signal not in ("latency", "saturation", "errors", "logs"):
+                continue
+            times = [t for t, _ in one.points]
+            symptom = _symptom(one, times, low, high, config)
+            if symptom is not None:
+                symptoms.append(symptom)
+            if one.signal == "latency" and (
+                symptom is not None
+                or bisect.bisect_left(times, low) < bisect.bisect_right(times, high)
+            ):
+                observed.add("client_latency" if one.side == "client" else "server_latency")
+        if symptoms or observed:
+            symptoms.sort(key=lambda s: (-s.z, s.series_name))
+            found[service] = ServiceEvidence(symptoms=symptoms, observed=sorted(observed))
+    return found
+
+
+# -- ranking ---------------------------------------------------------------------------------
+
+
+def _anomaly_kind(anomaly: Anomaly, cfg: GroupingConfig) -> SymptomKind | None:
+    if anomaly.signal == "latency":
+        return "client_latency" if anomaly.side == "client" else "server_latency"
+    if anomaly.signal == "saturation":
+        saturated = (
+            anomaly.unit == "1"
+            and anomaly.direction == "up"
+            and anomaly.observed >= cfg.saturation_level
+        )
+        return "saturation" if saturated else "load"
+    if anomaly.signal == "errors":
+        return "errors"
+    if anomaly.signal == "logs":
+        return "logs"
+    if anomaly.signal == "other":
+        return "other"
+    return None
+
+
+def _with_anomalies(
+    anomalies: Sequence[Anomaly],
+    evidence: Mapping[str, ServiceEvidence],
+    cfg: GroupingConfig,
+) -> dict[str, ServiceEvidence]:
+    """The evidence, with each anomaly of the problem as a symptom of its service."""
+    merged = dict(evidence)
+    for anomaly in anomalies:
+        kind = _anomaly_kind(anomaly, cfg)
+        if not anomaly.service_name or kind is None:
+            continue
+        current = merged.get(anomaly.service_name, ServiceEvidence())
+        if current.shows(kind):
+            continue
+        observed = set(current.observed)
+        if kind in ("server_latency", "client_latency"):
+            observed.add(kind)
+        merged[anomaly.service_name] = ServiceEvidence(
+            symptoms=[
+                *current.symptoms,
+                Symptom(
+                    kind=kind,
+                    series_name=anomaly.name,
+                    baseline=anomaly.baseline,
+                    peak=anomaly.observed,
+                    z=anomaly.score,
+                ),
+            ],
+            observed=sorted(observed),
+        )
+    return merged
+
+
+def _neighbourhood(
+    evidence: Mapping[str, ServiceEvidence],
+    members: set[str],
+    callees: Mapping[str, set[str]],
+    callers: Mapping[str, set[str]],
+) -> dict[str, ServiceEvidence]:
+    """The evidence of the services that belong to the problem.
+
+    Its services with anomalies, everything reached from them in the service graph through
+    services with a symptom, and the direct neighbours of those (a silent callee is a
+    neighbour without a symptom); other services are not this problem's.
+    """
+    inside = set(members)
+    frontier = list(members)
+    while frontier:
+        service = frontier.pop()
+        for near in callees.get(service, set()) | callers.get(service, set()):
+            if near not in inside and near in evidence and evidence[near].symptoms:
+                inside.add(near)
+                frontier.append(near)
+    around = set(inside)
+    for service in inside:
+        around |= callees.get(service, set()) | callers.get(service, set())
+    return {service: found for service, found in evidence.items() if service in around}
+
+
+def _reachable(start: str, callees: Mapping[str, set[str]]) -> set[str]:
+    seen: set[str] = set()
+    frontier = [start]
+    while frontier:
+        for callee in callees.get(frontier.pop(), ()):
+            if callee not in seen:
+                seen.add(callee)
+                frontier.append(callee)
+    seen.discard(start)
+    return seen
+
+
+def rank_origins(
+    anomalies: Sequence[Anomaly],
+    edges: Iterable[tuple[str, str]] = (),
+    *,
+    evidence: Mapping[str, ServiceEvidence] | None = None,
+    traces: TraceBlame | None = None,
+    config: GroupingConfig | None = None,
+) -> list[ServiceRank]:
+    """Rank the services of one problem, most likely origin first.
+
+    Rules in the module docstring ("Origin ranking").
+
+    Args:
+        anomalies: the problem's anomalies (anomalies without a service are not ranked).
+        edges: the service graph as ``(caller, callee)`` pairs.
+        evidence: what each service's series showed while the problem began
+            (:func:`service_evidence`); ``None``: the anomalies are the only evidence.
+        traces: what the problem's traces said, when there were any.
+        config: ``saturation_level`` and ``trace_share``; ``None``: the defaults.
+
+    Returns:
+        One :class:`ServiceRank` per service with an anomaly, a symptom, or the role of a
+        silent callee; best first.
+    """
+    cfg = config if config is not None else GroupingConfig()
     callees, callers = _adjacency(edges)
     by_service: dict[str, list[Anomaly]] = {}
     for anomaly in anomalies:
         if anomaly.service_name:
             by_service.setdefault(anomaly.service_name, []).append(anomaly)
+    seen = _neighbourhood(
+        _with_anomalies(anomalies, evidence or {}, cfg), set(by_service), callees, callers
+    )
+    start = min((a.start_unix_nano for a in anomalies), default=0)
+
     symptomatic = {
         service
-        for service, found in by_service.items()
-        if any(a.signal != "traffic" for a in found)
+        for service, found in seen.items()
+        if any(s.kind != "load" for s in found.symptoms)
+        or (found.symptoms and service in by_service)
     }
+    waiting = {
+        service
+        for service in symptomatic
+        if seen[service].shows("client_latency")
+        or (seen[service].shows("server_latency") and callees.get(service, set()) & symptomatic)
+    }
+    frontier = {w for w in waiting if not _reachable(w, callees) & symptomatic}
     depth = _depths(symptomatic, callers)
+    trace_origin = (
+        traces.service_name
+        if traces is not None
+        and traces.excess_ns > 0
+        and traces.excess_ns >= cfg.trace_share * traces.gap_ns
+        else None
+    )
+
+    candidates = set(by_service) | symptomatic
+    if trace_origin is not None:
+        candidates.add(trace_origin)
+    silent: dict[str, list[str]] = {}
+    for waiter in sorted(frontier):
+        for callee in sorted(callees.get(waiter, ())):
+            found = seen.get(callee)
+            if callee not in symptomatic and found is not None and found.normal("server_latency"):
+                silent.setdefault(callee, []).append(waiter)
+    candidates |= set(silent)
 
     ranks: list[ServiceRank] = []
-    for service, found in by_service.items():
+    for service in candidates:
+        found = seen.get(service, ServiceEvidence())
+        own = by_service.get(service, [])
         bad_callers = sorted(callers.get(service, set()) & symptomatic)
         bad_callees = sorted(callees.get(service, set()) & symptomatic)
-        is_symptomatic = service in symptomatic
+        role, reason = _role(
+            service,
+            found,
+            symptomatic=service in symptomatic,
+            waiting=service in waiting,
+            trace_origin=trace_origin,
+            traces=traces,
+            silent_for=silent.get(service, []),
+            bad_callers=bad_callers,
+            bad_callees=bad_callees,
+        )
+        scores = [a.score for a in own] + [s.z for s in found.symptoms]
         ranks.append(
             ServiceRank(
                 service_name=service,
-                symptomatic=is_symptomatic,
+                symptomatic=service in symptomatic,
                 anomalous_callers=bad_callers,
                 anomalous_callees=bad_callees,
                 depth=depth.get(service, 0),
-                first_anomaly_unix_nano=min(a.start_unix_nano for a in found),
-                max_score=max(a.score for a in found),
-                reason=_reason(is_symptomatic, bad_callers, bad_callees),
+                first_anomaly_unix_nano=min((a.start_unix_nano for a in own), default=start),
+                max_score=round(max(scores, default=0.0), 3),
+                reason=reason,
+                role=role,
+                evidence=[_describe_symptom(s) for s in found.symptoms[:5]],
             )
         )
+    # Within own_cause, a saturation, error or log symptom is stronger evidence than a server
+    # latency rise with normal calls (one slow request among few moves a percentile).
+    strong = {
+        service
+        for service, found in seen.items()
+        if any(s.kind in _OWN_KINDS for s in found.symptoms)
+    }
     ranks.sort(
         key=lambda r: (
-            not r.symptomatic,
+            _ROLE_ORDER[r.role],
+            r.role == "own_cause" and r.service_name not in strong,
             bool(r.anomalous_callees),
             -len(r.anomalous_callers),
             -r.depth,
@@ -274,6 +819,80 @@ def rank_origins(
         )
     )
     return ranks
+
+
+def _role(
+    service: str,
+    found: ServiceEvidence,
+    *,
+    symptomatic: bool,
+    waiting: bool,
+    trace_origin: str | None,
+    traces: TraceBlame | None,
+    silent_for: list[str],
+    bad_callers: list[str],
+    bad_callees: list[str],
+) -> tuple[Role, str]:
+    if service == trace_origin and traces is not None:
+        share = traces.excess_ns / traces.gap_ns if traces.gap_ns > 0 else 1.0
+        return "trace_origin", (
+            f"its critical-path time in slow traces is {traces.excess_ns / 1e6:,.0f} ms per "
+            f"trace above typical ones ({share:.0%} of the gap; {traces.slow_traces} slow and "
+            f"{traces.typical_traces} typical traces read; a caller waiting on its calls counts "
+            "for it)"
+        )
+    kinds = {s.kind for s in found.symptoms}
+    if kinds & _OWN_KINDS:
+        shown = ", ".join(sorted(k.replace("_", " ") for k in kinds & _OWN_KINDS))
+        return "own_cause", f"its own {shown}" + _callers_text(bad_callers, bad_callees)
+    if "server_latency" in kinds and not waiting and found.normal("client_latency"):
+        return "own_cause", (
+            "its server latency rose while its calls to others (client latency) stayed "
+            "normal: its own work slowed" + _callers_text(bad_callers, bad_callees)
+        )
+    if silent_for:
+        return "silent_callee", (
+            f"no symptom of its own, but {_names(silent_for)} "
+            f"wait{'s' if len(silent_for) == 1 else ''} longer on calls while its own server "
+            "latency stayed normal: the time is lost between them (its network or queueing)"
+        )
+    if not symptomatic:
+        return (
+            "traffic_only",
+            "only its traffic changed, usually a consequence of its callers' trouble",
+        )
+    return "symptomatic", _reason(bad_callers, bad_callees, waiting)
+
+
+def _callers_text(bad_callers: list[str], bad_callees: list[str]) -> str:
+    if bad_callees:
+        return f"; but its callee {_names(bad_callees)} is unwell too"
+    if bad_callers:
+        return f"; its caller {_names(bad_callers)} is unwell too, as expected"
+    return ""
+
+
+def _reason(bad_callers: list[str], bad_callees: list[str], waiting: bool) -> str:
+    if bad_callees:
+        return f"unwell, but so is its callee {_names(bad_callees)}: the fault may be further down"
+    if waiting:
+        return (
+            "it waits longer on its calls (client latency up) and none of the services it "
+            "calls shows a symptom: the delay is in a callee we do not observe, or its network"
+        )
+    if bad_callers:
+        return (
+            f"deepest anomalous service: its caller {_names(bad_callers)} "
+            "is anomalous too and none of its callees is"
+        )
+    return "anomalous; no caller or callee of it is anomalous in this problem"
+
+
+def _describe_symptom(symptom: Symptom) -> str:
+    return (
+        f"{symptom.series_name}: {symptom.baseline:.4g} usually, {symptom.peak:.4g} at peak "
+        f"({symptom.kind.replace('_', ' ')}, z {symptom.z:.1f})"
+    )
 
 
 def _depths(nodes: set[str], callers: dict[str, set[str]]) -> dict[str, int]:
@@ -289,21 +908,6 @@ def _depths(nodes: set[str], callers: dict[str, set[str]]) -> dict[str, int]:
         if not changed:
             break
     return depth
-
-
-def _reason(symptomatic: bool, bad_callers: list[str], bad_callees: list[str]) -> str:
-    if not symptomatic:
-        return "only its traffic changed, usually a consequence of its callers' trouble"
-    if bad_callees:
-        return (
-            f"anomalous, but so is its callee {_names(bad_callees)}: the fault may be further down"
-        )
-    if bad_callers:
-        return (
-            f"deepest anomalous service: its caller {_names(bad_callers)} "
-            "is anomalous too and none of its callees is"
-        )
-    return "anomalous; no caller or callee of it is anomalous in this problem"
 
 
 def _names(services: list[str]) -> str:
@@ -327,9 +931,22 @@ def _title(members: list[Anomaly], services: list[str]) -> str:
     if services:
         origin = services[0]
         own = [a for a in members if a.service_name == origin]
-        strongest = max(own, key=lambda a: (a.signal != "traffic", a.score))
-        others = len(services) - 1
-        more = f" (+{others} more service{'s' if others != 1 else ''})" if others else ""
-        return f"{origin}: {describe_anomaly(strongest)}{more}"
+        more_count = len(services) - 1
+        more = (
+            f" (+{more_count} more service{'s' if more_count != 1 else ''})" if more_count else ""
+        )
+        if own:
+            strongest = max(own, key=lambda a: (a.signal != "traffic", a.score))
+            return f"{origin}: {describe_anomaly(strongest)}{more}"
+        strongest = max(members, key=lambda a: (a.signal != "traffic", a.score))
+        return (
+            f"{origin} (likely origin): {describe_anomaly(strongest)} at "
+            f"{strongest.service_name}{more}"
+        )
     strongest = max(members, key=lambda a: a.score)
     return describe_anomaly(strongest)
+
+
+def retitle(problem: Problem) -> str:
+    """The title of a problem after its ranking changed (e.g. with trace evidence)."""
+    return _title(problem.anomalies, problem.services)

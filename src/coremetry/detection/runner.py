@@ -1,12 +1,22 @@
 """Detection over a telemetry store: series from the store, anomalies, problems with samples.
 
-:func:`run_detection` is the entry point the CLI (``coremetry detect``) and, later, the
-server's background task call. It reads through :class:`~coremetry.store.TelemetryStore`
-only: per-service RED series from spans and every metric series
-(:mod:`coremetry.detection.sources`), the service graph (``service_edges``), then judges each
-series (:func:`~coremetry.detection.detect_series`, in a worker thread: it is pure CPU work)
-and groups the anomalies into problems (:func:`~coremetry.detection.group_problems`), each
-with a few sample trace ids and log lines of its most likely origin, looked up in the store.
+:func:`detect_in_store` is the entry point of ``coremetry detect`` and of the server's
+background task (:mod:`coremetry.detection.service`). It reads through
+:class:`~coremetry.store.TelemetryStore` only:
+
+1. the series (:mod:`coremetry.detection.sources`): per-service RED from spans, every metric
+   series, per-service ERROR/WARN log rates; the service graph (``service_edges``);
+2. judges each series (:func:`~coremetry.detection.detect_series`) and mines the WARN-and-worse
+   log records for new templates (:mod:`coremetry.detection.templates`), in a worker thread
+   (pure CPU work);
+3. groups the anomalies into problems, one per onset, ranked with the evidence of every series
+   (:func:`~coremetry.detection.group_problems`, in the thread too);
+4. for each problem whose window holds traces (at most ``trace_problems`` of them, newest
+   first): reads the slowest tenth and a spread of the faster half of the traces through each
+   root service (at most ``trace_samples`` of each), compares their critical paths
+   (:func:`coremetry.analysis.critical_path_excess`) and ranks again with that
+   (:func:`~coremetry.detection.problems.with_trace_blame`);
+5. adds a few sample trace ids and log lines of each problem's most likely origin.
 
 Parameters for live data (:data:`LIVE_DETECTOR`): the NAB-tuned
 :class:`~coremetry.detection.DetectorConfig` defaults, except that judging starts after 10
@@ -15,36 +25,47 @@ must say something about a service that started an hour ago. Everything else (th
 evidence, envelope, seasonality) is the scored set.
 
 Cancellation: the caller owns it; a cancelled run stops at its next store query or abandons
-the (side-effect free) detection thread, and returns nothing.
+the (side-effect free) worker thread, and returns nothing.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from datetime import UTC, datetime
 from typing import Final
 
 import msgspec
 import trio
 
+from coremetry.analysis import CriticalPathTally, analyse_trace, critical_path_excess
 from coremetry.store import (
     MAX_LIMIT,
     LogQuery,
     TelemetryStore,
     TimeRange,
     TraceQuery,
+    TraceSummary,
 )
 
 from .detector import Anomaly, DetectorConfig, Series, detect_series
-from .problems import GroupingConfig, Problem, group_problems
-from .sources import metric_series, red_series
+from .problems import (
+    GroupingConfig,
+    Problem,
+    TraceBlame,
+    evidence_window,
+    group_problems,
+    with_trace_blame,
+)
+from .sources import log_series, metric_series, red_series, warn_records
+from .templates import new_template_anomalies
 
 __all__ = [
     "DEFAULT_STEP_NS",
     "LIVE_DETECTOR",
     "DetectionOptions",
     "DetectionRun",
+    "TraceCache",
     "detect_in_store",
     "run_detection",
 ]
@@ -55,9 +76,17 @@ DEFAULT_STEP_NS: Final = 60 * 1_000_000_000
 LIVE_DETECTOR: Final = DetectorConfig(min_history_points=10)
 """The detector parameters for live data (see the module docstring)."""
 
+TraceCache = MutableMapping[tuple[str, int, int], "TraceBlame | None"]
+"""What the traces of a problem's window said, by ``(problem_id, window start, window end)``:
+a caller running detection repeatedly (the server's task) passes the same mapping each time so
+a closed window's traces are read once."""
+
 _SAMPLES: Final = 3
 _LOG_LINE_CHARS: Final = 300
 _WARN_SEVERITY: Final = 13  # OTel severity number of WARN
+_TRACE_POOL: Final = 200  # trace summaries sampled per problem window
+_MIN_GROUP_TRACES: Final = 4  # traces through a root service needed to split slow/typical
+_ANALYSIS_SPANS: Final = 2_000  # spans read per trace
 
 
 class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,10 +96,15 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
         step_ns: bucket width of the series, in nanoseconds. Widened to whole minutes when
             the range would need more than ``MAX_LIMIT`` buckets.
         detector: detector parameters (default :data:`LIVE_DETECTOR`).
-        grouping: problem grouping parameters.
+        grouping: problem grouping and evidence parameters.
         spans: judge per-service RED series built from spans.
         metrics: judge the stored metric series.
+        logs: judge per-service ERROR/WARN log rates and new log templates.
+        max_log_records: WARN-and-worse records read for template mining (newest first).
         samples: how many sample trace ids and log lines each problem gets (0: none).
+        trace_samples: slow and typical traces read per root service of a problem's window
+            for the critical-path comparison (0: traces are not compared).
+        trace_problems: problems (newest first) whose traces are compared, at most.
     """
 
     step_ns: int = DEFAULT_STEP_NS
@@ -78,7 +112,11 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
     grouping: GroupingConfig = GroupingConfig()
     spans: bool = True
     metrics: bool = True
+    logs: bool = True
+    max_log_records: int = 20_000
     samples: int = _SAMPLES
+    trace_samples: int = 10
+    trace_problems: int = 20
 
 
 class DetectionRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,6 +130,9 @@ class DetectionRun(msgspec.Struct, frozen=True, kw_only=True):
         edges: the service graph used, ``(caller, callee)`` pairs.
         anomalies: every anomaly, by start time then series id.
         problems: the problems, by start time.
+        log_records_mined: WARN-and-worse log records mined for templates.
+        log_records_complete: every such record of the range was mined (else the newest
+            ``max_log_records``).
     """
 
     time_range: TimeRange
@@ -101,6 +142,8 @@ class DetectionRun(msgspec.Struct, frozen=True, kw_only=True):
     edges: list[tuple[str, str]]
     anomalies: list[Anomaly]
     problems: list[Problem]
+    log_records_mined: int = 0
+    log_records_complete: bool = True
 
 
 def _step_for(time_range: TimeRange, step_ns: int) -> int:
@@ -115,53 +158,107 @@ def _step_for(time_range: TimeRange, step_ns: int) -> int:
     return math.ceil(span / MAX_LIMIT / minute) * minute
 
 
-def _judge(series: Sequence[Series], config: DetectorConfig) -> tuple[list[Anomaly], int]:
+def _judge(
+    series: Sequence[Series],
+    edges: list[tuple[str, str]],
+    records: list[tuple[str, int, str]],
+    logging_since: dict[str, int],
+    time_range: TimeRange,
+    step: int,
+    opts: DetectionOptions,
+) -> tuple[list[Anomaly], int, list[Problem]]:
+    """The CPU part of a run: every series judged, templates mined, problems grouped."""
     found: list[Anomaly] = []
     points = 0
     for one in series:
-        anomalies, summary = detect_series(one, config)
+        anomalies, summary = detect_series(one, opts.detector)
         found.extend(anomalies)
         points += summary.points
+    found.extend(
+        new_template_anomalies(
+            records,
+            logging_since,
+            step_ns=step,
+            end_unix_nano=time_range.end_unix_nano,
+            config=opts.detector,
+        )
+    )
     found.sort(key=lambda a: (a.start_unix_nano, a.series_id))
-    return found, points
+    problems = group_problems(
+        found, edges, opts.grouping, series, end_unix_nano=time_range.end_unix_nano
+    )
+    return found, points, problems
 
 
 async def detect_in_store(
-    store: TelemetryStore, time_range: TimeRange, options: DetectionOptions | None = None
+    store: TelemetryStore,
+    time_range: TimeRange,
+    options: DetectionOptions | None = None,
+    *,
+    trace_cache: TraceCache | None = None,
 ) -> DetectionRun:
     """Read the store's series over ``time_range``, judge them and group the anomalies.
 
     Args:
         store: the telemetry store.
-        time_range: what to judge (unix ns, half-open). Points before it are not used as
-            history: include the history you want judged against (a few hours at least).
+        time_range: what to judge (unix ns, half-open); buckets start at its start. Points
+            before it are not used as history: include the history you want judged against
+            (a few hours at least).
         options: see :class:`DetectionOptions`.
+        trace_cache: see :data:`TraceCache` (``None``: traces are read every time).
 
     Returns:
         The run (series, anomalies, problems with samples).
 
     Raises:
-        ValueError: an empty or inverted range, a non-positive step, a bad detector config.
+        ValueError: an empty or inverted range, a non-positive step, a bad detector or
+            grouping config (the field named).
         StoreError: as the store's queries.
     """
     opts = options if options is not None else DetectionOptions()
     opts.detector.validate()
+    opts.grouping.validate()
     step = _step_for(time_range, opts.step_ns)
     series: list[Series] = []
     if opts.spans:
         series.extend(await red_series(store, time_range, step))
     if opts.metrics:
         series.extend(await metric_series(store, time_range, step))
+    records: list[tuple[str, int, str]] = []
+    logging_since: dict[str, int] = {}
+    complete = True
+    if opts.logs:
+        rates, logging_since = await log_series(store, time_range, step)
+        series.extend(rates)
+        if opts.max_log_records > 0:
+            records, complete = await warn_records(store, time_range, opts.max_log_records)
     edges = sorted(
         {
             (edge.caller, edge.callee)
             for edge in await store.service_edges(time_range, limit=MAX_LIMIT)
         }
     )
-    anomalies, points = await trio.to_thread.run_sync(
-        _judge, series, opts.detector, abandon_on_cancel=True
+    anomalies, points, problems = await trio.to_thread.run_sync(
+        _judge,
+        series,
+        edges,
+        records,
+        logging_since,
+        time_range,
+        step,
+        opts,
+        abandon_on_cancel=True,
     )
-    problems = group_problems(anomalies, edges, opts.grouping)
+    if opts.trace_samples > 0 and opts.trace_problems > 0:
+        problems = await _with_traces(
+            store,
+            problems,
+            edges,
+            series,
+            step,
+            opts,
+            trace_cache if trace_cache is not None else {},
+        )
     if opts.samples > 0:
         problems = [await _with_samples(store, problem, step, opts.samples) for problem in problems]
     return DetectionRun(
@@ -172,6 +269,8 @@ async def detect_in_store(
         edges=edges,
         anomalies=anomalies,
         problems=problems,
+        log_records_mined=len(records),
+        log_records_complete=complete,
     )
 
 
@@ -180,6 +279,87 @@ async def run_detection(
 ) -> list[Problem]:
     """The problems in ``time_range`` (see :func:`detect_in_store`), by start time."""
     return (await detect_in_store(store, time_range, options)).problems
+
+
+async def _with_traces(
+    store: TelemetryStore,
+    problems: list[Problem],
+    edges: list[tuple[str, str]],
+    series: list[Series],
+    step: int,
+    opts: DetectionOptions,
+    cache: TraceCache,
+) -> list[Problem]:
+    """Rank again the problems whose window holds traces (module docstring, step 4)."""
+    done = 0
+    ranked = list(problems)
+    for index in sorted(range(len(problems)), key=lambda i: -problems[i].start_unix_nano):
+        if done >= opts.trace_problems:
+            break
+        problem = problems[index]
+        began = evidence_window(problem, opts.grouping)
+        # Metric points are stamped at their bucket's start: the window's last bucket runs
+        # one step further.
+        window = TimeRange(
+            start_unix_nano=began.start_unix_nano, end_unix_nano=began.end_unix_nano + step
+        )
+        key = (problem.problem_id, window.start_unix_nano, window.end_unix_nano)
+        if key in cache:
+            blame = cache[key]
+        else:
+            pool = await store.search_traces(TraceQuery(time_range=window), limit=_TRACE_POOL)
+            if len(pool.items) < _MIN_GROUP_TRACES:
+                cache[key] = None
+                continue
+            done += 1
+            blame = await _trace_blame(store, pool.items, opts.trace_samples)
+            cache[key] = blame
+        if blame is not None:
+            ranked[index] = with_trace_blame(problem, blame, edges, series, opts.grouping)
+    return ranked
+
+
+async def _trace_blame(
+    store: TelemetryStore, pool: list[TraceSummary], samples: int
+) -> TraceBlame | None:
+    """Critical paths of slow against typical traces, per root service, summed."""
+    groups: dict[str, list[TraceSummary]] = {}
+    for summary in pool:
+        groups.setdefault(summary.root_service_name, []).append(summary)
+    excess: dict[str, float] = {}
+    gap = 0.0
+    slow_read = typical_read = 0
+    for members in groups.values():
+        if len(members) < _MIN_GROUP_TRACES:
+            continue
+        ranked = sorted(members, key=lambda t: (-t.duration_ns, t.trace_id))
+        slow = ranked[: min(samples, max(1, len(ranked) // 10))]
+        lower = ranked[len(ranked) // 2 :]
+        typical = lower[:: max(1, len(lower) // samples)][:samples]
+        slow_tally, typical_tally = CriticalPathTally(), CriticalPathTally()
+        for chosen, tally in ((slow, slow_tally), (typical, typical_tally)):
+            for summary in chosen:
+                page = await store.get_trace(summary.trace_id, limit=_ANALYSIS_SPANS)
+                if page.items:
+                    tally.add(analyse_trace(page.items))
+        if not slow_tally.traces or not typical_tally.traces:
+            continue
+        slow_read += slow_tally.traces
+        typical_read += typical_tally.traces
+        gap += slow_tally.duration_ns / slow_tally.traces
+        gap -= typical_tally.duration_ns / typical_tally.traces
+        for row in critical_path_excess(slow_tally, typical_tally):
+            excess[row.service_name] = excess.get(row.service_name, 0.0) + row.excess_ns
+    if not excess:
+        return None
+    top, value = max(excess.items(), key=lambda item: (item[1], item[0]))
+    return TraceBlame(
+        service_name=top,
+        excess_ns=value,
+        gap_ns=gap,
+        slow_traces=slow_read,
+        typical_traces=typical_read,
+    )
 
 
 async def _with_samples(store: TelemetryStore, problem: Problem, step: int, count: int) -> Problem:

@@ -1,25 +1,31 @@
 """The series the server-side detector judges, read from a telemetry store.
 
-Two sources, each through :class:`~coremetry.store.TelemetryStore` only (so every backend
+Three sources, each through :class:`~coremetry.store.TelemetryStore` only (so every backend
 works):
 
-- **RED per service, from spans** (:func:`red_series`): for each ``step_ns`` bucket, the
-  store's per-service summary of entry spans (:meth:`TelemetryStore.services`: request count,
-  error count, p95/p99 duration) becomes four series per service — ``service.request.rate``
-  (requests/s, traffic, either way), ``service.error.ratio`` (errors/requests, up),
-  ``service.duration.p95`` and ``service.duration.p99`` (seconds, up). A bucket in which a
-  service served no request gives no point (sampled traces cannot tell "no traffic" from "not
-  sampled"). The store has no bucketed RED query yet, so this is one ``services()`` query per
-  bucket that holds spans (found by a first pass over blocks of 60 buckets): ~0.2 ms each on
-  the embedded store. A bucketed store method would make it one query.
+- **RED per service, from spans** (:func:`red_series`): the store's bucketed per-service
+  summary of entry spans (:meth:`TelemetryStore.service_red_series`, one query: request
+  count, error count, p95/p99 duration per bucket) becomes four series per service —
+  ``service.request.rate`` (requests/s, traffic, either way), ``service.error.ratio``
+  (errors/requests, up), ``service.duration.p95`` and ``service.duration.p99`` (seconds, up;
+  side ``server``: entry spans are the requests it served). A bucket in which a service served
+  no request gives no point (sampled traces cannot tell "no traffic" from "not sampled").
 - **Metric series** (:func:`metric_series`): every metric with points in the range, bucketed
   by the store (:meth:`TelemetryStore.metric_series`): gauges by ``avg``, monotonic sums by
   ``rate`` (per second), other sums by ``avg``, histograms by ``p99``. The metric's name
   decides what it measures (:func:`classify_metric`): ``*duration*``/``*latency*`` is latency
   (up), ``*error*``/``*fail*`` errors (up), ``*success*`` errors (down), request counts and
   rates and network/syscall rates traffic (either way), CPU/memory/utilization saturation (up),
-  anything else ``other`` (either way). Node-level metrics (``k8s.node.*``, ``system.*`` of a
-  node) are skipped when they carry a service: they describe the machine, not the service.
+  anything else ``other`` (either way). A latency whose name holds ``.client.`` is side
+  ``client`` (the service waiting on its calls), ``.server.`` side ``server``. Node-level
+  metrics (``k8s.node.*``, ``system.*`` of a node) are skipped when they carry a service: they
+  describe the machine, not the service.
+- **Log severity rates** (:func:`log_series`): the store's bucketed log counts per service
+  (:meth:`TelemetryStore.log_counts`) become ``log.records.error`` (ERROR and worse) and
+  ``log.records.warn`` (WARN) in records/s (signal ``logs``, up), with zero for every bucket
+  from the service's first log record on (a service that logs nothing at ERROR logs zero
+  errors; before its first record nothing is known). New log templates are read separately
+  (:func:`warn_records`, mined by :mod:`coremetry.detection.templates`).
 
 Times are unix nanoseconds; a bucket's point is stamped with the bucket's start.
 """
@@ -30,23 +36,27 @@ from typing import Final
 
 from coremetry.store import (
     MAX_LIMIT,
+    LogQuery,
     MetricQuery,
     QueryRejected,
     TelemetryStore,
     TimeRange,
 )
-from coremetry.store.interface import Aggregation
+from coremetry.store.interface import Aggregation, LogCountPoint
 
-from .detector import Series, Signal, Watch
+from .detector import Series, Side, Signal, Watch
 
 __all__ = [
     "classify_metric",
+    "log_series",
     "metric_series",
+    "metric_side",
     "red_series",
+    "warn_records",
 ]
 
 _NS_PER_S: Final = 1_000_000_000
-_COARSE: Final = 60
+_WARN: Final = 13  # OTel severity number of WARN
 
 
 def classify_metric(name: str) -> tuple[Signal, Watch]:
@@ -83,74 +93,74 @@ async def red_series(store: TelemetryStore, time_range: TimeRange, step_ns: int)
 
     Raises:
         ValueError: ``step_ns`` is not positive.
-        StoreError: as the store's ``services`` query.
+        StoreError: as the store's ``service_red_series`` query.
     """
     if step_ns <= 0:
         raise ValueError("step_ns must be positive")
-    rate: dict[str, list[tuple[int, float]]] = {}
-    errors: dict[str, list[tuple[int, float]]] = {}
-    p95: dict[str, list[tuple[int, float]]] = {}
-    p99: dict[str, list[tuple[int, float]]] = {}
     step_s = step_ns / _NS_PER_S
-    for bucket in await _buckets_with_spans(store, time_range, step_ns):
-        end = min(bucket + step_ns, time_range.end_unix_nano)
-        page = await store.services(
-            TimeRange(start_unix_nano=bucket, end_unix_nano=end), limit=MAX_LIMIT
-        )
-        for summary in page.items:
-            if summary.request_count == 0:
-                continue
-            name = summary.service_name
-            rate.setdefault(name, []).append((bucket, summary.request_count / step_s))
-            errors.setdefault(name, []).append((bucket, summary.error_rate))
-            if summary.p95_duration_ns is not None:
-                p95.setdefault(name, []).append((bucket, summary.p95_duration_ns / _NS_PER_S))
-            if summary.p99_duration_ns is not None:
-                p99.setdefault(name, []).append((bucket, summary.p99_duration_ns / _NS_PER_S))
-
     found: list[Series] = []
-    kinds: list[tuple[str, dict[str, list[tuple[int, float]]], str, Signal, Watch]] = [
-        ("service.request.rate", rate, "{request}/s", "traffic", "both"),
-        ("service.error.ratio", errors, "1", "errors", "up"),
-        ("service.duration.p95", p95, "s", "latency", "up"),
-        ("service.duration.p99", p99, "s", "latency", "up"),
-    ]
-    for service in sorted(rate):
-        for name, table, unit, signal, watch in kinds:
-            points = table.get(service)
-            if points:
-                found.append(
-                    Series(
-                        series_id=f"red/{service}/{name}",
-                        name=name,
-                        points=points,
-                        labels={"service.name": service},
-                        service_name=service,
-                        unit=unit,
-                        watch=watch,
-                        signal=signal,
-                    )
+    red = await store.service_red_series(time_range, step_ns=step_ns, limit=MAX_LIMIT)
+    for one in red:
+        service = one.service_name
+        kinds: list[tuple[str, list[tuple[int, float]], str, Signal, Watch, Side]] = [
+            (
+                "service.request.rate",
+                [(p.bucket_start_unix_nano, p.request_count / step_s) for p in one.points],
+                "{request}/s",
+                "traffic",
+                "both",
+                "",
+            ),
+            (
+                "service.error.ratio",
+                [(p.bucket_start_unix_nano, p.error_count / p.request_count) for p in one.points],
+                "1",
+                "errors",
+                "up",
+                "",
+            ),
+            (
+                "service.duration.p95",
+                [(p.bucket_start_unix_nano, p.p95_duration_ns / _NS_PER_S) for p in one.points],
+                "s",
+                "latency",
+                "up",
+                "server",
+            ),
+            (
+                "service.duration.p99",
+                [(p.bucket_start_unix_nano, p.p99_duration_ns / _NS_PER_S) for p in one.points],
+                "s",
+                "latency",
+                "up",
+                "server",
+            ),
+        ]
+        for name, points, unit, signal, watch, side in kinds:
+            found.append(
+                Series(
+                    series_id=f"red/{service}/{name}",
+                    name=name,
+                    points=points,
+                    labels={"service.name": service},
+                    service_name=service,
+                    unit=unit,
+                    watch=watch,
+                    signal=signal,
+                    side=side,
                 )
+            )
     return found
 
 
-async def _buckets_with_spans(
-    store: TelemetryStore, time_range: TimeRange, step_ns: int
-) -> list[int]:
-    """Starts of the ``step_ns`` buckets that may hold spans.
-
-    One ``services()`` query per block of :data:`_COARSE` buckets first, then only the buckets
-    of blocks that had spans: imported or sampled traces are often sparse (the demo's spans
-    cover 7 of its 741 minutes), and an empty block costs one query instead of 60.
-    """
-    block = step_ns * _COARSE
-    found: list[int] = []
-    for start in range(time_range.start_unix_nano, time_range.end_unix_nano, block):
-        end = min(start + block, time_range.end_unix_nano)
-        page = await store.services(TimeRange(start_unix_nano=start, end_unix_nano=end), limit=1)
-        if page.items:
-            found.extend(range(start, end, step_ns))
-    return found
+def metric_side(name: str) -> Side:
+    """``client`` for a name holding ``.client.``, ``server`` for ``.server.``, else ``""``."""
+    lowered = name.lower()
+    if ".client." in lowered:
+        return "client"
+    if ".server." in lowered:
+        return "server"
+    return ""
 
 
 def _is_node_level(name: str) -> bool:
@@ -213,6 +223,91 @@ async def metric_series(store: TelemetryStore, time_range: TimeRange, step_ns: i
                     unit=output.unit,
                     watch=watch,
                     signal=signal,
+                    side=metric_side(output.name) if signal == "latency" else "",
                 )
             )
     return found
+
+
+async def log_series(
+    store: TelemetryStore, time_range: TimeRange, step_ns: int
+) -> tuple[list[Series], dict[str, int]]:
+    """Per-service ERROR and WARN log rates, and when each service started logging.
+
+    Args:
+        store: the store to read.
+        time_range: the half-open range, unix ns.
+        step_ns: bucket width in nanoseconds (> 0).
+
+    Returns:
+        ``(series, logging_since)``: two series per service with log records in the range
+        (see the module docstring), ordered by service then name; and per service the start
+        of its first bucket with a record.
+
+    Raises:
+        StoreError: as the store's ``log_counts`` query.
+    """
+    step_s = step_ns / _NS_PER_S
+    found: list[Series] = []
+    since: dict[str, int] = {}
+    for one in await store.log_counts(time_range, step_ns=step_ns, limit=MAX_LIMIT):
+        if not one.points:
+            continue
+        service = one.service_name
+        first = one.points[0].bucket_start_unix_nano
+        since[service] = first
+        counts = {p.bucket_start_unix_nano: p for p in one.points}
+        buckets = range(first, time_range.end_unix_nano, step_ns)
+        for name, error in (("log.records.error", True), ("log.records.warn", False)):
+            points = [
+                (t, _count(counts[t], error) / step_s if t in counts else 0.0) for t in buckets
+            ]
+            found.append(
+                Series(
+                    series_id=f"logs/{service}/{name}",
+                    name=name,
+                    points=points,
+                    labels={"service.name": service},
+                    service_name=service,
+                    unit="{record}/s",
+                    watch="up",
+                    signal="logs",
+                )
+            )
+    return found, since
+
+
+def _count(point: LogCountPoint, error: bool) -> int:
+    return point.error_records if error else point.warn_records
+
+
+async def warn_records(
+    store: TelemetryStore, time_range: TimeRange, max_records: int
+) -> tuple[list[tuple[str, int, str]], bool]:
+    """The newest WARN-and-worse log records of the range, for template mining.
+
+    Args:
+        store: the store to read.
+        time_range: the half-open range, unix ns.
+        max_records: read at most this many (newest first), through pages of ``MAX_LIMIT``.
+
+    Returns:
+        ``(records, complete)``: ``(service_name, time_unix_nano, body)`` oldest first, and
+        whether every such record of the range was read.
+
+    Raises:
+        StoreError: as the store's ``search_logs`` query.
+    """
+    query = LogQuery(time_range=time_range, min_severity_number=_WARN)
+    found: list[tuple[str, int, str]] = []
+    cursor: str | None = None
+    while len(found) < max_records:
+        page = await store.search_logs(
+            query, limit=min(MAX_LIMIT, max_records - len(found)), cursor=cursor
+        )
+        found.extend((r.service_name, r.time_unix_nano, r.body) for r in page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    found.reverse()
+    return found, cursor is None
