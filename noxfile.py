@@ -33,9 +33,19 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over src, tests, bench and this noxfile (config in mypy.ini)."""
-    _install(session, "test")
+    _install(session, "test", "clickhouse")
     session.install("mypy>=1.15", "nox>=2025.2.9")
     session.run("mypy", "--config-file", "mypy.ini")
+
+
+@nox.session(python=PYTHON)
+def clickhouse(session: nox.Session) -> None:
+    """The ClickHouse backend on a real ClickHouse engine (chDB, in process and over HTTP).
+
+    The store conformance suite on both paths and the KILL QUERY tests (tests/store/clickhouse).
+    """
+    _install(session, "clickhouse-test")
+    session.run("pytest", "tests/store/clickhouse", *session.posargs)
 
 
 @nox.session(python=PYTHON)

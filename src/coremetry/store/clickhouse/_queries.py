@@ -1,0 +1,1282 @@
+"""The read side: one parameter-bound ClickHouse statement per query (two for metric series).
+
+Every statement is text written here plus ``{name:Type}`` server-side parameters; the only
+other text in it is a table name from the configuration, checked to be a plain identifier
+(:func:`._schema.quote_identifier`) and our own constants. Aggregation, ranking, percentiles
+and limits run in ClickHouse; Python turns at most ``limit`` (+1) rows into records. Two
+documented exceptions, as in the embedded store: grouping the *series* of a metric (one row
+per series) and interpolating histogram quantiles over already summed bucket counts.
+
+How each query uses the exporter's sort keys and skip indexes (see ``_schema``):
+
+- time ranges filter ``Timestamp``/``TimeUnix`` (partition pruning by day, and the sort key's
+  ``toDateTime(Timestamp)``); the logs table's key column ``TimestampTime`` is filtered too;
+- a service filters ``ServiceName``, the first column of every sort key;
+- a trace id filters ``TraceId`` (``idx_trace_id`` bloom filter), attributes
+  ``SpanAttributes[k] = v`` (``idx_*_attr_*`` bloom filters), a minimum duration ``Duration``
+  (``idx_duration`` minmax).
+
+Conventions:
+
+- Percentiles are nearest-rank: ``arraySort(groupArray(d))[intDiv(n * p + 99, 100)]``
+  (ClickHouse's ``quantileExact*`` pick other ranks).
+- A span is an entry span when its ``SpanKind`` is SERVER or CONSUMER or it has no parent;
+  it failed when its ``StatusCode`` is ERROR (both text forms, see ``_codec``).
+- Pages ask for ``limit + 1`` rows; the extra row only says that there is a next page.
+  Log records have no insertion order in ClickHouse: ties on time are broken by
+  ``cityHash64`` of the record (stable across pages; identical copies tie completely).
+- Spans and parents: an edge's parent span is looked up among the spans of the children's
+  traces that start within :data:`PARENT_WINDOW_NS` of the range.
+- Rates and cumulative histograms look for a series' last point before the range within
+  :data:`LOOKBACK_NS`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+import struct
+from collections.abc import Sequence
+from typing import Final, cast
+
+from coremetry.store.errors import QueryRejected
+from coremetry.store.interface import (
+    MAX_LIMIT,
+    DeployRecord,
+    LogCountPoint,
+    LogCountSeries,
+    LogQuery,
+    MetricDescriptor,
+    MetricQuery,
+    MetricSeries,
+    OperationSummary,
+    Page,
+    RedPoint,
+    ServiceEdge,
+    ServiceRedSeries,
+    ServiceSummary,
+    StoreStatistics,
+    TimeRange,
+    TraceQuery,
+    TraceSummary,
+)
+from coremetry.store.model import LogRecord, MetricType, Span, normalize_trace_id
+
+from ._codec import (
+    ENTRY_KINDS,
+    ERROR_STATUSES,
+    LOG_SELECT,
+    META_KEY,
+    SPAN_SELECT,
+    LogOut,
+    SpanOut,
+    log_from_row,
+    span_from_row,
+)
+from ._cursor import decode_cursor, encode_cursor, query_hash
+from ._runtime import Param, Runtime
+from ._schema import TableNames
+from ._text import Term, parse_text
+
+__all__ = [
+    "LOOKBACK_NS",
+    "PARENT_WINDOW_NS",
+    "Reader",
+    "check_limit",
+    "check_metric_query",
+    "check_range",
+    "check_step",
+    "check_trace_id",
+    "histogram_quantile",
+]
+
+MAX_NS: Final = 2**63 - 1
+SECOND: Final = 1_000_000_000
+PARENT_WINDOW_NS: Final = 3600 * SECOND
+"""How far outside the range a call's parent span may start (one hour)."""
+LOOKBACK_NS: Final = 86_400 * SECOND
+"""How far before the range ``rate`` and cumulative histograms look for a predecessor (a day)."""
+_NO_GROUP: Final = 4_294_967_295
+
+
+def _strings(values: Sequence[str]) -> str:
+    """A tuple literal of our own constant strings (letters and ``_`` only)."""
+    assert all(re.fullmatch(r"[A-Za-z_]+", v) for v in values)
+    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
+ERROR: Final = f"StatusCode IN {_strings(ERROR_STATUSES)}"
+ENTRY: Final = f"(SpanKind IN {_strings(ENTRY_KINDS)} OR ParentSpanId = '')"
+DURATION: Final = "greatest(toInt64(Duration), 0)"
+SPAN_TIME: Final = (
+    "Timestamp >= fromUnixTimestamp64Nano({start:Int64}) "
+    "AND Timestamp < fromUnixTimestamp64Nano({end:Int64})"
+)
+LOG_TIME: Final = (
+    "TimestampTime >= toDateTime({start_s:UInt32}) AND TimestampTime <= toDateTime({end_s:UInt32}) "
+    "AND Timestamp >= fromUnixTimestamp64Nano({start:Int64}) "
+    "AND Timestamp < fromUnixTimestamp64Nano({end:Int64})"
+)
+POINT_TIME: Final = (
+    "TimeUnix >= fromUnixTimestamp64Nano({start:Int64}) "
+    "AND TimeUnix < fromUnixTimestamp64Nano({end:Int64})"
+)
+LOG_HASH: Final = (
+    "cityHash64(Timestamp, ServiceName, SeverityNumber, SeverityText, Body, TraceId, SpanId, "
+    "LogAttributes, ResourceAttributes, ScopeName)"
+)
+TOKENS: Final = r"extractAll(lowerUTF8(Body), '[\\p{L}\\p{N}]+')"
+"""A log body's tokens (``_text``): lower-cased runs of letters and digits."""
+
+
+def _percentiles(array: str) -> str:
+    return ", ".join(
+        f"if(length({array}) = 0, NULL, {array}[intDiv(length({array}) * {p} + 99, 100)])"
+        for p in (50, 95, 99)
+    )
+
+
+# -- argument checks (no I/O) ------------------------------------------------------------------
+
+
+def check_limit(limit: int) -> None:
+    """Raises: QueryRejected: ``limit`` is not an int in ``[1, MAX_LIMIT]``."""
+    if type(limit) is not int or not 1 <= limit <= MAX_LIMIT:
+        raise QueryRejected("limit", f"must be an integer from 1 to {MAX_LIMIT}, got {limit!r}")
+
+
+def check_range(time_range: TimeRange) -> None:
+    """Raises: QueryRejected: not two int64 nanosecond times with end > start."""
+    start, end = time_range.start_unix_nano, time_range.end_unix_nano
+    if type(start) is not int or type(end) is not int:
+        raise QueryRejected("time_range", "start and end must be integers of unix nanoseconds")
+    if not (-MAX_NS <= start <= MAX_NS and -MAX_NS <= end <= MAX_NS):
+        raise QueryRejected("time_range", "start and end must fit in 64 bits of nanoseconds")
+    if end <= start:
+        raise QueryRejected(
+            "time_range",
+            f"end_unix_nano ({end}) must be after start_unix_nano ({start}); "
+            "the range is half-open [start, end)",
+        )
+
+
+def check_trace_id(trace_id: object, field: str) -> str:
+    """The trace id as 32 lowercase hex characters (64-bit ids left-padded).
+
+    Raises:
+        QueryRejected: not hex, longer than 32 characters, or all zero.
+    """
+    try:
+        normalized = normalize_trace_id(trace_id) if isinstance(trace_id, str) else ""
+    except ValueError:
+        normalized = ""
+    if not normalized:
+        raise QueryRejected(field, f"must be a trace id of 32 hex characters, got {trace_id!r}")
+    return normalized
+
+
+def _range(time_range: TimeRange) -> dict[str, Param]:
+    """Clamped bounds: stored times are in ``[0, 2**63)``; ``DateTime`` seconds in 32 bits."""
+    start = max(0, time_range.start_unix_nano)
+    end = max(0, time_range.end_unix_nano)
+    return {
+        "start": start,
+        "end": end,
+        "start_s": min(start // SECOND, 2**32 - 1),
+        "end_s": min(max(end - 1, 0) // SECOND, 2**32 - 1),
+    }
+
+
+_PERCENTILE_AGGS: Final = {"p50": 50, "p90": 90, "p95": 95, "p99": 99}
+_SIMPLE_AGGS: Final = frozenset(("avg", "min", "max", "sum", "count", "last"))
+_MATCH_OPS: Final = frozenset(("=", "!=", "=~", "!~"))
+
+
+def check_step(time_range: TimeRange, step: object) -> None:
+    """Check a bucket width against the range it divides.
+
+    Raises:
+        QueryRejected: ``step_ns`` is not a positive int, or gives more than ``MAX_LIMIT``
+            buckets over ``time_range``.
+    """
+    if type(step) is not int or step <= 0:
+        raise QueryRejected("step_ns", f"must be a positive integer of nanoseconds, got {step!r}")
+    width = time_range.end_unix_nano - time_range.start_unix_nano
+    buckets = -(-width // step)
+    if buckets > MAX_LIMIT:
+        raise QueryRejected(
+            "step_ns",
+            f"gives {buckets} buckets over the range, more than {MAX_LIMIT}: "
+            f"use a step of at least {-(-width // MAX_LIMIT)} ns or a shorter range",
+        )
+
+
+def check_metric_query(query: MetricQuery) -> None:
+    """Check what can be checked without the database.
+
+    Raises:
+        QueryRejected: bad ``name``, ``step_ns`` (not positive, or more than ``MAX_LIMIT``
+            buckets), ``aggregation``, ``matchers`` (operator, regular expression) or
+            ``group_by``.
+    """
+    if not query.name or not isinstance(query.name, str):
+        raise QueryRejected("name", "must be a metric name")
+    check_step(query.time_range, query.step_ns)
+    aggregation = query.aggregation
+    if (
+        aggregation not in _SIMPLE_AGGS
+        and aggregation != "rate"
+        and aggregation not in _PERCENTILE_AGGS
+    ):
+        raise QueryRejected("aggregation", f"unknown aggregation {aggregation!r}")
+    for i, matcher in enumerate(query.matchers):
+        if matcher.op not in _MATCH_OPS:
+            raise QueryRejected(f"matchers[{i}].op", f"must be =, !=, =~ or !~, got {matcher.op!r}")
+        if matcher.op in ("=~", "!~"):
+            try:
+                re.compile(matcher.value)
+            except re.error as exc:
+                raise QueryRejected(
+                    f"matchers[{i}].value", f"is not a valid regular expression: {exc}"
+                ) from None
+    if query.group_by is not None and not all(isinstance(k, str) for k in query.group_by):
+        raise QueryRejected("group_by", "must be a list of label names")
+
+
+def _check_applies(aggregation: str, metric_type: MetricType) -> None:
+    if aggregation == "rate" and metric_type != "sum":
+        raise QueryRejected(
+            "aggregation", f"rate applies to sums (counters), and this metric is a {metric_type}"
+        )
+    if aggregation in _PERCENTILE_AGGS and metric_type == "sum":
+        raise QueryRejected(
+            "aggregation",
+            f"{aggregation} applies to histograms and gauges, and this metric is a sum "
+            "(use rate, or avg/min/max/sum/count/last)",
+        )
+    if aggregation in _SIMPLE_AGGS and metric_type == "histogram":
+        raise QueryRejected(
+            "aggregation",
+            f"{aggregation} does not apply to a histogram: use p50, p90, p95 or p99",
+        )
+
+
+def histogram_quantile(q: float, bounds: list[float], counts: list[int]) -> float | None:
+    """Prometheus' ``histogram_quantile`` over one merged histogram.
+
+    Args:
+        q: the quantile, 0..1.
+        bounds: the buckets' upper bounds, ascending, the last ``inf``.
+        counts: each bucket's (not cumulative) count.
+
+    Returns:
+        Linear interpolation inside the bucket holding rank ``q * total`` (lower bound: the
+        previous upper bound, 0 for a first bucket with a positive bound); in the ``+Inf``
+        bucket, the largest finite bound; ``None`` when nothing was counted.
+    """
+    cumulative: list[int] = []
+    running = 0
+    for count in counts:
+        running += max(0, count)
+        cumulative.append(running)
+    if running == 0:
+        return None
+    rank = q * running
+    i = min(bisect.bisect_left(cumulative, rank), len(bounds) - 1)
+    upper = bounds[i]
+    if math.isinf(upper):
+        finite = [b for b in bounds if not math.isinf(b)]
+        return finite[-1] if finite else None
+    lower = bounds[i - 1] if i > 0 else (0.0 if upper > 0 else upper)
+    below = cumulative[i - 1] if i > 0 else 0
+    in_bucket = cumulative[i] - below
+    if in_bucket == 0:
+        return upper
+    return lower + (upper - lower) * (rank - below) / in_bucket
+
+
+def _score_bits(score: float) -> int:
+    """The IEEE-754 bits of a positive score: ordered as the scores, exact in a cursor."""
+    bits: int = struct.unpack("<Q", struct.pack("<d", score))[0]
+    return bits
+
+
+class _Series:
+    __slots__ = ("labels", "monotonic", "service", "sid", "temporality", "type", "unit")
+
+    def __init__(
+        self,
+        *,
+        sid: int,
+        type: MetricType,
+        service: str,
+        labels: dict[str, str],
+        unit: str,
+        temporality: int,
+        monotonic: bool,
+    ) -> None:
+        self.sid = sid
+        self.type = type
+        self.service = service
+        self.labels = labels
+        self.unit = unit
+        self.temporality = temporality
+        self.monotonic = monotonic
+
+
+_TYPE_ORDER: Final[tuple[MetricType, ...]] = ("gauge", "sum", "histogram")
+
+
+class Reader:
+    """The queries of one store: its tables and runtime.
+
+    Args:
+        tables: the configured table names (checked).
+        runtime: where statements run.
+    """
+
+    def __init__(self, tables: TableNames, runtime: Runtime) -> None:
+        tables.check()
+        self.tables = tables
+        self.run = runtime
+        self.traces = tables.qualified("traces")
+        self.logs = tables.qualified("logs")
+        self.metric_tables: dict[MetricType, str] = {
+            kind: tables.qualified(kind) for kind in _TYPE_ORDER
+        }
+
+    # -- statistics ---------------------------------------------------------------------------
+
+    async def statistics(self) -> StoreStatistics:
+        """Counts and time extent, and the tables' size on disk."""
+        g, s, h = (self.metric_tables[k] for k in _TYPE_ORDER)
+        rows = await self.run.query(
+            f"""
+            SELECT
+                (SELECT count() FROM {self.traces}),
+                (SELECT count() FROM {self.logs}),
+                (SELECT count() FROM {g}) + (SELECT count() FROM {s}) + (SELECT count() FROM {h}),
+                (SELECT toUnixTimestamp64Nano(minOrNull(Timestamp)) FROM {self.traces}),
+                (SELECT toUnixTimestamp64Nano(maxOrNull(Timestamp)) FROM {self.traces}),
+                (SELECT toUnixTimestamp64Nano(minOrNull(Timestamp)) FROM {self.logs}),
+                (SELECT toUnixTimestamp64Nano(maxOrNull(Timestamp)) FROM {self.logs}),
+                (SELECT toUnixTimestamp64Nano(minOrNull(TimeUnix)) FROM {g}),
+                (SELECT toUnixTimestamp64Nano(maxOrNull(TimeUnix)) FROM {g}),
+                (SELECT toUnixTimestamp64Nano(minOrNull(TimeUnix)) FROM {s}),
+                (SELECT toUnixTimestamp64Nano(maxOrNull(TimeUnix)) FROM {s}),
+                (SELECT toUnixTimestamp64Nano(minOrNull(TimeUnix)) FROM {h}),
+                (SELECT toUnixTimestamp64Nano(maxOrNull(TimeUnix)) FROM {h}),
+                (SELECT sum(bytes_on_disk) FROM system.parts
+                 WHERE active AND database = {{database:String}}
+                   AND table IN {{names:Array(String)}})
+            """,
+            {
+                "database": self.tables.database,
+                "names": [self.tables.table(kind) for kind in ("traces", "logs", *_TYPE_ORDER)],
+            },
+        )
+        row = cast("tuple[int | None, ...]", rows[0])
+        lows = [t for t in row[3:13:2] if t is not None]
+        highs = [t for t in row[4:13:2] if t is not None]
+        return StoreStatistics(
+            span_count=row[0] or 0,
+            log_count=row[1] or 0,
+            metric_point_count=row[2] or 0,
+            oldest_unix_nano=min(lows) if lows else None,
+            newest_unix_nano=max(highs) if highs else None,
+            size_bytes=row[13],
+        )
+
+    # -- services and operations ----------------------------------------------------------
+
+    async def services(self, time_range: TimeRange, limit: int) -> Page[ServiceSummary]:
+        """RED per service from its entry spans (see :class:`ServiceSummary`)."""
+        rows = await self.run.query(
+            f"""
+            SELECT service, span_count, request_count, error_count, {_percentiles("ds")},
+                   last_seen, versions, total
+            FROM (
+                SELECT ServiceName AS service, count() AS span_count,
+                       countIf(entry) AS request_count, countIf(entry AND failed) AS error_count,
+                       arraySort(groupArrayIf(d, entry)) AS ds,
+                       toUnixTimestamp64Nano(max(Timestamp)) AS last_seen,
+                       arraySort(groupUniqArrayIf(version, version != '')) AS versions,
+                       count() OVER () AS total
+                FROM (
+                    SELECT ServiceName, Timestamp, {DURATION} AS d, {ENTRY} AS entry,
+                           {ERROR} AS failed, ResourceAttributes['service.version'] AS version
+                    FROM {self.traces} WHERE {SPAN_TIME}
+                )
+                GROUP BY ServiceName
+            )
+            ORDER BY request_count DESC, service
+            LIMIT {{limit:UInt32}}
+            """,
+            {**_range(time_range), "limit": limit},
+        )
+        items = [
+            ServiceSummary(
+                service_name=cast(str, row[0]),
+                span_count=cast(int, row[1]),
+                request_count=cast(int, row[2]),
+                error_count=cast(int, row[3]),
+                p50_duration_ns=cast("int | None", row[4]),
+                p95_duration_ns=cast("int | None", row[5]),
+                p99_duration_ns=cast("int | None", row[6]),
+                last_seen_unix_nano=cast(int, row[7]),
+                versions=list(cast("list[str]", row[8])),
+            )
+            for row in rows
+        ]
+        return Page(items=items, total=cast(int, rows[0][9]) if rows else 0)
+
+    async def service_red_series(
+        self, time_range: TimeRange, step: int, limit: int
+    ) -> list[ServiceRedSeries]:
+        """RED of entry spans per service and bucket, the first ``limit`` services by name."""
+        rows = await self.run.query(
+            f"""
+            SELECT toString(ServiceName) AS service, b, count(), countIf({ERROR}),
+                   {_percentiles("arraySort(groupArray(d))")}
+            FROM (
+                SELECT ServiceName, StatusCode, {DURATION} AS d,
+                       intDiv(toUnixTimestamp64Nano(Timestamp) - {{origin:Int64}},
+                              {{step:Int64}}) AS b
+                FROM {self.traces}
+                WHERE {SPAN_TIME} AND {ENTRY}
+                  AND ServiceName IN (
+                      SELECT DISTINCT ServiceName FROM {self.traces}
+                      WHERE {SPAN_TIME} AND {ENTRY}
+                      ORDER BY ServiceName LIMIT {{limit:UInt32}}
+                  )
+            )
+            GROUP BY ServiceName, b
+            ORDER BY service, b
+            """,
+            {
+                **_range(time_range),
+                "origin": time_range.start_unix_nano,
+                "step": step,
+                "limit": limit,
+            },
+        )
+        start = time_range.start_unix_nano
+        found: dict[str, list[RedPoint]] = {}
+        for row in rows:
+            found.setdefault(cast(str, row[0]), []).append(
+                RedPoint(
+                    bucket_start_unix_nano=start + cast(int, row[1]) * step,
+                    request_count=cast(int, row[2]),
+                    error_count=cast(int, row[3]),
+                    p50_duration_ns=cast(int, row[4]),
+                    p95_duration_ns=cast(int, row[5]),
+                    p99_duration_ns=cast(int, row[6]),
+                )
+            )
+        return [
+            ServiceRedSeries(service_name=name, points=points) for name, points in found.items()
+        ]
+
+    async def log_counts(
+        self, time_range: TimeRange, step: int, limit: int
+    ) -> list[LogCountSeries]:
+        """Log records per service and bucket by severity, the first ``limit`` services."""
+        rows = await self.run.query(
+            f"""
+            SELECT toString(ServiceName) AS service, b, count(),
+                   countIf(SeverityNumber BETWEEN 13 AND 16), countIf(SeverityNumber >= 17)
+            FROM (
+                SELECT ServiceName, SeverityNumber,
+                       intDiv(toUnixTimestamp64Nano(Timestamp) - {{origin:Int64}},
+                              {{step:Int64}}) AS b
+                FROM {self.logs}
+                WHERE {LOG_TIME}
+                  AND ServiceName IN (
+                      SELECT DISTINCT ServiceName FROM {self.logs} WHERE {LOG_TIME}
+                      ORDER BY ServiceName LIMIT {{limit:UInt32}}
+                  )
+            )
+            GROUP BY ServiceName, b
+            ORDER BY service, b
+            """,
+            {
+                **_range(time_range),
+                "origin": time_range.start_unix_nano,
+                "step": step,
+                "limit": limit,
+            },
+        )
+        start = time_range.start_unix_nano
+        found: dict[str, list[LogCountPoint]] = {}
+        for row in rows:
+            found.setdefault(cast(str, row[0]), []).append(
+                LogCountPoint(
+                    bucket_start_unix_nano=start + cast(int, row[1]) * step,
+                    records=cast(int, row[2]),
+                    warn_records=cast(int, row[3]),
+                    error_records=cast(int, row[4]),
+                )
+            )
+        return [LogCountSeries(service_name=name, points=points) for name, points in found.items()]
+
+    async def operations(
+        self, service_name: str, time_range: TimeRange, limit: int
+    ) -> Page[OperationSummary]:
+        """RED per span name of one service, over all of its spans."""
+        rows = await self.run.query(
+            f"""
+            SELECT name, span_count, error_count, {_percentiles("ds")}, total
+            FROM (
+                SELECT SpanName AS name, count() AS span_count, countIf({ERROR}) AS error_count,
+                       arraySort(groupArray({DURATION})) AS ds, count() OVER () AS total
+                FROM {self.traces}
+                WHERE ServiceName = {{service:String}} AND {SPAN_TIME}
+                GROUP BY SpanName
+            )
+            ORDER BY span_count DESC, name
+            LIMIT {{limit:UInt32}}
+            """,
+            {**_range(time_range), "service": service_name, "limit": limit},
+        )
+        items = [
+            OperationSummary(
+                service_name=service_name,
+                name=cast(str, row[0]),
+                span_count=cast(int, row[1]),
+                error_count=cast(int, row[2]),
+                p50_duration_ns=cast("int | None", row[3]),
+                p95_duration_ns=cast("int | None", row[4]),
+                p99_duration_ns=cast("int | None", row[5]),
+            )
+            for row in rows
+        ]
+        return Page(items=items, total=cast(int, rows[0][6]) if rows else 0)
+
+    # -- traces -------------------------------------------------------------------------------
+
+    async def get_trace(self, trace_id: str, limit: int, cursor: str | None) -> Page[Span]:
+        """The spans of one trace, by start time then span id."""
+        qhash = query_hash("get_trace", trace_id)
+        params: dict[str, Param] = {"trace_id": trace_id, "limit": limit + 1}
+        after = ""
+        if cursor is not None:
+            key = decode_cursor(cursor, qhash, (int, str))
+            after = (
+                "AND (toUnixTimestamp64Nano(Timestamp), SpanId) > "
+                "({after_start:Int64}, {after_span:String})"
+            )
+            params["after_start"] = key[0]
+            params["after_span"] = key[1]
+        rows = await self.run.query(
+            f"""
+            SELECT {SPAN_SELECT},
+                   (SELECT count() FROM {self.traces} WHERE TraceId = {{trace_id:String}})
+            FROM {self.traces}
+            WHERE TraceId = {{trace_id:String}} {after}
+            ORDER BY Timestamp, SpanId
+            LIMIT {{limit:UInt32}}
+            """,
+            params,
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        items = [span_from_row(cast(SpanOut, row[:19])) for row in rows]
+        total = cast(int, rows[0][19]) if rows else (0 if cursor is None else None)
+        if total is None:
+            count = await self.run.query(
+                f"SELECT count() FROM {self.traces} WHERE TraceId = {{trace_id:String}}",
+                {"trace_id": trace_id},
+            )
+            total = cast(int, count[0][0])
+        next_cursor = None
+        if more:
+            last = items[-1]
+            next_cursor = encode_cursor(qhash, (last.start_time_unix_nano, last.span_id))
+        return Page(items=items, next_cursor=next_cursor, total=total)
+
+    async def search_traces(
+        self, query: TraceQuery, limit: int, cursor: str | None
+    ) -> Page[TraceSummary]:
+        """Traces with a span matching every condition, newest trace start first."""
+        if query.status not in ("any", "error", "ok"):
+            raise QueryRejected("status", f"must be any, error or ok, got {query.status!r}")
+        if query.min_duration_ns is not None and type(query.min_duration_ns) is not int:
+            raise QueryRejected("min_duration_ns", "must be an integer of nanoseconds")
+        attributes = sorted(query.attributes.items())
+        qhash = query_hash(
+            "search_traces",
+            query.time_range.start_unix_nano,
+            query.time_range.end_unix_nano,
+            query.service_name,
+            query.operation,
+            query.min_duration_ns,
+            query.status,
+            attributes,
+        )
+        params: dict[str, Param] = {**_range(query.time_range), "limit": limit + 1}
+        conditions = [SPAN_TIME]
+        if query.service_name is not None:
+            conditions.append("ServiceName = {service:String}")
+            params["service"] = query.service_name
+        if query.operation is not None:
+            conditions.append("SpanName = {operation:String}")
+            params["operation"] = query.operation
+        if query.min_duration_ns is not None and query.min_duration_ns > 0:
+            conditions.append(
+                "Duration >= {min_duration:UInt64} AND toInt64(Duration) >= {min_duration:Int64}"
+            )
+            params["min_duration"] = query.min_duration_ns
+        if query.status == "error":
+            conditions.append(ERROR)
+        elif query.status == "ok":
+            conditions.append(f"NOT {ERROR}")
+        for i, (key, value) in enumerate(attributes):
+            if key == META_KEY:
+                conditions.append("0")
+                continue
+            k, v = f"{{attribute_key_{i}:String}}", f"{{attribute_value_{i}:String}}"
+            conditions.append(
+                f"((mapContains(SpanAttributes, {k}) AND SpanAttributes[{k}] = {v}) "
+                f"OR (mapContains(ResourceAttributes, {k}) AND ResourceAttributes[{k}] = {v}))"
+            )
+            params[f"attribute_key_{i}"] = key
+            params[f"attribute_value_{i}"] = value
+        page = ""
+        if cursor is not None:
+            after = decode_cursor(cursor, qhash, (int, str))
+            page = (
+                "WHERE trace_start < {after_start:Int64} "
+                "OR (trace_start = {after_start:Int64} AND trace_id > {after_trace:String})"
+            )
+            params["after_start"] = after[0]
+            params["after_trace"] = after[1]
+        rows = await self.run.query(
+            f"""
+            SELECT trace_id, trace_start, trace_end, span_count, error_count, services, root,
+                   total
+            FROM (
+                SELECT TraceId AS trace_id,
+                       toUnixTimestamp64Nano(min(Timestamp)) AS trace_start,
+                       max(toUnixTimestamp64Nano(Timestamp) + {DURATION}) AS trace_end,
+                       count() AS span_count, countIf({ERROR}) AS error_count,
+                       arraySort(groupUniqArray(ServiceName)) AS services,
+                       argMin((toString(ServiceName), toString(SpanName), ParentSpanId != ''),
+                              (ParentSpanId != '', Timestamp, SpanId)) AS root,
+                       count() OVER () AS total
+                FROM {self.traces}
+                WHERE TraceId IN (
+                    SELECT TraceId FROM {self.traces} WHERE {" AND ".join(conditions)}
+                )
+                GROUP BY TraceId
+            )
+            {page}
+            ORDER BY trace_start DESC, trace_id
+            LIMIT {{limit:UInt32}}
+            """,
+            params,
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        items: list[TraceSummary] = []
+        for row in rows:
+            root = cast("tuple[str, str, bool]", row[6])
+            start, end = cast(int, row[1]), cast(int, row[2])
+            items.append(
+                TraceSummary(
+                    trace_id=cast(str, row[0]),
+                    root_service_name=root[0],
+                    root_name=root[1],
+                    root_missing=bool(root[2]),
+                    start_time_unix_nano=start,
+                    duration_ns=max(0, end - start),
+                    span_count=cast(int, row[3]),
+                    error_count=cast(int, row[4]),
+                    services=list(cast("list[str]", row[5])),
+                )
+            )
+        total = cast(int, rows[0][7]) if rows and cursor is None else None
+        if not rows and cursor is None:
+            total = 0
+        next_cursor = None
+        if more:
+            last = items[-1]
+            next_cursor = encode_cursor(qhash, (last.start_time_unix_nano, last.trace_id))
+        return Page(items=items, next_cursor=next_cursor, total=total)
+
+    # -- logs ---------------------------------------------------------------------------------
+
+    async def search_logs(self, query: LogQuery, limit: int, cursor: str | None) -> Page[LogRecord]:
+        """Matching log records: BM25 then newest with text, newest first without."""
+        terms: list[Term] | None = None
+        if query.text is not None:
+            if not isinstance(query.text, str):
+                raise QueryRejected("text", "must be text")
+            terms = parse_text(query.text)
+        trace_id = (
+            check_trace_id(query.trace_id, "trace_id") if query.trace_id is not None else None
+        )
+        severity = query.min_severity_number
+        if severity is not None and (type(severity) is not int or not 0 <= severity <= 24):
+            raise QueryRejected(
+                "min_severity_number", f"must be an OTel severity number 0..24, got {severity!r}"
+            )
+        qhash = query_hash(
+            "search_logs",
+            query.time_range.start_unix_nano,
+            query.time_range.end_unix_nano,
+            [(t.tokens, t.prefix) for t in terms] if terms is not None else None,
+            query.service_name,
+            severity,
+            trace_id,
+        )
+        params: dict[str, Param] = {**_range(query.time_range), "limit": limit + 1}
+        filters = [LOG_TIME]
+        if query.service_name is not None:
+            filters.append("ServiceName = {service:String}")
+            params["service"] = query.service_name
+        if severity is not None:
+            filters.append("SeverityNumber >= {severity:UInt8}")
+            params["severity"] = severity
+        if trace_id is not None:
+            filters.append("TraceId = {trace_id:String}")
+            params["trace_id"] = trace_id
+        where = " AND ".join(filters)
+        if terms is None:
+            return await self._logs_by_time(where, params, qhash, limit, cursor)
+        return await self._logs_by_text(where, params, terms, qhash, limit, cursor)
+
+    async def _logs_by_time(
+        self,
+        where: str,
+        params: dict[str, Param],
+        qhash: str,
+        limit: int,
+        cursor: str | None,
+    ) -> Page[LogRecord]:
+        page = ""
+        if cursor is not None:
+            key = decode_cursor(cursor, qhash, (int, int))
+            page = (
+                "AND (Timestamp < fromUnixTimestamp64Nano({after_time:Int64}) "
+                "OR (Timestamp = fromUnixTimestamp64Nano({after_time:Int64}) "
+                "AND h > {after_hash:UInt64}))"
+            )
+            params["after_time"] = key[0]
+            params["after_hash"] = key[1]
+        rows = await self.run.query(
+            f"""
+            SELECT {LOG_SELECT}, {LOG_HASH} AS h
+            FROM {self.logs}
+            WHERE {where} {page}
+            ORDER BY Timestamp DESC, h
+            LIMIT {{limit:UInt32}}
+            """,
+            params,
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        items = [log_from_row(cast(LogOut, row[:10])) for row in rows]
+        next_cursor = None
+        if more:
+            last = rows[-1]
+            next_cursor = encode_cursor(qhash, (cast(int, last[0]), cast(int, last[10])))
+        return Page(items=items, next_cursor=next_cursor)
+
+    async def _logs_by_text(
+        self,
+        where: str,
+        params: dict[str, Param],
+        terms: list[Term],
+        qhash: str,
+        limit: int,
+        cursor: str | None,
+    ) -> Page[LogRecord]:
+        matches: list[str] = []
+        frequencies: list[str] = []
+        for i, term in enumerate(terms):
+            match, frequency = _term_sql(i, term, params)
+            matches.append(match)
+            frequencies.append(frequency)
+        needles = sorted({token for term in terms for token in term.tokens})
+        params["needles"] = needles
+        # A cheap necessary condition first: every token occurs in the lower-cased body.
+        prefilter = "arrayAll(x -> position(lowerUTF8(Body), x) > 0, {needles:Array(String)})"
+        matched = " AND ".join(matches)
+        # BM25 (k1 = 1.2, b = 0.75) with idf = ln(1 + (N - df + 0.5) / (df + 0.5)); N, the
+        # documents' token counts and each term's df over the records the filters select.
+        stats = ", ".join(["count()", "sum(length(tk))", *(f"countIf({m})" for m in matches)])
+        score = " + ".join(
+            f"log(1 + (stats.1 - stats.{i + 3} + 0.5) / (stats.{i + 3} + 0.5)) * ({f}) * 2.2 "
+            f"/ (({f}) + 1.2 * (0.25 + 0.75 * length(tk) / (stats.2 / stats.1)))"
+            for i, f in enumerate(frequencies)
+        )
+        page = ""
+        if cursor is not None:
+            key = decode_cursor(cursor, qhash, (int, int, int))
+            page = (
+                "WHERE bits < {after_score:UInt64} OR (bits = {after_score:UInt64} "
+                "AND (t < {after_time:Int64} OR (t = {after_time:Int64} "
+                "AND h > {after_hash:UInt64})))"
+            )
+            params["after_score"] = key[0]
+            params["after_time"] = key[1]
+            params["after_hash"] = key[2]
+        rows = await self.run.query(
+            f"""
+            WITH (
+                SELECT ({stats}) FROM (
+                    SELECT {TOKENS} AS tk FROM {self.logs} WHERE {where}
+                )
+            ) AS stats
+            SELECT * EXCEPT (tk, bits) FROM (
+                SELECT {LOG_SELECT}, {LOG_HASH} AS h, toUnixTimestamp64Nano(Timestamp) AS t,
+                       {TOKENS} AS tk, {score} AS score, reinterpretAsUInt64(score) AS bits
+                FROM {self.logs}
+                WHERE {where} AND {prefilter} AND {matched}
+            )
+            {page}
+            ORDER BY score DESC, t DESC, h
+            LIMIT {{limit:UInt32}}
+            """,
+            params,
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        items = [log_from_row(cast(LogOut, row[:10])) for row in rows]
+        next_cursor = None
+        if more:
+            last = rows[-1]
+            next_cursor = encode_cursor(
+                qhash,
+                (_score_bits(cast(float, last[12])), cast(int, last[11]), cast(int, last[10])),
+            )
+        return Page(items=items, next_cursor=next_cursor)
+
+    # -- edges and deploys ----------------------------------------------------------------
+
+    async def service_edges(
+        self, time_range: TimeRange, limit: int, service_name: str | None
+    ) -> list[ServiceEdge]:
+        """Calls between services: child spans whose parent span is another service's."""
+        params: dict[str, Param] = {
+            **_range(time_range),
+            "limit": limit,
+            "parent_start": max(0, time_range.start_unix_nano - PARENT_WINDOW_NS),
+            "parent_end": min(MAX_NS, max(0, time_range.end_unix_nano) + PARENT_WINDOW_NS),
+        }
+        only = ""
+        if service_name is not None:
+            only = "AND (p.ServiceName = {service:String} OR c.ServiceName = {service:String})"
+            params["service"] = service_name
+        children = (
+            f"SELECT TraceId, ParentSpanId, ServiceName, StatusCode, Duration "
+            f"FROM {self.traces} WHERE {SPAN_TIME} AND ParentSpanId != ''"
+        )
+        rows = await self.run.query(
+            f"""
+            SELECT caller, callee, call_count, error_count, {_percentiles("ds")}
+            FROM (
+                SELECT toString(p.ServiceName) AS caller, toString(c.ServiceName) AS callee,
+                       count() AS call_count, countIf(c.{ERROR}) AS error_count,
+                       arraySort(groupArray(greatest(toInt64(c.Duration), 0))) AS ds
+                FROM ({children}) AS c
+                INNER JOIN (
+                    SELECT TraceId, SpanId, ServiceName FROM {self.traces}
+                    WHERE Timestamp >= fromUnixTimestamp64Nano({{parent_start:Int64}})
+                      AND Timestamp < fromUnixTimestamp64Nano({{parent_end:Int64}})
+                      AND TraceId IN (SELECT TraceId FROM ({children}))
+                ) AS p ON c.TraceId = p.TraceId AND c.ParentSpanId = p.SpanId
+                WHERE p.ServiceName != c.ServiceName {only}
+                GROUP BY caller, callee
+            )
+            ORDER BY call_count DESC, caller, callee
+            LIMIT {{limit:UInt32}}
+            """,
+            params,
+        )
+        return [
+            ServiceEdge(
+                caller=cast(str, row[0]),
+                callee=cast(str, row[1]),
+                call_count=cast(int, row[2]),
+                error_count=cast(int, row[3]),
+                p50_duration_ns=cast("int | None", row[4]),
+                p95_duration_ns=cast("int | None", row[5]),
+                p99_duration_ns=cast("int | None", row[6]),
+            )
+            for row in rows
+        ]
+
+    async def deploys(
+        self, time_range: TimeRange, limit: int, service_name: str | None
+    ) -> list[DeployRecord]:
+        """Distinct ``service.version`` per service in the range, latest first seen first."""
+        params: dict[str, Param] = {**_range(time_range), "limit": limit}
+        only = ""
+        if service_name is not None:
+            only = "AND ServiceName = {service:String}"
+            params["service"] = service_name
+        rows = await self.run.query(
+            f"""
+            SELECT toString(ServiceName) AS service, version,
+                   toUnixTimestamp64Nano(min(Timestamp)) AS first_seen,
+                   toUnixTimestamp64Nano(max(Timestamp)), count()
+            FROM (
+                SELECT ServiceName, Timestamp, ResourceAttributes['service.version'] AS version
+                FROM {self.traces} WHERE {SPAN_TIME} {only}
+            )
+            WHERE version != ''
+            GROUP BY ServiceName, version
+            ORDER BY first_seen DESC, service, version
+            LIMIT {{limit:UInt32}}
+            """,
+            params,
+        )
+        return [
+            DeployRecord(
+                service_name=cast(str, row[0]),
+                version=cast(str, row[1]),
+                first_seen_unix_nano=cast(int, row[2]),
+                last_seen_unix_nano=cast(int, row[3]),
+                span_count=cast(int, row[4]),
+            )
+            for row in rows
+        ]
+
+    # -- metrics ------------------------------------------------------------------------------
+
+    async def metric_names(
+        self, time_range: TimeRange, limit: int, prefix: str | None
+    ) -> Page[MetricDescriptor]:
+        """Metric names with a point in the range, by name."""
+        params: dict[str, Param] = {**_range(time_range), "limit": limit}
+        by_prefix = ""
+        if prefix:
+            if not isinstance(prefix, str):
+                raise QueryRejected("prefix", "must be text")
+            by_prefix = "AND startsWith(MetricName, {prefix:String})"
+            params["prefix"] = prefix
+        parts = [
+            f"""
+            SELECT MetricName AS name, '{kind}' AS type,
+                   argMax(MetricUnit, TimeUnix) AS unit,
+                   argMax(MetricDescription, TimeUnix) AS description,
+                   groupUniqArrayArray(mapKeys(Attributes)) AS keys,
+                   uniqExact(ServiceName, Attributes) AS series,
+                   toUnixTimestamp64Nano(max(TimeUnix)) AS last
+            FROM {table} WHERE {POINT_TIME} {by_prefix}
+            GROUP BY MetricName
+            """
+            for kind, table in self.metric_tables.items()
+        ]
+        rows = await self.run.query(
+            f"""
+            SELECT name, argMax(type, last), argMax(unit, last), argMax(description, last),
+                   arraySort(arrayDistinct(arrayFlatten(groupArray(keys)))), sum(series),
+                   max(last), count() OVER ()
+            FROM ({" UNION ALL ".join(parts)})
+            GROUP BY name
+            ORDER BY name
+            LIMIT {{limit:UInt32}}
+            """,
+            params,
+        )
+        items = [
+            MetricDescriptor(
+                name=cast(str, row[0]),
+                type=cast(MetricType, row[1]),
+                unit=cast(str, row[2]),
+                description=cast(str, row[3]),
+                label_keys=sorted({"service.name", *cast("list[str]", row[4])} - {META_KEY}),
+                series_count=cast(int, row[5]),
+                last_seen_unix_nano=cast(int, row[6]),
+            )
+            for row in rows
+        ]
+        return Page(items=items, total=cast(int, rows[0][7]) if rows else 0)
+
+    async def _select_series(self, query: MetricQuery) -> list[_Series]:
+        params: dict[str, Param] = {**_range(query.time_range), "name": query.name}
+        conditions = ["MetricName = {name:String}", POINT_TIME]
+        if query.service_name is not None:
+            conditions.append("ServiceName = {service:String}")
+            params["service"] = query.service_name
+        for i, matcher in enumerate(query.matchers):
+            if matcher.label == "service.name":
+                value = "toString(ServiceName)"
+            else:
+                value = f"Attributes[{{label_{i}:String}}]"
+                params[f"label_{i}"] = matcher.label
+            if matcher.op == "=":
+                conditions.append(f"{value} = {{match_{i}:String}}")
+                params[f"match_{i}"] = matcher.value
+            elif matcher.op == "!=":
+                conditions.append(f"{value} != {{match_{i}:String}}")
+                params[f"match_{i}"] = matcher.value
+            else:
+                negate = "NOT " if matcher.op == "!~" else ""
+                conditions.append(f"{negate}match({value}, {{match_{i}:String}})")
+                params[f"match_{i}"] = f"^(?:{matcher.value})$"
+        where = " AND ".join(conditions)
+        extra = {
+            "gauge": "toInt32(0), toUInt8(0)",
+            "sum": (
+                "argMax(AggregationTemporality, TimeUnix), toUInt8(argMax(IsMonotonic, TimeUnix))"
+            ),
+            "histogram": "argMax(AggregationTemporality, TimeUnix), toUInt8(0)",
+        }
+        parts = [
+            f"""
+            SELECT '{kind}' AS type, toString(ServiceName) AS service,
+                   CAST(Attributes, 'Map(String, String)') AS attributes,
+                   argMax(MetricUnit, TimeUnix), {extra[kind]},
+                   cityHash64(ServiceName, Attributes) AS sid
+            FROM {table} WHERE {where}
+            GROUP BY ServiceName, Attributes
+            """
+            for kind, table in self.metric_tables.items()
+        ]
+        rows = await self.run.query(" UNION ALL ".join(parts), params)
+        found = [
+            _Series(
+                sid=cast(int, row[6]),
+                type=cast(MetricType, row[0]),
+                service=cast(str, row[1]),
+                labels={**cast("dict[str, str]", row[2]), "service.name": cast(str, row[1])},
+                unit=cast(str, row[3]),
+                temporality=cast(int, row[4]),
+                monotonic=bool(row[5]),
+            )
+            for row in rows
+        ]
+        found.sort(key=lambda s: (_TYPE_ORDER.index(s.type), sorted(s.labels.items())))
+        return found
+
+    async def metric_series(self, query: MetricQuery, limit: int) -> list[MetricSeries]:
+        """Bucketed, aggregated series of one metric (see :class:`MetricQuery`)."""
+        series = await self._select_series(query)
+        if not series:
+            return []
+        metric_type = series[0].type
+        unit = series[0].unit
+        series = [s for s in series if s.type == metric_type]
+        _check_applies(query.aggregation, metric_type)
+        groups: dict[tuple[tuple[str, str], ...], list[_Series]] = {}
+        for s in series:
+            if query.group_by is None:
+                labels = s.labels
+            else:
+                labels = {k: s.labels.get(k, "") for k in query.group_by if s.labels.get(k, "")}
+            groups.setdefault(tuple(sorted(labels.items())), []).append(s)
+        outputs = sorted(groups.items())[:limit]
+        members = [(index, s) for index, (_, group) in enumerate(outputs) for s in group]
+        start, end, step = (
+            query.time_range.start_unix_nano,
+            query.time_range.end_unix_nano,
+            query.step_ns,
+        )
+        aggregation = query.aggregation
+        delta = all(s.temporality == 1 for _, s in members)
+        lookback = not delta and (aggregation == "rate" or metric_type == "histogram")
+        params: dict[str, Param] = {
+            "name": query.name,
+            "start": start,
+            "end": max(0, end),
+            "step": step,
+            "from": max(0, start - LOOKBACK_NS if lookback else start),
+            "sids": [s.sid for _, s in members],
+            "groups": [index for index, _ in members],
+            "services": sorted({s.service for _, s in members}),
+        }
+        table = self.metric_tables[metric_type]
+        histogram = (
+            "BucketCounts AS h, Count AS c, ExplicitBounds AS eb"
+            if metric_type == ("histogram")
+            else "Value AS v, IsMonotonic AS mono"
+            if metric_type == "sum"
+            else "Value AS v"
+        )
+        points = f"""
+            SELECT * FROM (
+                SELECT transform(cityHash64(ServiceName, Attributes), {{sids:Array(UInt64)}},
+                                 {{groups:Array(UInt32)}}, toUInt32({_NO_GROUP})) AS grp,
+                       cityHash64(ServiceName, Attributes) AS sid,
+                       toUnixTimestamp64Nano(TimeUnix) AS t,
+                       toUnixTimestamp64Nano(StartTimeUnix) AS st,
+                       intDiv(t - {{start:Int64}}, {{step:Int64}}) AS b, {histogram}
+                FROM {table}
+                WHERE MetricName = {{name:String}} AND ServiceName IN {{services:Array(String)}}
+                  AND TimeUnix >= fromUnixTimestamp64Nano({{from:Int64}})
+                  AND TimeUnix < fromUnixTimestamp64Nano({{end:Int64}})
+            ) WHERE grp != {_NO_GROUP}
+        """
+        if metric_type == "histogram":
+            values = await self._histogram(points, params, _PERCENTILE_AGGS[aggregation], delta)
+        elif aggregation == "rate":
+            values = await self._rate(points, params, delta)
+        else:
+            values = await self._simple(points, params, aggregation)
+        return [
+            MetricSeries(
+                name=query.name,
+                type=metric_type,
+                unit=unit,
+                labels=dict(labels),
+                points=[(start + b * step, v) for b, v in values.get(index, [])],
+            )
+            for index, (labels, _) in enumerate(outputs)
+        ]
+
+    async def _collect(
+        self, sql: str, params: dict[str, Param]
+    ) -> dict[int, list[tuple[int, float]]]:
+        found: dict[int, list[tuple[int, float]]] = {}
+        for row in await self.run.query(sql, params):
+            value = cast("float | None", row[2])
+            if value is not None:
+                found.setdefault(cast(int, row[0]), []).append((cast(int, row[1]), float(value)))
+        return found
+
+    async def _simple(
+        self, points: str, params: dict[str, Param], aggregation: str
+    ) -> dict[int, list[tuple[int, float]]]:
+        if aggregation in _PERCENTILE_AGGS:
+            p = _PERCENTILE_AGGS[aggregation]
+            value = f"arraySort(groupArray(v))[intDiv(count() * {p} + 99, 100)]"
+        elif aggregation == "last":
+            value = "argMax(v, (t, sid))"
+        elif aggregation == "count":
+            value = "toFloat64(count())"
+        else:
+            value = f"toFloat64({aggregation}(v))"
+        return await self._collect(
+            f"""
+            SELECT grp, b, {value} FROM ({points})
+            WHERE isFinite(v) AND t >= {{start:Int64}}
+            GROUP BY grp, b ORDER BY grp, b
+            """,
+            params,
+        )
+
+    async def _rate(
+        self, points: str, params: dict[str, Param], delta: bool
+    ) -> dict[int, list[tuple[int, float]]]:
+        if delta:
+            # Each point is the increase since the previous one: their sum over the bucket's
+            # width (the last bucket may be cut short by the range's end).
+            return await self._collect(
+                f"""
+                SELECT grp, b,
+                       sum(v) * 1e9
+                       / (least({{start:Int64}} + (b + 1) * {{step:Int64}}, {{end:Int64}})
+                          - ({{start:Int64}} + b * {{step:Int64}}))
+                FROM ({points}) WHERE isFinite(v) AND t >= {{start:Int64}}
+                GROUP BY grp, b ORDER BY grp, b
+                """,
+                params,
+            )
+        # Cumulative: per series, consecutive finite points (the last one before the range as
+        # the first one's predecessor); a decrease of a monotonic sum or a new start time is a
+        # reset (the increase is then the new value). Rates of a group's series add up.
+        return await self._collect(
+            f"""
+            SELECT grp, b, sum(r) FROM (
+                SELECT grp, sid, b, sum(dv) * 1e9 / sum(dt) AS r FROM (
+                    SELECT grp, sid, b, t - pt AS dt,
+                           if((mono AND v < pv) OR (st > 0 AND pst > 0 AND st != pst),
+                              v, v - pv) AS dv
+                    FROM (
+                        SELECT grp, sid, b, t, st, v, mono,
+                               lagInFrame(v) OVER w AS pv, lagInFrame(t) OVER w AS pt,
+                               lagInFrame(st) OVER w AS pst, row_number() OVER w AS rn
+                        FROM ({points}) WHERE isFinite(v)
+                        WINDOW w AS (PARTITION BY sid ORDER BY t
+                                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+                    )
+                    WHERE t >= {{start:Int64}} AND rn > 1 AND t > pt
+                )
+                GROUP BY grp, sid, b HAVING sum(dt) > 0
+            )
+            GROUP BY grp, b ORDER BY grp, b
+            """,
+            params,
+        )
+
+    async def _histogram(
+        self, points: str, params: dict[str, Param], p: int, delta: bool
+    ) -> dict[int, list[tuple[int, float]]]:
+        if delta:
+            sql = f"""
+                SELECT grp, b, eb, sumForEach(arrayMap(x -> toInt64(x), h))
+                FROM ({points}) WHERE t >= {{start:Int64}}
+                GROUP BY grp, b, eb
+            """
+        else:
+            # Per series and bucket, the last point minus the previous bucket's last point
+            # (or the last point before the range); a smaller count or a new start time is a
+            # reset, and a series' first point counts whole.
+            last = "argMax(h, t) AS h, argMax(c, t) AS c, argMax(st, t) AS st, argMax(eb, t) AS eb"
+            sql = f"""
+                SELECT grp, b, eb, sumForEach(counts) FROM (
+                    SELECT grp, b, eb,
+                           if(rn = 1 OR c < pc OR (st > 0 AND pst > 0 AND st != pst)
+                                 OR length(h) != length(ph),
+                              arrayMap(x -> toInt64(x), h),
+                              arrayMap((x, i) -> toInt64(x) - toInt64(ph[i]), h,
+                                       arrayEnumerate(h))) AS counts
+                    FROM (
+                        SELECT grp, sid, b, h, c, st, eb,
+                               lagInFrame(h) OVER w AS ph, lagInFrame(c) OVER w AS pc,
+                               lagInFrame(st) OVER w AS pst, row_number() OVER w AS rn
+                        FROM (
+                            SELECT grp, sid, b, {last} FROM ({points})
+                            WHERE t >= {{start:Int64}} GROUP BY grp, sid, b
+                            UNION ALL
+                            SELECT grp, sid, toInt64(-1) AS b, {last} FROM ({points})
+                            WHERE t < {{start:Int64}} GROUP BY grp, sid
+                        )
+                        WINDOW w AS (PARTITION BY sid ORDER BY b
+                                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+                    )
+                    WHERE b >= 0
+                )
+                GROUP BY grp, b, eb
+            """
+        merged: dict[tuple[int, int], dict[float, int]] = {}
+        for row in await self.run.query(sql, params):
+            grp, b = cast(int, row[0]), cast(int, row[1])
+            bounds = [*cast("list[float]", row[2]), math.inf]
+            by_bound = merged.setdefault((grp, b), {})
+            for le, count in zip(bounds, cast("list[int]", row[3]), strict=False):
+                by_bound[le] = by_bound.get(le, 0) + int(count)
+        found: dict[int, list[tuple[int, float]]] = {}
+        for (grp, b), by_bound in sorted(merged.items()):
+            ordered = sorted(by_bound)
+            value = histogram_quantile(p / 100, ordered, [by_bound[le] for le in ordered])
+            if value is not None:
+                found.setdefault(grp, []).append((b, value))
+        return found
+
+
+def _term_sql(i: int, term: Term, params: dict[str, Param]) -> tuple[str, str]:
+    """The match condition and the frequency expression of term ``i`` over tokens ``tk``."""
+    words = list(term.tokens)
+    if len(words) == 1:
+        params[f"word_{i}"] = words[0]
+        if term.prefix:
+            test = f"x -> startsWith(x, {{word_{i}:String}})"
+            return f"arrayExists({test}, tk)", f"arrayCount({test}, tk)"
+        return f"has(tk, {{word_{i}:String}})", f"countEqual(tk, {{word_{i}:String}})"
+    n = len(words)
+    if term.prefix:
+        params[f"head_{i}"] = words[:-1]
+        params[f"word_{i}"] = words[-1]
+        test = (
+            f"j -> arraySlice(tk, j, {n - 1}) = {{head_{i}:Array(String)}} "
+            f"AND startsWith(tk[j + {n - 1}], {{word_{i}:String}})"
+        )
+        return f"arrayExists({test}, arrayEnumerate(tk))", f"arrayCount({test}, arrayEnumerate(tk))"
+    params[f"phrase_{i}"] = words
+    test = f"j -> arraySlice(tk, j, {n}) = {{phrase_{i}:Array(String)}}"
+    return f"hasSubstr(tk, {{phrase_{i}:Array(String)}})", f"arrayCount({test}, arrayEnumerate(tk))"

@@ -1,0 +1,350 @@
+"""Running ClickHouse statements from trio: clients, query ids, budgets, KILL QUERY, errors.
+
+The maintained ``clickhouse-connect`` client is synchronous here (its asyncio client does not
+run under trio): every statement runs in a worker thread (:func:`trio.to_thread.run_sync`)
+holding one token of a :class:`trio.CapacityLimiter`, so at most ``query_threads`` statements
+of this store are in flight.
+
+Every read carries:
+
+- ``query_id``: a fresh UUID, so the statement can be found on the server;
+- ``readonly=1``: the server refuses anything but reading, whatever the SQL;
+- ``max_execution_time``: the time left before the caller's trio deadline
+  (:func:`trio.current_effective_deadline`, e.g. a tool call's budget), in seconds, so the
+  server stops by itself when the budget is gone.
+
+When the calling task is cancelled first (its deadline, or the client went away), the worker
+thread is abandoned and ``KILL QUERY WHERE query_id = '…' ASYNC`` goes to the server on a
+*second* client with its own connection pool (the first one's connection is busy with the
+query), shielded and bounded by :data:`KILL_TIMEOUT_S`; the abandoned thread then receives the
+server's ``QUERY_WAS_CANCELLED`` and ends, releasing its limiter token. The query id is the only
+value put into that statement as text: it is our own UUID, checked against :data:`_QUERY_ID`
+(``KILL``'s ``WHERE`` is not a place where every server version substitutes query
+parameters). An embedded chDB engine (``chdb://``) has no second connection to kill from: its
+statement runs to its end (bounded by ``max_execution_time``) while the caller moves on.
+
+Server errors map onto the store's error tree (:func:`map_error`): time limits (``159
+TIMEOUT_EXCEEDED`` and kin) -> :class:`~coremetry.store.errors.StoreTimeout`; an unreachable
+server, memory or concurrency limits, refused credentials or rights ->
+:class:`~coremetry.store.errors.StoreUnavailable`; a missing table, database or column ->
+:class:`~coremetry.store.errors.StoreSchemaError`; a regular expression RE2 cannot compile ->
+:class:`~coremetry.store.errors.QueryRejected`. Anything else is a bug of ours (bad SQL) and
+propagates as the client raised it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import urllib.parse
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final, TypeAlias, TypeVar
+
+import clickhouse_connect
+import trio
+from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, Error
+
+from coremetry.store.errors import (
+    QueryRejected,
+    StoreError,
+    StoreSchemaError,
+    StoreTimeout,
+    StoreUnavailable,
+)
+
+__all__ = [
+    "KILL_TIMEOUT_S",
+    "Param",
+    "Row",
+    "Runtime",
+    "map_error",
+    "redacted_url",
+]
+
+log = logging.getLogger("coremetry.store.clickhouse")
+
+T = TypeVar("T")
+
+Param: TypeAlias = (
+    int
+    | float
+    | str
+    | bool
+    | Sequence[int]
+    | Sequence[str]
+    | Sequence[float]
+    | Sequence[tuple[str, str]]
+    | None
+)
+"""A value bound to a ``{name:Type}`` server-side parameter."""
+
+Row: TypeAlias = tuple[object, ...]
+"""One result row as ``clickhouse-connect`` decodes it."""
+
+KILL_TIMEOUT_S: Final = 5.0
+"""How long a cancelled read waits for its ``KILL QUERY`` to be accepted, in seconds."""
+
+_QUERY_ID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+_TIMEOUT_CODES: Final = frozenset({159, 160, 209})
+"""TIMEOUT_EXCEEDED, TOO_SLOW (estimated time over the limit), SOCKET_TIMEOUT."""
+_UNAVAILABLE_CODES: Final = frozenset(
+    {
+        3,  # UNEXPECTED_END_OF_FILE
+        164,  # READONLY (the user may not write)
+        192,  # UNKNOWN_USER
+        193,  # WRONG_PASSWORD
+        194,  # REQUIRED_PASSWORD
+        202,  # TOO_MANY_SIMULTANEOUS_QUERIES
+        203,  # NO_FREE_CONNECTION
+        210,  # NETWORK_ERROR
+        236,  # ABORTED
+        241,  # MEMORY_LIMIT_EXCEEDED
+        242,  # TABLE_IS_READ_ONLY
+        252,  # TOO_MANY_PARTS
+        394,  # QUERY_WAS_CANCELLED (by someone else)
+        497,  # ACCESS_DENIED
+        516,  # AUTHENTICATION_FAILED
+        999,  # KEEPER_EXCEPTION
+    }
+)
+_SCHEMA_CODES: Final = frozenset(
+    {
+        10,  # NOT_FOUND_COLUMN_IN_BLOCK
+        16,  # NO_SUCH_COLUMN_IN_TABLE
+        47,  # UNKNOWN_IDENTIFIER
+        60,  # UNKNOWN_TABLE
+        81,  # UNKNOWN_DATABASE
+    }
+)
+_REGEXP_CODE: Final = 427  # CANNOT_COMPILE_REGEXP
+_CODE_IN_MESSAGE: Final = re.compile(r"\bCode:\s*(\d+)")
+
+
+def redacted_url(url: str) -> str:
+    """``url`` without its user info (``user:password@``), for messages and logs."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def _name_of(exc: Error, code: int | None) -> str:
+    name = exc.name
+    if name and code is not None:
+        return f"{name} (code {code})"
+    if code is not None:
+        return f"code {code}"
+    return type(exc).__name__
+
+
+def map_error(exc: ClickHouseError, where: str) -> StoreError | ClickHouseError:
+    """The store error a ``clickhouse-connect`` exception stands for (or itself: a bug).
+
+    Args:
+        exc: what the client raised.
+        where: the server, as :func:`redacted_url` gives it (for the message).
+    """
+    if not isinstance(exc, Error):
+        return StoreUnavailable(f"ClickHouse at {where}: {type(exc).__name__}")
+    code = exc.code
+    if code is None and isinstance(exc, DatabaseError):
+        # An embedded chDB engine reports the code only in the message.
+        found = _CODE_IN_MESSAGE.search(str(exc))
+        code = int(found.group(1)) if found else None
+    if code in _TIMEOUT_CODES:
+        return StoreTimeout(f"ClickHouse at {where} stopped the query at its time limit")
+    if code in _SCHEMA_CODES:
+        return StoreSchemaError(
+            f"ClickHouse at {where}: a table or column the store reads is missing "
+            f"({_name_of(exc, code)}); check the [clickhouse] table names and the exporter's schema"
+        )
+    if code == _REGEXP_CODE:
+        return QueryRejected(
+            "matchers", "a regular expression is not valid RE2 syntax (as ClickHouse reads it)"
+        )
+    if code in _UNAVAILABLE_CODES or not isinstance(exc, DatabaseError) or code is None:
+        return StoreUnavailable(f"ClickHouse at {where} failed: {_name_of(exc, code)}")
+    return exc
+
+
+def _remaining_s() -> float | None:
+    deadline = trio.current_effective_deadline()
+    if math.isinf(deadline):
+        return None
+    return deadline - trio.current_time()
+
+
+class Runtime:
+    """The clients of one store and the rules every statement follows (module docstring).
+
+    Args:
+        client: runs reads and writes (thread-safe: no session, a connection pool).
+        killer: a second client on its own connection pool for ``KILL QUERY`` (``None`` for an
+            embedded chDB engine, which has nothing to kill from).
+        where: the server for messages (no credentials).
+        query_threads: statements in flight at once.
+    """
+
+    def __init__(
+        self, client: Client, killer: Client | None, *, where: str, query_threads: int
+    ) -> None:
+        self.client = client
+        self.killer = killer
+        self.where = where
+        self.limiter = trio.CapacityLimiter(query_threads)
+        self.kills: list[str] = []
+        """Query ids this runtime asked the server to kill (for logs and tests)."""
+
+    async def _run(self, fn: Callable[[], T], query_id: str) -> T:
+        try:
+            return await trio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=self.limiter)
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                await self._kill(query_id)
+            raise
+        except ClickHouseError as exc:
+            mapped = map_error(exc, self.where)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def _kill(self, query_id: str) -> None:
+        killer = self.killer
+        if killer is None or _QUERY_ID.fullmatch(query_id) is None:
+            return
+        self.kills.append(query_id)
+        statement = f"KILL QUERY WHERE query_id = '{query_id}' ASYNC"
+        with trio.move_on_after(KILL_TIMEOUT_S) as scope:
+            try:
+                await trio.to_thread.run_sync(killer.command, statement, abandon_on_cancel=True)
+            except ClickHouseError as exc:
+                log.warning("KILL QUERY %s on %s failed: %s", query_id, self.where, exc)
+                return
+        if scope.cancelled_caught:
+            log.warning(
+                "KILL QUERY %s on %s got no answer in %s s", query_id, self.where, KILL_TIMEOUT_S
+            )
+
+    async def query(self, sql: str, params: Mapping[str, Param]) -> list[Row]:
+        """Run one read statement; its rows (see the module docstring for the settings).
+
+        Raises:
+            StoreTimeout, StoreUnavailable, StoreSchemaError, QueryRejected: see
+                :func:`map_error`.
+            trio.Cancelled: the caller was cancelled; the server was told to kill the query.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        query_id = str(uuid.uuid4())
+        settings: dict[str, object] = {"readonly": 1, "query_id": query_id}
+        remaining = _remaining_s()
+        if remaining is not None:
+            # Whole milliseconds, at least one: the server reads fractional seconds.
+            settings["max_execution_time"] = max(0.001, math.ceil(remaining * 1000) / 1000)
+
+        def run() -> list[Row]:
+            result = self.client.query(sql, parameters=dict(params), settings=settings)
+            return [tuple(row) for row in result.result_rows]
+
+        return await self._run(run, query_id)
+
+    async def command(self, sql: str, params: Mapping[str, Param]) -> None:
+        """Run one statement that changes data (``DELETE``, DDL); no ``readonly``.
+
+        Raises:
+            StoreTimeout, StoreUnavailable, StoreSchemaError: see :func:`map_error`.
+        """
+        query_id = str(uuid.uuid4())
+        settings: dict[str, object] = {"query_id": query_id}
+
+        def run() -> None:
+            self.client.command(sql, parameters=dict(params), settings=settings)
+
+        await self._run(run, query_id)
+
+    async def insert(
+        self,
+        table: str,
+        database: str,
+        columns: Sequence[str],
+        types: Sequence[str],
+        rows: Sequence[Sequence[object]],
+    ) -> None:
+        """Insert ``rows`` into ``database.table`` as one ``INSERT`` (one block: atomic).
+
+        ``insert_deduplicate`` is off (the store checks identities itself, see ``_store``) and
+        ``async_insert`` off (the rows are stored when this returns).
+
+        Raises:
+            StoreUnavailable, StoreSchemaError: see :func:`map_error`.
+        """
+        query_id = str(uuid.uuid4())
+        settings: dict[str, object] = {
+            "query_id": query_id,
+            "insert_deduplicate": 0,
+            "async_insert": 0,
+        }
+
+        def run() -> None:
+            self.client.insert(
+                table,
+                [list(row) for row in rows],
+                column_names=list(columns),
+                database=database,
+                column_type_names=list(types),
+                settings=settings,
+            )
+
+        await self._run(run, query_id)
+
+    def close(self) -> None:
+        """Close both clients (blocking briefly; idempotent)."""
+        for client in (self.client, self.killer):
+            if client is not None:
+                try:
+                    client.close()
+                except ClickHouseError as exc:  # closing must not fail the shutdown
+                    log.debug("closing the ClickHouse client: %s", exc)
+
+
+def connect(
+    url: str,
+    *,
+    username: str,
+    password: str,
+    connect_timeout_s: float,
+    dedicated_pool: bool,
+) -> Client:
+    """A ``clickhouse-connect`` client for ``url`` (blocking: asks for the server's settings).
+
+    ``http(s)://host:port`` is a server; ``chdb://memory`` or ``chdb:///path`` an embedded chDB
+    engine (credentials ignored). No session id (statements run concurrently), no retries of
+    reads (a retried read would be a second query the budget did not plan for).
+
+    Raises:
+        StoreUnavailable: the server cannot be reached or refuses the credentials.
+    """
+    try:
+        if url.startswith("chdb:"):
+            return clickhouse_connect.get_client(dsn=url)
+        return clickhouse_connect.get_client(
+            dsn=url,
+            username=username or None,
+            password=password,
+            connect_timeout=max(1, math.ceil(connect_timeout_s)),
+            send_receive_timeout=3600,
+            autogenerate_session_id=False,
+            query_retries=0,
+            dedicated_pool=dedicated_pool,
+        )
+    except ClickHouseError as exc:
+        mapped = map_error(exc, redacted_url(url))
+        if isinstance(mapped, StoreError):
+            raise StoreUnavailable(f"cannot connect: {mapped}") from exc
+        raise StoreUnavailable(
+            f"cannot connect to ClickHouse at {redacted_url(url)}: {exc}"
+        ) from exc

@@ -1,0 +1,352 @@
+"""The OpenTelemetry Collector ClickHouse exporter's tables: names, the columns we use, DDL.
+
+The backend reads and writes the tables the exporter creates
+(``exporter/clickhouseexporter/internal/sqltemplates/*_table.sql`` in
+opentelemetry-collector-contrib, default "bloom filter" variant): ``otel_traces``,
+``otel_logs``, ``otel_metrics_gauge``, ``otel_metrics_sum`` and ``otel_metrics_histogram`` in
+the database ``default`` unless configured otherwise. Their sort keys, which every query
+leads with, are:
+
+- traces: ``ORDER BY (ServiceName, SpanName, toDateTime(Timestamp), Timestamp)``, partitioned
+  by day, with a ``bloom_filter`` skip index on ``TraceId`` and on the attribute maps' keys
+  and values, and a ``minmax`` index on ``Duration``;
+- logs: ``ORDER BY (ServiceName, TimestampTime, Timestamp)``, a ``bloom_filter`` on
+  ``TraceId`` and a ``tokenbf_v1`` on ``Body``;
+- metrics: ``ORDER BY (ServiceName, MetricName, Attributes, toUnixTimestamp64Nano(TimeUnix))``.
+
+:data:`REQUIRED_COLUMNS` lists, per table, the columns the backend uses and the type family it
+expects; the startup check (:func:`missing_columns`) compares them with ``system.columns`` and
+names every table or column that is missing or of another type. :func:`exporter_ddl` writes
+``CREATE TABLE`` statements with the exporter's columns, types, sort keys and skip indexes:
+tests run the backend on them (chDB), and ``clickhouse.create_tables`` creates them on a
+server that has none yet (a single node that runs on ClickHouse end to end).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+import msgspec
+
+__all__ = [
+    "IDENTIFIER",
+    "REQUIRED_COLUMNS",
+    "TableNames",
+    "exporter_ddl",
+    "missing_columns",
+    "quote_identifier",
+]
+
+IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+"""Database and table names the backend accepts (they are the only text put into SQL)."""
+
+
+def quote_identifier(name: str, what: str) -> str:
+    """``name`` in backquotes, after checking it is a plain identifier.
+
+    Raises:
+        ValueError: ``name`` is not letters, digits and ``_`` (not starting with a digit);
+            the message names ``what`` (the configuration key).
+    """
+    if IDENTIFIER.fullmatch(name) is None:
+        raise ValueError(
+            f"{what} must be a plain ClickHouse identifier (letters, digits, _), got {name!r}"
+        )
+    return f"`{name}`"
+
+
+class TableNames(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the exporter's tables are (its database and table-name options).
+
+    ``database``, ``traces`` (``traces_table_name``), ``logs`` (``logs_table_name``) and
+    ``metrics`` (``metrics_table_name``: the metric tables are that name plus ``_gauge``,
+    ``_sum``, ``_histogram``, as the exporter names them).
+    """
+
+    database: str = "default"
+    traces: str = "otel_traces"
+    logs: str = "otel_logs"
+    metrics: str = "otel_metrics"
+
+    def check(self) -> None:
+        """Raises: ValueError: a name is not a plain identifier (names the key)."""
+        quote_identifier(self.database, "clickhouse.database")
+        quote_identifier(self.traces, "clickhouse.traces_table_name")
+        quote_identifier(self.logs, "clickhouse.logs_table_name")
+        quote_identifier(self.metrics + "_histogram", "clickhouse.metrics_table_name")
+
+    def table(self, kind: str) -> str:
+        """The bare name of ``kind`` (traces, logs, gauge, sum, histogram)."""
+        if kind == "traces":
+            return self.traces
+        if kind == "logs":
+            return self.logs
+        return f"{self.metrics}_{kind}"
+
+    def qualified(self, kind: str) -> str:
+        """```database`.`table``` of ``kind``, quoted."""
+        return (
+            f"{quote_identifier(self.database, 'database')}."
+            f"{quote_identifier(self.table(kind), 'table')}"
+        )
+
+
+TABLE_KINDS: Final = ("traces", "logs", "gauge", "sum", "histogram")
+
+_MAP: Final = "Map(LowCardinality(String), String)"
+_METRIC_COMMON: Final = {
+    "ResourceAttributes": _MAP,
+    "ServiceName": "LowCardinality(String)",
+    "MetricName": "String",
+    "MetricDescription": "String",
+    "MetricUnit": "String",
+    "Attributes": _MAP,
+    "StartTimeUnix": "DateTime64(9)",
+    "TimeUnix": "DateTime64(9)",
+}
+
+REQUIRED_COLUMNS: Final[dict[str, dict[str, str]]] = {
+    "traces": {
+        "Timestamp": "DateTime64(9)",
+        "TraceId": "String",
+        "SpanId": "String",
+        "ParentSpanId": "String",
+        "SpanName": "LowCardinality(String)",
+        "SpanKind": "LowCardinality(String)",
+        "ServiceName": "LowCardinality(String)",
+        "ResourceAttributes": _MAP,
+        "ScopeName": "String",
+        "SpanAttributes": _MAP,
+        "Duration": "UInt64",
+        "StatusCode": "LowCardinality(String)",
+        "StatusMessage": "String",
+        "Events.Timestamp": "Array(DateTime64(9))",
+        "Events.Name": "Array(LowCardinality(String))",
+        "Events.Attributes": f"Array({_MAP})",
+        "Links.TraceId": "Array(String)",
+        "Links.SpanId": "Array(String)",
+        "Links.TraceState": "Array(String)",
+        "Links.Attributes": f"Array({_MAP})",
+    },
+    "logs": {
+        "Timestamp": "DateTime64(9)",
+        "TraceId": "String",
+        "SpanId": "String",
+        "SeverityText": "LowCardinality(String)",
+        "SeverityNumber": "UInt8",
+        "ServiceName": "LowCardinality(String)",
+        "Body": "String",
+        "ResourceAttributes": _MAP,
+        "ScopeName": "String",
+        "LogAttributes": _MAP,
+    },
+    "gauge": {**_METRIC_COMMON, "Value": "Float64"},
+    "sum": {
+        **_METRIC_COMMON,
+        "Value": "Float64",
+        "AggregationTemporality": "Int32",
+        "IsMonotonic": "Bool",
+    },
+    "histogram": {
+        **_METRIC_COMMON,
+        "Count": "UInt64",
+        "Sum": "Float64",
+        "BucketCounts": "Array(UInt64)",
+        "ExplicitBounds": "Array(Float64)",
+        "Min": "Float64",
+        "Max": "Float64",
+        "AggregationTemporality": "Int32",
+    },
+}
+"""Per table kind, the columns the backend reads or writes and the type it expects.
+
+Types are compared after removing ``LowCardinality(...)`` (so a ``String`` where the exporter
+has ``LowCardinality(String)`` is accepted) and a ``DateTime64(9)`` time zone argument."""
+
+_WRAPPERS: Final = re.compile(r"LowCardinality\((.*?)\)")
+_DATETIME64: Final = re.compile(r"DateTime64\(9(?:,\s*'[^']*')?\)")
+
+
+def _normalized(type_name: str) -> str:
+    text = type_name.replace(" ", "")
+    while True:
+        stripped = _WRAPPERS.sub(r"\1", text)
+        if stripped == text:
+            break
+        text = stripped
+    text = _DATETIME64.sub("DateTime64(9)", text)
+    return text.replace("Boolean", "Bool")
+
+
+def missing_columns(names: TableNames, found: dict[str, dict[str, str]]) -> list[str]:
+    """What the startup check reports: every missing table, missing column or wrong type.
+
+    Args:
+        names: the configured tables.
+        found: per table kind, the columns ``system.columns`` lists (name -> type); a kind
+            whose table does not exist is absent.
+
+    Returns:
+        One line per problem, e.g. ``table default.otel_logs is missing`` or ``column
+        default.otel_traces.Duration is Int64, expected UInt64``; empty when all is well.
+    """
+    problems: list[str] = []
+    for kind, required in REQUIRED_COLUMNS.items():
+        table = f"{names.database}.{names.table(kind)}"
+        columns = found.get(kind)
+        if columns is None:
+            problems.append(f"table {table} is missing")
+            continue
+        for column, expected in required.items():
+            actual = columns.get(column)
+            if actual is None:
+                problems.append(f"column {table}.{column} ({expected}) is missing")
+            elif _normalized(actual) != _normalized(expected):
+                problems.append(f"column {table}.{column} is {actual}, expected {expected}")
+    return problems
+
+
+def exporter_ddl(names: TableNames, *, engine: str = "MergeTree") -> list[str]:
+    """``CREATE DATABASE``/``CREATE TABLE IF NOT EXISTS`` statements for the exporter's schema.
+
+    Columns, types, codecs, sort keys, partitions and skip indexes are those of the exporter's
+    ``sqltemplates`` (default bloom-filter variant, no TTL). ``engine`` is the table engine
+    (``MergeTree``; a cluster uses ``ReplicatedMergeTree``).
+
+    Raises:
+        ValueError: a name is not a plain identifier.
+    """
+    names.check()
+    db = quote_identifier(names.database, "clickhouse.database")
+    if not re.fullmatch(r"[A-Za-z]+(\([^;]*\))?", engine):
+        raise ValueError(f"engine must be a table engine such as MergeTree, got {engine!r}")
+    bloom = "TYPE bloom_filter(0.01) GRANULARITY 1"
+    settings = "SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1"
+    metric_columns = f"""
+    ResourceAttributes {_MAP} CODEC(ZSTD(1)),
+    ResourceSchemaUrl String CODEC(ZSTD(1)),
+    ScopeName String CODEC(ZSTD(1)),
+    ScopeVersion String CODEC(ZSTD(1)),
+    ScopeAttributes {_MAP} CODEC(ZSTD(1)),
+    ScopeDroppedAttrCount UInt32 CODEC(ZSTD(1)),
+    ScopeSchemaUrl String CODEC(ZSTD(1)),
+    ServiceName LowCardinality(String) CODEC(ZSTD(1)),
+    MetricName String CODEC(ZSTD(1)),
+    MetricDescription String CODEC(ZSTD(1)),
+    MetricUnit String CODEC(ZSTD(1)),
+    Attributes {_MAP} CODEC(ZSTD(1)),
+    StartTimeUnix DateTime64(9) CODEC(Delta, ZSTD(1)),
+    TimeUnix DateTime64(9) CODEC(Delta, ZSTD(1)),"""
+    exemplars = f"""
+    Exemplars Nested (
+        FilteredAttributes {_MAP},
+        TimeUnix DateTime64(9),
+        Value Float64,
+        SpanId String,
+        TraceId String
+    ) CODEC(ZSTD(1)),"""
+    metric_indexes = f"""
+    INDEX idx_res_attr_key mapKeys(ResourceAttributes) {bloom},
+    INDEX idx_res_attr_value mapValues(ResourceAttributes) {bloom},
+    INDEX idx_scope_attr_key mapKeys(ScopeAttributes) {bloom},
+    INDEX idx_scope_attr_value mapValues(ScopeAttributes) {bloom},
+    INDEX idx_attr_key mapKeys(Attributes) {bloom},
+    INDEX idx_attr_value mapValues(Attributes) {bloom}"""
+    metric_tail = f"""ENGINE = {engine}
+PARTITION BY toDate(TimeUnix)
+ORDER BY (ServiceName, MetricName, Attributes, toUnixTimestamp64Nano(TimeUnix))
+{settings}"""
+    return [
+        f"CREATE DATABASE IF NOT EXISTS {db}",
+        f"""CREATE TABLE IF NOT EXISTS {names.qualified("traces")} (
+    Timestamp DateTime64(9) CODEC(Delta(8), ZSTD(1)),
+    TraceId String CODEC(ZSTD(1)),
+    SpanId String CODEC(ZSTD(1)),
+    ParentSpanId String CODEC(ZSTD(1)),
+    TraceState String CODEC(ZSTD(1)),
+    SpanName LowCardinality(String) CODEC(ZSTD(1)),
+    SpanKind LowCardinality(String) CODEC(ZSTD(1)),
+    ServiceName LowCardinality(String) CODEC(ZSTD(1)),
+    ResourceAttributes {_MAP} CODEC(ZSTD(1)),
+    ScopeName String CODEC(ZSTD(1)),
+    ScopeVersion String CODEC(ZSTD(1)),
+    SpanAttributes {_MAP} CODEC(ZSTD(1)),
+    Duration UInt64 CODEC(T64, ZSTD(1)),
+    StatusCode LowCardinality(String) CODEC(ZSTD(1)),
+    StatusMessage String CODEC(ZSTD(1)),
+    Events Nested (
+        Timestamp DateTime64(9),
+        Name LowCardinality(String),
+        Attributes {_MAP}
+    ) CODEC(ZSTD(1)),
+    Links Nested (
+        TraceId String,
+        SpanId String,
+        TraceState String,
+        Attributes {_MAP}
+    ) CODEC(ZSTD(1)),
+    INDEX idx_trace_id TraceId TYPE bloom_filter(0.001) GRANULARITY 1,
+    INDEX idx_res_attr_key mapKeys(ResourceAttributes) {bloom},
+    INDEX idx_res_attr_value mapValues(ResourceAttributes) {bloom},
+    INDEX idx_span_attr_key mapKeys(SpanAttributes) {bloom},
+    INDEX idx_span_attr_value mapValues(SpanAttributes) {bloom},
+    INDEX idx_duration Duration TYPE minmax GRANULARITY 1,
+    INDEX idx_lower_span_name lower(SpanName) TYPE tokenbf_v1(32768, 3, 0) GRANULARITY 8
+) ENGINE = {engine}
+PARTITION BY toDate(Timestamp)
+PRIMARY KEY (ServiceName, SpanName, toDateTime(Timestamp))
+ORDER BY (ServiceName, SpanName, toDateTime(Timestamp), Timestamp)
+{settings}""",
+        f"""CREATE TABLE IF NOT EXISTS {names.qualified("logs")} (
+    Timestamp DateTime64(9) CODEC(Delta(8), ZSTD(1)),
+    TimestampTime DateTime DEFAULT toDateTime(Timestamp),
+    TraceId String CODEC(ZSTD(1)),
+    SpanId String CODEC(ZSTD(1)),
+    TraceFlags UInt8,
+    SeverityText LowCardinality(String) CODEC(ZSTD(1)),
+    SeverityNumber UInt8,
+    ServiceName LowCardinality(String) CODEC(ZSTD(1)),
+    Body String CODEC(ZSTD(1)),
+    ResourceSchemaUrl LowCardinality(String) CODEC(ZSTD(1)),
+    ResourceAttributes {_MAP} CODEC(ZSTD(1)),
+    ScopeSchemaUrl LowCardinality(String) CODEC(ZSTD(1)),
+    ScopeName String CODEC(ZSTD(1)),
+    ScopeVersion LowCardinality(String) CODEC(ZSTD(1)),
+    ScopeAttributes {_MAP} CODEC(ZSTD(1)),
+    LogAttributes {_MAP} CODEC(ZSTD(1)),
+    EventName String CODEC(ZSTD(1)),
+    INDEX idx_trace_id TraceId TYPE bloom_filter(0.001) GRANULARITY 1,
+    INDEX idx_res_attr_key mapKeys(ResourceAttributes) {bloom},
+    INDEX idx_res_attr_value mapValues(ResourceAttributes) {bloom},
+    INDEX idx_scope_attr_key mapKeys(ScopeAttributes) {bloom},
+    INDEX idx_scope_attr_value mapValues(ScopeAttributes) {bloom},
+    INDEX idx_log_attr_key mapKeys(LogAttributes) {bloom},
+    INDEX idx_log_attr_value mapValues(LogAttributes) {bloom},
+    INDEX idx_body Body TYPE tokenbf_v1(32768, 3, 0) GRANULARITY 8
+) ENGINE = {engine}
+PARTITION BY toDate(TimestampTime)
+PRIMARY KEY (ServiceName, TimestampTime)
+ORDER BY (ServiceName, TimestampTime, Timestamp)
+{settings}""",
+        f"""CREATE TABLE IF NOT EXISTS {names.qualified("gauge")} ({metric_columns}
+    Value Float64 CODEC(ZSTD(1)),
+    Flags UInt32 CODEC(ZSTD(1)),{exemplars}{metric_indexes}
+) {metric_tail}""",
+        f"""CREATE TABLE IF NOT EXISTS {names.qualified("sum")} ({metric_columns}
+    Value Float64 CODEC(ZSTD(1)),
+    Flags UInt32 CODEC(ZSTD(1)),{exemplars}
+    AggregationTemporality Int32 CODEC(ZSTD(1)),
+    IsMonotonic Boolean CODEC(Delta, ZSTD(1)),{metric_indexes}
+) {metric_tail}""",
+        f"""CREATE TABLE IF NOT EXISTS {names.qualified("histogram")} ({metric_columns}
+    Count UInt64 CODEC(Delta, ZSTD(1)),
+    Sum Float64 CODEC(ZSTD(1)),
+    BucketCounts Array(UInt64) CODEC(ZSTD(1)),
+    ExplicitBounds Array(Float64) CODEC(ZSTD(1)),{exemplars}
+    Flags UInt32 CODEC(ZSTD(1)),
+    Min Float64 CODEC(ZSTD(1)),
+    Max Float64 CODEC(ZSTD(1)),
+    AggregationTemporality Int32 CODEC(ZSTD(1)),{metric_indexes}
+) {metric_tail}""",
+    ]
