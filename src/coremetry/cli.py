@@ -2,8 +2,9 @@
 
 Subcommands:
 
-- ``coremetry serve [--host H] [--port P] [--data-dir DIR] [--config FILE] [--fixture]`` — the
-  HTTP server (Streamable HTTP, legacy SSE, WebSocket, ``/healthz``). Prints ``listening on
+- ``coremetry serve [--host H] [--port P] [--data-dir DIR] [--config FILE] [--fixture]
+  [--store sqlite|clickhouse] [--clickhouse-url URL]`` — the HTTP server (Streamable HTTP,
+  legacy SSE, WebSocket, ``/healthz``). Prints ``listening on
   http://HOST:PORT`` to stderr once bound; SIGINT/SIGTERM drain gracefully.
 - ``coremetry stdio [--fixture] [--max-budget-s S]`` — MCP on stdin/stdout (for clients that
   launch a local process, e.g. Claude Desktop); the identity comes from the token in
@@ -79,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="first load the shipped demo telemetry into the data dir (unless it is there)",
     )
+    _store_options(serve)
     _log_level_option(serve)
 
     stdio = sub.add_parser("stdio", help="serve MCP as newline-delimited JSON-RPC on stdin/stdout")
@@ -95,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
         help="server maximum for any call's deadline, in seconds (default: 60)",
     )
     stdio.add_argument("--config", help="a TOML configuration file")
+    _store_options(stdio)
     _log_level_option(stdio)
 
     add_ingest_parser(sub)
@@ -153,6 +156,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _store_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "clickhouse"),
+        help="telemetry store backend (default: store.backend, sqlite)",
+    )
+    parser.add_argument(
+        "--clickhouse-url",
+        help="ClickHouse HTTP interface, e.g. http://host:8123 (no password: put it in "
+        "COREMETRY_CLICKHOUSE_PASSWORD or clickhouse.password_file)",
+    )
+
+
 def _log_level_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level",
@@ -182,6 +198,10 @@ def _load(args: argparse.Namespace) -> Config:
         overrides["data_dir"] = args.data_dir
     if getattr(args, "max_budget_s", None) is not None:
         overrides["mcp"] = {"max_budget_s": args.max_budget_s}
+    if getattr(args, "store", None) is not None:
+        overrides["store"] = {"backend": args.store}
+    if getattr(args, "clickhouse_url", None) is not None:
+        overrides["clickhouse"] = {"url": args.clickhouse_url}
     return load_config(getattr(args, "config", None), overrides=overrides)
 
 

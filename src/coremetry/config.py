@@ -116,6 +116,10 @@ class AuditConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class StoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The telemetry store (embedded SQLite in ``<data_dir>/telemetry.db`` by default)."""
 
+    backend: str = "sqlite"
+    """``sqlite`` (embedded, the default) or ``clickhouse`` (the ``[clickhouse]`` section; needs
+    the ``clickhouse`` extra). Problems, users, tokens and the audit log stay in the data dir
+    either way."""
     retention_days: float = 7.0
     """Spans, logs and metric points older than this many days are deleted by a background
     task; 0 keeps everything."""
@@ -123,6 +127,38 @@ class StoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """How often the retention task runs, in seconds."""
     query_threads: int = 4
     """Worker threads that may run store queries at once (a trio ``CapacityLimiter``)."""
+
+
+class ClickHouseConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The ClickHouse backend (``store.backend = "clickhouse"``).
+
+    It reads and writes the OpenTelemetry Collector ClickHouse exporter's tables, named as in
+    the exporter's configuration.
+    """
+
+    url: str = "http://localhost:8123"
+    """The server's HTTP interface (``http://`` or ``https://``), or ``chdb:///path`` for an
+    embedded chDB engine. No password in it: use ``password`` or ``password_file``."""
+    username: str = ""
+    """The ClickHouse user (empty: the server's default user)."""
+    password: str = ""
+    """Its password; set it with ``COREMETRY_CLICKHOUSE_PASSWORD`` or in the file, never on
+    the command line (``config show`` redacts it)."""
+    password_file: str = ""
+    """A file holding the password (its first line), instead of ``password``."""
+    database: str = "default"
+    """The exporter's ``database``."""
+    traces_table_name: str = "otel_traces"
+    """The exporter's ``traces_table_name``."""
+    logs_table_name: str = "otel_logs"
+    """The exporter's ``logs_table_name``."""
+    metrics_table_name: str = "otel_metrics"
+    """The exporter's ``metrics_table_name`` (tables ``<name>_gauge``, ``_sum``, ``_histogram``)."""
+    connect_timeout_s: float = 10.0
+    """How long to wait for a connection, in seconds."""
+    create_tables: bool = False
+    """Create the exporter's tables when they are missing (a node that runs on ClickHouse
+    without a Collector); otherwise the startup check names what is missing."""
 
 
 class IngestConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -136,6 +172,30 @@ class IngestConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Lowest role allowed to write telemetry (viewer, editor or admin)."""
 
 
+class DetectionConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The problem detector's background task in ``coremetry serve``.
+
+    See :mod:`coremetry.detection.service`. Env: ``COREMETRY_DETECTION_ENABLED=false`` etc.
+    """
+
+    enabled: bool = True
+    """Run the detector every ``interval_s`` and keep its problems in
+    ``<data_dir>/problems.json`` (what ``list_problems`` and ``get_problem`` read)."""
+    interval_s: float = 60.0
+    """Seconds between runs; the first run is one interval after the server starts."""
+    window_s: float = 6 * 3600.0
+    """How much telemetry each run judges, in seconds back from now (its series' history)."""
+    catch_up_s: float = 24 * 3600.0
+    """The first run judges this much instead (at least ``window_s``), in seconds."""
+    step_s: float = 60.0
+    """Bucket width of the judged series, in seconds."""
+    lag_s: float = 30.0
+    """Data newer than this many seconds is left to the next run (exporters send in batches:
+    the last seconds are not all stored yet)."""
+    max_log_records: int = 20_000
+    """WARN-and-worse log records read per run for new-template mining (0: none)."""
+
+
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The whole configuration; see the module docstring for how it is assembled."""
 
@@ -146,13 +206,15 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     rate_limit: RateLimitConfig = msgspec.field(default_factory=RateLimitConfig)
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    clickhouse: ClickHouseConfig = msgspec.field(default_factory=ClickHouseConfig)
     ingest: IngestConfig = msgspec.field(default_factory=IngestConfig)
+    detection: DetectionConfig = msgspec.field(default_factory=DetectionConfig)
     data_dir: str = "~/.local/share/coremetry"
     """Where the embedded store and secrets live."""
 
 
-SECRET_KEYS: Final = frozenset[str]()
-"""Dotted keys whose values ``config show`` redacts (none yet; auth adds its secrets)."""
+SECRET_KEYS: Final = frozenset[str]({"clickhouse.password"})
+"""Dotted keys whose values ``config show`` redacts."""
 
 ENV_PREFIX: Final = "COREMETRY_"
 
@@ -275,11 +337,35 @@ def _check(config: Config) -> None:
         (config.store.retention_days >= 0, "store.retention_days must not be negative"),
         (config.store.retention_interval_s > 0, "store.retention_interval_s must be positive"),
         (config.store.query_threads >= 1, "store.query_threads must be at least 1"),
+        (
+            config.store.backend in ("sqlite", "clickhouse"),
+            "store.backend must be sqlite or clickhouse",
+        ),
+        (config.clickhouse.connect_timeout_s > 0, "clickhouse.connect_timeout_s must be positive"),
+        (
+            config.clickhouse.url.startswith(("http://", "https://", "chdb:")),
+            "clickhouse.url must start with http://, https:// or chdb:",
+        ),
+        (
+            "@" not in config.clickhouse.url.split("//", 1)[-1].split("/", 1)[0]
+            or ":" not in config.clickhouse.url.split("//", 1)[-1].split("@", 1)[0],
+            "clickhouse.url must not carry a password: use clickhouse.password_file or "
+            "COREMETRY_CLICKHOUSE_PASSWORD",
+        ),
         (config.ingest.max_body_bytes > 0, "ingest.max_body_bytes must be positive"),
         (
             config.ingest.min_role in ("viewer", "editor", "admin"),
             "ingest.min_role must be viewer, editor or admin",
         ),
+        (config.detection.interval_s > 0, "detection.interval_s must be positive"),
+        (config.detection.step_s >= 1, "detection.step_s must be at least 1"),
+        (
+            config.detection.window_s >= 10 * config.detection.step_s,
+            "detection.window_s must be at least 10 steps (detection.step_s)",
+        ),
+        (config.detection.catch_up_s >= 0, "detection.catch_up_s must not be negative"),
+        (config.detection.lag_s >= 0, "detection.lag_s must not be negative"),
+        (config.detection.max_log_records >= 0, "detection.max_log_records must not be negative"),
     ]
     for ok, message in checks:
         if not ok:
@@ -292,7 +378,9 @@ def _check(config: Config) -> None:
         "rate_limit": config.rate_limit,
         "audit": config.audit,
         "store": config.store,
+        "clickhouse": config.clickhouse,
         "ingest": config.ingest,
+        "detection": config.detection,
     }
     for name, section in sections.items():
         for info in msgspec.structs.fields(section):

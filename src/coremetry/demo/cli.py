@@ -142,7 +142,7 @@ async def load_demo_for_config(
         ValueError: a store setting out of range (names it).
     """
     from coremetry.demo.loader import load_demo
-    from coremetry.store.sqlite import open_sqlite_store
+    from coremetry.server import open_telemetry_store
 
     data_dir = data_dir_of(config)
 
@@ -155,12 +155,8 @@ async def load_demo_for_config(
                 flush=True,
             )
 
-    async with open_sqlite_store(
-        data_dir / TELEMETRY_DB,
-        retention_days=config.store.retention_days,
-        retention_interval_s=config.store.retention_interval_s,
-        query_threads=config.store.query_threads,
-    ) as store:
+    # The configured store (store.backend): the embedded one, or ClickHouse.
+    async with open_telemetry_store(config) as store:
         return await load_demo(store, data_dir, force=force, on_file=on_file)
 
 

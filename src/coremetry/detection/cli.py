@@ -95,15 +95,22 @@ async def _detect(
     config: Config, database: Path, span_ns: int, end_ns: int | None, step_ns: int
 ) -> DetectionRun:
     from coremetry.detection.runner import DetectionOptions, detect_in_store
+    from coremetry.server import open_telemetry_store
     from coremetry.store import TimeRange
     from coremetry.store.sqlite import open_sqlite_store
 
-    async with open_sqlite_store(
-        database,
-        retention_days=config.store.retention_days,
-        retention_interval_s=config.store.retention_interval_s,
-        query_threads=config.store.query_threads,
-    ) as store:
+    # The configured store (store.backend); the embedded one at ``database`` by default.
+    opened = (
+        open_telemetry_store(config)
+        if config.store.backend != "sqlite"
+        else open_sqlite_store(
+            database,
+            retention_days=config.store.retention_days,
+            retention_interval_s=config.store.retention_interval_s,
+            query_threads=config.store.query_threads,
+        )
+    )
+    async with opened as store:
         if end_ns is None:
             newest = (await store.statistics()).newest_unix_nano
             end_ns = (newest if newest is not None else time.time_ns()) + 1
