@@ -103,7 +103,7 @@ class ChdbHttpServer:
     overshoot_s: float = 1.0
     running: dict[str, Running] = field(default_factory=dict)
     kills: list[str] = field(default_factory=list)
-    held: list[str] = field(default_factory=list)
+    held: list[Running] = field(default_factory=list)
     statements: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     held_event: threading.Event = field(default_factory=threading.Event)
@@ -145,7 +145,7 @@ class ChdbHttpServer:
 
     def _hold(self, entry: Running) -> None:
         with self.lock:
-            self.held.append(entry.query_id)
+            self.held.append(entry)
         self.held_event.set()
         limit = entry.max_execution_time
         wait = None if limit is None else limit + self.overshoot_s
