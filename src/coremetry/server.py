@@ -379,25 +379,35 @@ async def serve_with_store(
     """:func:`serve` with the telemetry store open: what ``coremetry serve`` runs.
 
     Opens :func:`open_telemetry_store`, builds the dispatcher with ``build_mcp(store)`` (so the
-    observability tools read the store), serves with the OTLP receiver writing into it, and
-    closes the store once the server has drained. The other arguments are :func:`serve`'s.
+    observability tools read the store), serves with the OTLP receiver writing into it, runs
+    the problem detector beside it when ``detection.enabled``
+    (:func:`coremetry.detection.service.serve_detection`, writing
+    ``<data_dir>/problems.json``), and once the server has drained stops the detector and
+    closes the store. The other arguments are :func:`serve`'s.
 
     Raises:
         StoreUnavailable: the store cannot be opened.
         OSError: the address cannot be bound.
     """
-    async with open_telemetry_store(config) as store:
-        await serve(
-            config,
-            build_mcp(store),
-            announce=announce,
-            shutdown=shutdown,
-            install_signal_handlers=install_signal_handlers,
-            security=security,
-            first_admin_token=first_admin_token,
-            store=store,
-            task_status=task_status,
-        )
+    async with open_telemetry_store(config) as store, trio.open_nursery() as nursery:
+        if config.detection.enabled:
+            from coremetry.detection.service import serve_detection
+
+            await nursery.start(partial(serve_detection, store, config.data_dir, config.detection))
+        try:
+            await serve(
+                config,
+                build_mcp(store),
+                announce=announce,
+                shutdown=shutdown,
+                install_signal_handlers=install_signal_handlers,
+                security=security,
+                first_admin_token=first_admin_token,
+                store=store,
+                task_status=task_status,
+            )
+        finally:
+            nursery.cancel_scope.cancel()
 
 
 async def watch_signals(stop: trio.Event) -> None:

@@ -89,6 +89,9 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoServer
     # The tests page through whole traces and logs quickly: well under any real rate limit.
     env["COREMETRY_RATE_LIMIT_PER_SECOND"] = "1000"
     env["COREMETRY_RATE_LIMIT_BURST"] = "1000"
+    # The problems these tests read are the ones `coremetry detect` stores; the server's own
+    # detector (every minute) would merge its runs into the same file while they read it.
+    env["COREMETRY_DETECTION_ENABLED"] = "false"
     process = subprocess.Popen(
         [*coremetry(), "serve", "--demo", "--port", "0"],
         stdout=subprocess.PIPE,
