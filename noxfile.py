@@ -42,10 +42,24 @@ def typecheck(session: nox.Session) -> None:
 def clickhouse(session: nox.Session) -> None:
     """The ClickHouse backend on a real ClickHouse engine (chDB, in process and over HTTP).
 
-    The store conformance suite on both paths and the KILL QUERY tests (tests/store/clickhouse).
+    The store conformance suite on both paths and the KILL QUERY tests (tests/store/clickhouse),
+    then the end-to-end tests on ``coremetry serve --demo`` with the ClickHouse backend behind
+    it (the HTTP stand-in on chDB; see tests/store/clickhouse/with_clickhouse.py).
     """
     _install(session, "clickhouse-test")
     session.run("pytest", "tests/store/clickhouse", *session.posargs)
+    session.run(
+        "python",
+        "-m",
+        "tests.store.clickhouse.with_clickhouse",
+        "--",
+        "pytest",
+        "tests/observability/test_demo_e2e.py",
+        "tests/observability/test_demo_entries.py",
+        "tests/observability/test_output_budget.py",
+        "tests/observability/test_problems.py",
+        *session.posargs,
+    )
 
 
 @nox.session(python=PYTHON)

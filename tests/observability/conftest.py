@@ -84,7 +84,15 @@ def _pump(stream: IO[str], name: str, lines: "queue.Queue[tuple[str, str]]") -> 
 @pytest.fixture(scope="session")
 def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoServer]:
     data_dir = tmp_path_factory.mktemp("demo-data")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COREMETRY_")}
+    # A clean configuration, except the store backend: the ClickHouse nox session runs these
+    # tests with COREMETRY_STORE_BACKEND=clickhouse and COREMETRY_CLICKHOUSE_* set.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("COREMETRY_")
+        or k == "COREMETRY_STORE_BACKEND"
+        or k.startswith("COREMETRY_CLICKHOUSE_")
+    }
     env["COREMETRY_DATA_DIR"] = str(data_dir)
     # The tests page through whole traces and logs quickly: well under any real rate limit.
     env["COREMETRY_RATE_LIMIT_PER_SECOND"] = "1000"
