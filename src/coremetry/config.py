@@ -15,6 +15,7 @@ Every limit carries its unit in its name (``_s`` seconds, ``_ms`` milliseconds, 
 
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -390,6 +391,13 @@ def _check(config: Config) -> None:
                     f"invalid configuration: {name}.{info.name} must be a finite number, "
                     f"got {value}"
                 )
+    for key in ("database", "traces_table_name", "logs_table_name", "metrics_table_name"):
+        name = getattr(config.clickhouse, key)
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,100}", name) is None:
+            raise ConfigError(
+                f"invalid configuration: clickhouse.{key} must be a plain ClickHouse identifier "
+                f"(letters, digits, _), got {name!r}"
+            )
     if config.http.root_path and not config.http.root_path.startswith("/"):
         raise ConfigError("invalid configuration: http.root_path must start with '/'")
 
