@@ -65,7 +65,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, Literal, TypeAlias
 
 import msgspec
@@ -276,6 +276,17 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
 
 # -- grouping --------------------------------------------------------------------------------
 
+_Index = dict[str, list[tuple[Series, list[int]]]]
+"""The run's series by service name, each with its point times (read once, bisected often)."""
+
+
+def _index(series: Iterable[Series]) -> _Index:
+    index: _Index = {}
+    for one in series:
+        if one.service_name:
+            index.setdefault(one.service_name, []).append((one, [t for t, _ in one.points]))
+    return index
+
 
 def _group_key(anomaly: Anomaly) -> str:
     return anomaly.service_name if anomaly.service_name else f"\0series:{anomaly.series_id}"
@@ -388,15 +399,12 @@ def group_problems(
         else:
             clusters.append(_Cluster(anomaly))
 
-    by_service: dict[str, list[Series]] = {}
-    for one in series:
-        if one.service_name:
-            by_service.setdefault(one.service_name, []).append(one)
+    index = _index(series)
     problems = [
         _build_problem(
             sorted(c.members, key=lambda a: (a.start_unix_nano, a.series_id)),
             edge_list,
-            by_service,
+            index,
             cfg,
             end_unix_nano is not None and end_unix_nano - c.last_symptom <= cfg.quiet_gap_ns,
         )
@@ -409,7 +417,7 @@ def group_problems(
 def _build_problem(
     members: list[Anomaly],
     edges: Sequence[tuple[str, str]],
-    by_service: Mapping[str, Sequence[Series]],
+    index: _Index,
     cfg: GroupingConfig,
     recent: bool,
 ) -> Problem:
@@ -417,7 +425,7 @@ def _build_problem(
     digest = hashlib.blake2s(
         f"{first.series_id}\0{first.start_unix_nano}".encode(), digest_size=8
     ).hexdigest()
-    ranking = _ranked(members, edges, by_service, cfg, None)
+    ranking = _ranked(members, edges, index, cfg, None)
     services = [rank.service_name for rank in ranking]
     return Problem(
         problem_id=f"prb_{digest}",
@@ -464,11 +472,7 @@ def with_trace_blame(
         The problem with ``trace_blame`` set and its ranking, services and title redone.
     """
     cfg = config if config is not None else GroupingConfig()
-    by_service: dict[str, list[Series]] = {}
-    for one in series:
-        if one.service_name:
-            by_service.setdefault(one.service_name, []).append(one)
-    ranking = _ranked(problem.anomalies, list(edges), by_service, cfg, blame)
+    ranking = _ranked(problem.anomalies, list(edges), _index(series), cfg, blame)
     services = [rank.service_name for rank in ranking]
     return msgspec.structs.replace(
         problem,
@@ -482,15 +486,22 @@ def with_trace_blame(
 def _ranked(
     members: Sequence[Anomaly],
     edges: Sequence[tuple[str, str]],
-    by_service: Mapping[str, Sequence[Series]],
+    index: _Index,
     cfg: GroupingConfig,
     traces: TraceBlame | None,
 ) -> list[ServiceRank]:
     symptoms = [a.start_unix_nano for a in members if a.signal != "traffic"]
     low = min(a.start_unix_nano for a in members)
     high = max(symptoms, default=low) + cfg.evidence_tail_ns
-    evidence = service_evidence(by_service, low, high, cfg) if by_service else {}
-    return rank_origins(members, edges, evidence=evidence, traces=traces, config=cfg)
+    cache: dict[str, ServiceEvidence | None] = {}
+
+    def lookup(service: str) -> ServiceEvidence | None:
+        # Only the services the ranking walks to are judged (the problem's neighbourhood).
+        if service not in cache:
+            cache[service] = _evidence_of(index.get(service, ()), low, high, cfg)
+        return cache[service]
+
+    return _rank(members, edges, lookup, traces, cfg)
 
 
 # -- evidence --------------------------------------------------------------------------------
@@ -586,24 +597,33 @@ def service_evidence(
     """
     found: dict[str, ServiceEvidence] = {}
     for service, judged in by_service.items():
-        symptoms: list[Symptom] = []
-        observed: set[SymptomKind] = set()
-        for one in judged:
-            if one.signal not in ("latency", "saturation", "errors", "logs"):
-                continue
-            times = [t for t, _ in one.points]
-            symptom = _symptom(one, times, low, high, config)
-            if symptom is not None:
-                symptoms.append(symptom)
-            if one.signal == "latency" and (
-                symptom is not None
-                or bisect.bisect_left(times, low) < bisect.bisect_right(times, high)
-            ):
-                observed.add("client_latency" if one.side == "client" else "server_latency")
-        if symptoms or observed:
-            symptoms.sort(key=lambda s: (-s.z, s.series_name))
-            found[service] = ServiceEvidence(symptoms=symptoms, observed=sorted(observed))
+        evidence = _evidence_of(
+            [(one, [t for t, _ in one.points]) for one in judged], low, high, config
+        )
+        if evidence is not None:
+            found[service] = evidence
     return found
+
+
+def _evidence_of(
+    judged: Sequence[tuple[Series, list[int]]], low: int, high: int, config: GroupingConfig
+) -> ServiceEvidence | None:
+    symptoms: list[Symptom] = []
+    observed: set[SymptomKind] = set()
+    for one, times in judged:
+        if one.signal not in ("latency", "saturation", "errors", "logs"):
+            continue
+        symptom = _symptom(one, times, low, high, config)
+        if symptom is not None:
+            symptoms.append(symptom)
+        if one.signal == "latency" and (
+            symptom is not None or bisect.bisect_left(times, low) < bisect.bisect_right(times, high)
+        ):
+            observed.add("client_latency" if one.side == "client" else "server_latency")
+    if not symptoms and not observed:
+        return None
+    symptoms.sort(key=lambda s: (-s.z, s.series_name))
+    return ServiceEvidence(symptoms=symptoms, observed=sorted(observed))
 
 
 # -- ranking ---------------------------------------------------------------------------------
@@ -662,7 +682,7 @@ def _with_anomalies(
 
 
 def _neighbourhood(
-    evidence: Mapping[str, ServiceEvidence],
+    lookup: Callable[[str], ServiceEvidence | None],
     members: set[str],
     callees: Mapping[str, set[str]],
     callers: Mapping[str, set[str]],
@@ -674,17 +694,18 @@ def _neighbourhood(
     neighbour without a symptom); other services are not this problem's.
     """
     inside = set(members)
-    frontier = list(members)
+    frontier = sorted(members)
     while frontier:
         service = frontier.pop()
-        for near in callees.get(service, set()) | callers.get(service, set()):
-            if near not in inside and near in evidence and evidence[near].symptoms:
+        for near in sorted(callees.get(service, set()) | callers.get(service, set())):
+            found = lookup(near) if near not in inside else None
+            if found is not None and found.symptoms:
                 inside.add(near)
                 frontier.append(near)
     around = set(inside)
     for service in inside:
         around |= callees.get(service, set()) | callers.get(service, set())
-    return {service: found for service, found in evidence.items() if service in around}
+    return {service: found for service in sorted(around) if (found := lookup(service)) is not None}
 
 
 def _reachable(start: str, callees: Mapping[str, set[str]]) -> set[str]:
@@ -724,13 +745,24 @@ def rank_origins(
         silent callee; best first.
     """
     cfg = config if config is not None else GroupingConfig()
+    given = evidence if evidence is not None else {}
+    return _rank(anomalies, edges, given.get, traces, cfg)
+
+
+def _rank(
+    anomalies: Sequence[Anomaly],
+    edges: Iterable[tuple[str, str]],
+    lookup: Callable[[str], ServiceEvidence | None],
+    traces: TraceBlame | None,
+    cfg: GroupingConfig,
+) -> list[ServiceRank]:
     callees, callers = _adjacency(edges)
     by_service: dict[str, list[Anomaly]] = {}
     for anomaly in anomalies:
         if anomaly.service_name:
             by_service.setdefault(anomaly.service_name, []).append(anomaly)
-    seen = _neighbourhood(
-        _with_anomalies(anomalies, evidence or {}, cfg), set(by_service), callees, callers
+    seen = _with_anomalies(
+        anomalies, _neighbourhood(lookup, set(by_service), callees, callers), cfg
     )
     start = min((a.start_unix_nano for a in anomalies), default=0)
 

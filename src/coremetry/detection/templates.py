@@ -2,8 +2,9 @@
 
 **Mining** (:class:`TemplateMiner`), after Drain (He, Zhu, Zheng and Lyu, "Drain: An Online Log
 Parsing Approach with Fixed Depth Tree", ICWS 2017), the parser drain3 and the LogPAI
-benchmarks use. A log body is *masked* first — UUIDs, hex ids of 8+ digits, IPv4 addresses
-(with a port), numbers and tokens holding a digit become ``<*>`` — then split on whitespace.
+benchmarks use. A log body is split on whitespace and *masked*: a token holding a digit
+(numbers, ids, addresses, ``host:port``) or made of 8+ hex digits becomes ``<*>`` (Drain's
+"has numbers" rule).
 Records are clustered by a fixed-depth prefix tree: first by token count, then by the first
 ``depth`` tokens (a token that is ``<*>`` goes to the ``<*>`` branch), and in the leaf to the
 most similar template: similarity is the share of positions whose tokens are equal (``<*>``
@@ -38,20 +39,13 @@ __all__ = ["Template", "TemplateMiner", "mask", "new_template_anomalies"]
 
 WILDCARD: Final = "<*>"
 
-_MASKS: Final = (
-    re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"),
-    re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"),
-    re.compile(r"\b(?:0x)?[0-9a-fA-F]{8,}\b"),
-    re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?![\w.])"),
-)
 _HAS_DIGIT: Final = re.compile(r"\d")
+_HEX_ID: Final = re.compile(r"(?:0x)?[0-9a-fA-F]{8,}")
 
 
 def mask(body: str) -> list[str]:
-    """The body's tokens with variable parts as ``<*>`` (rules in the module docstring)."""
-    for pattern in _MASKS:
-        body = pattern.sub(WILDCARD, body)
-    return [WILDCARD if _HAS_DIGIT.search(t) else t for t in body.split()]
+    """The body's whitespace-separated tokens, variable ones as ``<*>`` (module docstring)."""
+    return [WILDCARD if _HAS_DIGIT.search(t) or _HEX_ID.fullmatch(t) else t for t in body.split()]
 
 
 class Template(msgspec.Struct, kw_only=True):
