@@ -20,10 +20,10 @@ from ._store import ClickHouseStore as ClickHouseStore
 from ._store import open_clickhouse_store as open_clickhouse_store
 
 __all__ = [
-    "KILL_TIMEOUT_S",
-    "META_KEY",
     "ClickHouseOptions",
     "ClickHouseStore",
+    "KILL_TIMEOUT_S",
+    "META_KEY",
     "TableNames",
     "exporter_ddl",
     "open_clickhouse_store",

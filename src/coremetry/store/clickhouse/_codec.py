@@ -27,7 +27,6 @@ the short pdata form (``Server``, ``Error``).
 
 from __future__ import annotations
 
-import math
 from typing import Final
 
 import msgspec
@@ -45,18 +44,23 @@ from coremetry.store.model import (
 )
 
 __all__ = [
-    "ERROR_STATUSES",
     "ENTRY_KINDS",
+    "ERROR_STATUSES",
     "KIND_NAMES",
-    "META_KEY",
-    "STATUS_NAMES",
+    "LOG_SELECT",
+    "LogColumns",
     "LogOut",
+    "META_KEY",
+    "SPAN_SELECT",
+    "STATUS_NAMES",
+    "SpanColumns",
     "SpanOut",
     "attribute_text",
     "canonical_attributes",
     "decode_kind",
     "decode_status",
     "log_from_row",
+    "log_key",
     "log_row",
     "span_from_row",
     "span_row",
@@ -440,8 +444,3 @@ def log_from_row(row: LogOut) -> LogRecord:
         resource_attributes=_decode_map(row[7], meta.r),
         scope_name=row[8],
     )
-
-
-def finite_or_none(value: float | None) -> float | None:
-    """``value`` when it is a finite number, else ``None``."""
-    return value if value is not None and math.isfinite(value) else None

@@ -18,7 +18,12 @@ import msgspec
 
 from coremetry.store.errors import QueryRejected
 
-__all__ = ["CursorKey", "decode_cursor", "encode_cursor", "query_hash"]
+__all__ = [
+    "CursorKey",
+    "decode_cursor",
+    "encode_cursor",
+    "query_hash",
+]
 
 CursorKey: TypeAlias = tuple[int | str, ...]
 """A sort key: ints (times, hashes, a score's IEEE-754 bits) and strings (ids)."""

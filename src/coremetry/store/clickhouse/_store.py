@@ -99,9 +99,9 @@ from ._runtime import Param, Runtime, connect, redacted_url
 from ._schema import REQUIRED_COLUMNS, TABLE_KINDS, TableNames, exporter_ddl, missing_columns
 
 __all__ = [
-    "SPAN_IDENTITY_WINDOW_NS",
     "ClickHouseOptions",
     "ClickHouseStore",
+    "SPAN_IDENTITY_WINDOW_NS",
     "open_clickhouse_store",
 ]
 

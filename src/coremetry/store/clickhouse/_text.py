@@ -24,7 +24,12 @@ import msgspec
 
 from coremetry.store.errors import QueryRejected
 
-__all__ = ["MAX_TEXT_CHARS", "Term", "parse_text", "tokens"]
+__all__ = [
+    "MAX_TEXT_CHARS",
+    "Term",
+    "parse_text",
+    "tokens",
+]
 
 MAX_TEXT_CHARS: Final = 1000
 """Longest accepted text query, in characters."""
