@@ -45,7 +45,12 @@ from typing import Final, TypeAlias, TypeVar
 import clickhouse_connect
 import trio
 from clickhouse_connect.driver.client import Client
-from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, Error
+from clickhouse_connect.driver.exceptions import (
+    ClickHouseError,
+    DatabaseError,
+    Error,
+    OperationalError,
+)
 
 from coremetry.store.errors import (
     QueryRejected,
@@ -167,7 +172,12 @@ def map_error(exc: ClickHouseError, where: str) -> StoreError | ClickHouseError:
         return QueryRejected(
             "matchers", "a regular expression is not valid RE2 syntax (as ClickHouse reads it)"
         )
-    if code in _UNAVAILABLE_CODES or not isinstance(exc, DatabaseError) or code is None:
+    if code is None and (isinstance(exc, OperationalError) or not isinstance(exc, DatabaseError)):
+        return StoreUnavailable(
+            f"ClickHouse at {where} did not answer (refused, unreachable or timed out: "
+            f"{type(exc).__name__})"
+        )
+    if code in _UNAVAILABLE_CODES or code is None:
         return StoreUnavailable(f"ClickHouse at {where} failed: {_name_of(exc, code)}")
     return exc
 
@@ -345,6 +355,4 @@ def connect(
         mapped = map_error(exc, redacted_url(url))
         if isinstance(mapped, StoreError):
             raise StoreUnavailable(f"cannot connect: {mapped}") from exc
-        raise StoreUnavailable(
-            f"cannot connect to ClickHouse at {redacted_url(url)}: {exc}"
-        ) from exc
+        raise StoreUnavailable(f"cannot connect to ClickHouse at {redacted_url(url)}") from exc
