@@ -98,6 +98,7 @@ def test_bad_environment_variables_are_named(name: str, value: str, match: str) 
         ({"mcp": {"max_budget_s": 0}}, "mcp.max_budget_s"),
         ({"sse": {"keepalive_interval_s": -1}}, "sse.keepalive_interval_s"),
         ({"http": {"root_path": "no-slash"}}, "root_path"),
+        ({"ingest": {"max_future_skew_s": -1}}, "ingest.max_future_skew_s"),
     ],
 )
 def test_out_of_range_values_are_refused(overrides: dict[str, object], match: str) -> None:
@@ -118,6 +119,12 @@ def test_render_round_trips_as_toml() -> None:
 def test_non_finite_numbers_are_refused(value: str) -> None:
     with pytest.raises(ConfigError, match=r"mcp\.max_budget_s"):
         load_config(environ={"COREMETRY_MCP_MAX_BUDGET_S": value})
+
+
+def test_ingest_future_skew_default_and_environment() -> None:
+    assert load_config(environ={}).ingest.max_future_skew_s == 3600.0
+    tightened = load_config(environ={"COREMETRY_INGEST_MAX_FUTURE_SKEW_S": "30"})
+    assert tightened.ingest.max_future_skew_s == 30.0
 
 
 def test_rate_limit_and_audit_defaults() -> None:

@@ -12,7 +12,8 @@ Routing, by path:
 - ``/api/tools`` and ``/api/tools/<name>`` — the tools over REST, through the same gate
   (:mod:`coremetry.rest`).
 - ``/v1/traces``, ``/v1/logs``, ``/v1/metrics`` — the OTLP/HTTP receiver
-  (:mod:`coremetry.ingest.receiver`), when a store is given and ``ingest.enabled``.
+  (:mod:`coremetry.ingest.receiver`), when a store is given and ``ingest.enabled``; any other
+  ``/v1/*`` path then gets the receiver's JSON (or protobuf) 404, not an HTML page.
 - everything else — the QuartTrio app: ``GET /healthz`` (unauthenticated, no data) and, later,
   the REST API.
 """
@@ -86,6 +87,7 @@ class CoremetryApp:
             root_path=config.http.root_path,
         )
         self.http_routes: dict[str, HttpHandler] = {}
+        self.otlp_not_found: HttpHandler | None = None
         self.websocket_routes: dict[str, WebsocketHandler] = {}
         streamable = StreamableHttp(
             mcp,
@@ -123,9 +125,11 @@ class CoremetryApp:
                 authenticate=authenticate,
                 min_role=config.ingest.min_role,
                 max_body_bytes=config.ingest.max_body_bytes,
+                max_future_skew_s=config.ingest.max_future_skew_s,
             )
             for path in OTLP_PATHS:
                 self.http_routes[path] = receiver
+            self.otlp_not_found = receiver.not_found
         self.quart = _quart_app()
 
     async def __call__(
@@ -136,6 +140,9 @@ class CoremetryApp:
             handler = self.http_routes.get(scope["path"])
             if handler is not None:
                 await handler(scope, receive, send)
+                return
+            if self.otlp_not_found is not None and scope["path"].startswith("/v1/"):
+                await self.otlp_not_found(scope, receive, send)
                 return
             if self.rest.matches(scope["path"]):
                 await self.rest(scope, receive, send)

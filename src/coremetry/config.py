@@ -171,6 +171,10 @@ class IngestConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Largest accepted OTLP request body, in bytes, after gzip decompression (413 above)."""
     min_role: str = "editor"
     """Lowest role allowed to write telemetry (viewer, editor or admin)."""
+    max_future_skew_s: float = 3600.0
+    """Records dated more than this many seconds after this server's clock (a sender's clock
+    running ahead) are rejected items, reported in OTLP ``partial_success`` and the import
+    summary, never stored."""
 
 
 class DetectionConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -354,6 +358,7 @@ def _check(config: Config) -> None:
             "COREMETRY_CLICKHOUSE_PASSWORD",
         ),
         (config.ingest.max_body_bytes > 0, "ingest.max_body_bytes must be positive"),
+        (config.ingest.max_future_skew_s >= 0, "ingest.max_future_skew_s must not be negative"),
         (
             config.ingest.min_role in ("viewer", "editor", "admin"),
             "ingest.min_role must be viewer, editor or admin",

@@ -9,8 +9,10 @@ a running server.
 """
 
 import gzip
+import json
 import os
 import sys
+import time
 from functools import partial
 from pathlib import Path
 from typing import Final
@@ -316,3 +318,34 @@ def test_help_lists_the_formats(capsys: pytest.CaptureFixture[str]) -> None:
         main(["ingest", "--help"])
     out = capsys.readouterr().out
     assert "{auto,otlp-json,zipkin,jaeger,prometheus,csv}" in out
+
+
+@pytest.mark.usefixtures("no_retention")
+def test_records_dated_in_the_future_are_rejected_in_the_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = time.time_ns()
+    hour = 3600 * 1_000_000_000
+    spans = [
+        {
+            "traceId": "5b8efff798038103d269b633813fc60c",
+            "spanId": span_id,
+            "name": "clocky",
+            "startTimeUnixNano": str(start),
+            "endTimeUnixNano": str(start + 1_000_000),
+        }
+        for span_id, start in (("00000000000000b1", now - hour), ("00000000000000b2", now + hour))
+    ]
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}))
+    # The tolerance is ingest.max_future_skew_s (30 minutes here: the second span is past it).
+    monkeypatch.setenv("COREMETRY_INGEST_MAX_FUTURE_SKEW_S", "1800")
+    assert main(["ingest", "--data-dir", str(tmp_path / "d"), str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{path} (otlp-json): read 2 spans; wrote 1 spans" in out
+    assert "1 rejected" in out
+    assert (
+        "span end time is more than 1800 s ahead of this server's clock "
+        "(ingest.max_future_skew_s); check the sender's clock" in out
+    )
+    assert statistics(tmp_path / "d").span_count == 1

@@ -585,3 +585,144 @@ async def test_non_ascii_and_odd_names_survive_the_round_trip(tmp_path: Path) ->
             assert span.attributes == {"ключ.é": "значение\u2028"}
             services = await live.store.services(ALL_TIME, limit=10)
             assert [s.service_name for s in services.items] == [service]
+
+
+# ---- times a sender's clock got wrong, wrong-signal bodies, unknown paths ----------------------
+
+
+def json_spans(*spans: tuple[str, int, int]) -> bytes:
+    """An OTLP JSON ExportTraceServiceRequest of ``(span id, start ns, end ns)`` spans."""
+    rows = [
+        {
+            "traceId": "5b8efff798038103d269b633813fc60c",
+            "spanId": span_id,
+            "name": f"span {span_id}",
+            "startTimeUnixNano": str(start),
+            "endTimeUnixNano": str(end),
+        }
+        for span_id, start, end in spans
+    ]
+    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": "clocky"}}]}
+    return json.dumps(
+        {"resourceSpans": [{"resource": resource, "scopeSpans": [{"spans": rows}]}]}
+    ).encode()
+
+
+async def test_records_dated_in_the_future_are_rejected_with_the_reason(tmp_path: Path) -> None:
+    now = time.time_ns()
+    second = 1_000_000_000
+    body = json_spans(
+        ("00000000000000a1", now - 2 * second, now - second),  # a moment ago
+        ("00000000000000a2", now + 30 * second, now + 31 * second),  # inside the tolerance
+        ("00000000000000a3", now + 2 * 3600 * second, now + 2 * 3600 * second + second),
+    )
+    future_log = {
+        "resourceLogs": [
+            {
+                "scopeLogs": [
+                    {
+                        "logRecords": [
+                            {"timeUnixNano": str(now), "body": {"stringValue": "now"}},
+                            {
+                                "timeUnixNano": str(now + 86_400 * second),
+                                "body": {"stringValue": "tomorrow"},
+                            },
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
+    with trio.fail_after(LIMIT_S):
+        async with (
+            live_server(tmp_path, ingest={"max_future_skew_s": 60}) as live,
+            httpx.AsyncClient(base_url=live.base) as client,
+        ):
+            traces = await client.post("/v1/traces", content=body, headers=live.headers())
+            logs = await client.post(
+                "/v1/logs", content=json.dumps(future_log).encode(), headers=live.headers()
+            )
+            stored = await live.store.get_trace("5b8efff798038103d269b633813fc60c", limit=10)
+            records = await live.store.search_logs(LogQuery(time_range=ALL_TIME), limit=10)
+    assert traces.status_code == 200
+    partial = traces.json()["partialSuccess"]
+    assert partial["rejectedSpans"] == "1"
+    assert "span end time is more than 60 s ahead of this server's clock" in partial["errorMessage"]
+    assert "(ingest.max_future_skew_s)" in partial["errorMessage"]
+    assert "span 00000000000000a3" in partial["errorMessage"], "the refused span is named"
+    assert sorted(s.span_id for s in stored.items) == ["00000000000000a1", "00000000000000a2"]
+    assert logs.status_code == 200
+    assert logs.json()["partialSuccess"]["rejectedLogRecords"] == "1"
+    assert [r.body for r in records.items] == ["now"]
+
+
+async def test_a_span_ending_before_it_starts_is_kept_with_duration_zero_and_said(
+    tmp_path: Path,
+) -> None:
+    request = ExportTraceServiceRequest.FromString(trace_request())
+    backwards = request.resource_spans[0].scope_spans[0].spans[1]
+    start = backwards.start_time_unix_nano
+    backwards.end_time_unix_nano = start - 5_000_000  # a clock stepped back 5 ms
+    with trio.fail_after(LIMIT_S):
+        async with live_server(tmp_path) as live, httpx.AsyncClient(base_url=live.base) as client:
+            response = await client.post(
+                "/v1/traces",
+                content=request.SerializeToString(),
+                headers=live.headers(content_type=PROTOBUF),
+            )
+            page = await live.store.get_trace("0af7651916cd43dd8448eb211c80319c", limit=10)
+    assert response.status_code == 200
+    answer = ExportTraceServiceResponse.FromString(response.content)
+    # A warning in the spec's sense: nothing rejected, the message says what was adjusted.
+    assert answer.HasField("partial_success")
+    assert answer.partial_success.rejected_spans == 0
+    assert "1 stored after adjusting: span end time before its start time" in (
+        answer.partial_success.error_message
+    )
+    kept = {span.name: span for span in page.items}["step 1"]
+    assert (kept.start_time_unix_nano, kept.end_time_unix_nano) == (start, start)
+    assert kept.parent_span_id == "b7ad6b7169203331", "its place in the trace is kept"
+
+
+async def test_a_json_body_of_another_signal_is_refused_naming_the_expected_key(
+    tmp_path: Path,
+) -> None:
+    logs_body = (OTLP_DIR / "logs.json").read_bytes()
+    with trio.fail_after(LIMIT_S):
+        async with live_server(tmp_path) as live, httpx.AsyncClient(base_url=live.base) as client:
+            before = await stats(live)
+            wrong = await client.post("/v1/metrics", content=logs_body, headers=live.headers())
+            typo = await client.post(
+                "/v1/traces", content=b'{"resource_spans": []}', headers=live.headers()
+            )
+            empty = await client.post("/v1/metrics", content=b"{}", headers=live.headers())
+            after = await stats(live)
+    assert wrong.status_code == 400
+    code, message = status_of(wrong)
+    assert code == 3
+    assert "the body has no 'resourceMetrics'" in message
+    assert "'resourceLogs' belongs in a request to /v1/logs" in message
+    assert typo.status_code == 400
+    assert "OTLP JSON keys are lowerCamelCase" in status_of(typo)[1]
+    assert empty.status_code == 200, "an empty request is still a valid one"
+    assert empty.json() == {}
+    assert after == before, "nothing written"
+
+
+async def test_unknown_otlp_paths_are_a_json_404(tmp_path: Path) -> None:
+    with trio.fail_after(LIMIT_S):
+        async with live_server(tmp_path) as live, httpx.AsyncClient(base_url=live.base) as client:
+            profiles = await client.post("/v1/profiles", content=b"{}", headers=live.headers())
+            protobuf = await client.post(
+                "/v1/spans", content=b"", headers=live.headers(content_type=PROTOBUF)
+            )
+            elsewhere = await client.get("/not-otlp")
+    assert profiles.status_code == 404
+    assert profiles.headers["content-type"] == JSON
+    code, message = status_of(profiles)
+    assert code == 5  # google.rpc.Code NOT_FOUND
+    assert message.startswith("/v1/profiles is not served")
+    assert "/v1/traces, /v1/logs, /v1/metrics" in message
+    assert protobuf.status_code == 404
+    assert status_of(protobuf)[0] == 5, "answered in the request's encoding"
+    assert elsewhere.status_code == 404, "other paths are not the receiver's"

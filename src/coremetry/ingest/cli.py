@@ -170,6 +170,7 @@ async def _ingest(
                     options=options,
                     on_decoded=progress.start,
                     on_written=progress.advance,
+                    max_future_skew_s=config.ingest.max_future_skew_s,
                 )
             finally:
                 progress.close()

@@ -4,25 +4,43 @@ A decoder never drops data silently. An item it cannot store (a span without a s
 CSV row whose timestamp does not parse) is *rejected* with a reason and a location; an item it
 stores after adjusting it (a log record whose corrupt event time was replaced by its observed
 time, a Zipkin span without a duration) is counted in a *note*. The OTLP receiver turns
-rejections into ``partial_success``; ``coremetry ingest`` prints both in its summary.
+rejections into ``partial_success`` (notes too, as its warning text); ``coremetry ingest``
+prints both in its summary.
+
+Records dated too far in the future (a sender's clock running ahead) are refused after
+decoding, by :meth:`Decoded.refuse_future` — the receiver and the importer call it with
+``ingest.max_future_skew_s``: one such record would otherwise become "the newest data" that
+every anchored window ends at.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from typing import Final, Literal, TypeAlias
 
 import msgspec
 
 from coremetry.store.model import TelemetryBatch
 
-__all__ = ["Decoded", "MAX_EXAMPLES", "Rejected", "Signal"]
+__all__ = ["Decoded", "MAX_EXAMPLES", "Rejected", "Signal", "future_reason"]
 
 Signal: TypeAlias = Literal["span", "log", "metric_point"]
 """The kind of item: a span, a log record, or a metric data point."""
 
 MAX_EXAMPLES: Final = 3
 """Locations quoted per rejection reason in :meth:`Decoded.describe_rejections`."""
+
+_NS_PER_S: Final = 1_000_000_000
+
+
+def future_reason(signal: Signal, max_skew_ns: int) -> str:
+    """The rejection reason of a record dated more than ``max_skew_ns`` after the clock."""
+    what = {"span": "span end", "log": "log record", "metric_point": "data point"}[signal]
+    return (
+        f"{what} time is more than {max_skew_ns / _NS_PER_S:g} s ahead of this server's clock "
+        "(ingest.max_future_skew_s); check the sender's clock"
+    )
 
 
 class Rejected(msgspec.Struct, frozen=True, kw_only=True):
@@ -98,6 +116,59 @@ class Decoded(msgspec.Struct, kw_only=True):
             at = f" (at {', '.join(shown)}{more})" if shown else ""
             parts.append(f"{len(places)} {kind}(s): {reason}{at}")
         return "; ".join(parts)
+
+    def describe_notes(self, only: Collection[str] | None = None) -> str:
+        """One line naming every adjustment (or those in ``only``) and its count.
+
+        Example: ``"1 stored after adjusting: span end time before its start time (...)"``;
+        ``""`` when there is none.
+        """
+        return "; ".join(
+            f"{count} stored after adjusting: {note}"
+            for note, count in self.notes.items()
+            if only is None or note in only
+        )
+
+    def refuse_future(self, now_unix_nano: int, max_skew_ns: int) -> None:
+        """Move records dated more than ``max_skew_ns`` after ``now_unix_nano`` to ``rejected``.
+
+        A span counts by its end (its latest time), a log record and a data point by their
+        time. Each refused record is a :class:`Rejected` with :func:`future_reason` and a
+        location naming it (trace and span id, or the metric name).
+
+        Args:
+            now_unix_nano: this server's clock, unix nanoseconds.
+            max_skew_ns: the tolerance, nanoseconds (``ingest.max_future_skew_s``).
+        """
+        limit = now_unix_nano + max_skew_ns
+        batch = self.batch
+        if any(max(s.start_time_unix_nano, s.end_time_unix_nano) > limit for s in batch.spans):
+            kept_spans = []
+            for span in batch.spans:
+                if max(span.start_time_unix_nano, span.end_time_unix_nano) > limit:
+                    where = f"trace {span.trace_id} span {span.span_id}"
+                    self.reject("span", future_reason("span", max_skew_ns), where)
+                else:
+                    kept_spans.append(span)
+            batch.spans = kept_spans
+        if any(r.time_unix_nano > limit for r in batch.logs):
+            kept_logs = []
+            for record in batch.logs:
+                if record.time_unix_nano > limit:
+                    where = f"log record of {record.service_name}"
+                    self.reject("log", future_reason("log", max_skew_ns), where)
+                else:
+                    kept_logs.append(record)
+            batch.logs = kept_logs
+        if any(p.time_unix_nano > limit for p in batch.metrics):
+            kept_points = []
+            for point in batch.metrics:
+                if point.time_unix_nano > limit:
+                    where = f"metric {point.name}"
+                    self.reject("metric_point", future_reason("metric_point", max_skew_ns), where)
+                else:
+                    kept_points.append(point)
+            batch.metrics = kept_points
 
     def extend(self, other: Decoded) -> None:
         """Append another result's records, rejections, notes and read counts to this one."""

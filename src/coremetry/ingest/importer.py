@@ -3,8 +3,9 @@
 What ``coremetry ingest`` runs for each file. Guarantees:
 
 - **Nothing silent.** The summary counts items read, written, already stored (duplicates),
-  rejected (with reasons and locations) and adjusted (notes), and how many are older than the
-  store's retention window (stored now, deleted by the next retention pass).
+  rejected (with reasons and locations; records dated more than ``ingest.max_future_skew_s``
+  ahead of this machine's clock among them) and adjusted (notes), and how many are older than
+  the store's retention window (stored now, deleted by the next retention pass).
 - **Idempotent.** Records are written through :meth:`TelemetryStore.write`, which keeps one
   copy per identity, so importing a file again writes nothing new (Prometheus scrapes are the
   exception unless ``--timestamp`` pins the scrape time: each import is then a new scrape).
@@ -18,6 +19,7 @@ What ``coremetry ingest`` runs for each file. Guarantees:
 from __future__ import annotations
 
 import gzip
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -118,6 +120,8 @@ async def import_file(
     on_decoded: Callable[[int], None] | None = None,
     on_written: Callable[[int], None] | None = None,
     chunk_records: int = CHUNK_RECORDS,
+    max_future_skew_s: float | None = None,
+    clock: Callable[[], int] = time.time_ns,
 ) -> FileSummary:
     """Import one file into ``store``; never raises for a bad file (see ``error``).
 
@@ -131,6 +135,9 @@ async def import_file(
         on_decoded: called once with the number of records about to be written.
         on_written: called after each chunk with its record count (a progress bar).
         chunk_records: records per write.
+        max_future_skew_s: reject records dated more than this many seconds after ``clock``
+            (config ``ingest.max_future_skew_s``); ``None`` keeps every time.
+        clock: this machine's clock in unix nanoseconds (tests pin it).
 
     Returns:
         The file's summary.
@@ -157,6 +164,8 @@ async def import_file(
     except IngestError as exc:
         summary.error = str(exc)
         return summary
+    if max_future_skew_s is not None:
+        decoded.refuse_future(clock(), round(max_future_skew_s * 1e9))
     summary.decoded = decoded
     batch = decoded.batch
     if on_decoded is not None:

@@ -27,9 +27,16 @@ spans without a trace id, span id or sane start time; log records with neither a
 ``timeUnixNano`` nor a sane ``observedTimeUnixNano``; data points without a sane time or a
 value, flagged "no recorded value", or histograms whose bucket counts do not match their
 bounds; ids of the wrong length and numbers that do not parse. Stored after adjusting, with a
-note: a span whose end time is missing or corrupt (duration 0), a log record whose event time
-is missing or corrupt (its observed time is used), malformed trace/span ids on a log record
-(dropped). Clock skew (a child starting before its parent) is kept as sent.
+note: a span whose end time is missing or corrupt (duration 0), a span whose end is before its
+start (duration 0: a clock stepped back while it ran; its start and place in the trace are
+kept), a log record whose event time is missing or corrupt (its observed time is used),
+malformed trace/span ids on a log record (dropped). Clock skew (a child starting before its
+parent) is kept as sent. Records dated too far in the future are refused after decoding
+(:meth:`~coremetry.ingest.Decoded.refuse_future`), by the receiver and the importer.
+
+A JSON body whose top-level keys are all another message's (a logs request posted to
+``/v1/metrics``) is refused naming the key expected; protobuf cannot tell (unknown fields are
+skipped by the protobuf rules, so such a body is an empty request).
 
 A body that cannot be decoded at all raises :class:`~coremetry.ingest.MalformedInput` and
 nothing of it is kept.
@@ -88,6 +95,7 @@ from coremetry.store.model import (
 )
 
 __all__ = [
+    "SENDER_WARNINGS",
     "decode_logs_json",
     "decode_logs_protobuf",
     "decode_metrics_json",
@@ -105,6 +113,9 @@ _NO_RECORDED_VALUE: Final = 1
 
 SPAN_START_UNUSABLE: Final = "span start time is missing or outside 1970..2262"
 SPAN_END_ADJUSTED: Final = "span end time missing or corrupt; stored with duration 0"
+SPAN_END_BEFORE_START: Final = (
+    "span end time before its start time (a clock stepped back); stored with duration 0"
+)
 SPAN_NO_TRACE_ID: Final = "span has no trace_id"
 SPAN_NO_SPAN_ID: Final = "span has no span_id"
 LOG_TIME_UNUSABLE: Final = (
@@ -123,6 +134,11 @@ EXPONENTIAL_CONVERTED: Final = "exponential histogram point converted to explici
 SUMMARY_CONVERTED: Final = (
     "summary point stored as one gauge per quantile plus <name>_sum and <name>_count"
 )
+SENDER_WARNINGS: Final = frozenset({SPAN_END_ADJUSTED, SPAN_END_BEFORE_START, LOG_IDS_DROPPED})
+"""Notes the OTLP receiver also tells the sender (``partial_success`` with 0 rejected: a
+warning): its data was wrong and was stored adjusted. Format conversions (exponential
+histograms, summaries) and a log record timed by its observed time (the OTel log data model
+allows that) are not warnings."""
 
 W = TypeVar("W")
 
@@ -144,6 +160,46 @@ def _parse_json(body: bytes, decoder: msgspec.json.Decoder[W], name: str) -> W:
         raise MalformedInput(f"the body is not JSON: {exc}") from None
     except RecursionError:
         raise MalformedInput("the body is nested too deeply") from None
+
+
+_TOP_LEVEL: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_SIGNAL_KEYS: Final = {
+    "resourceSpans": ("ExportTraceServiceRequest", "/v1/traces"),
+    "resourceLogs": ("ExportLogsServiceRequest", "/v1/logs"),
+    "resourceMetrics": ("ExportMetricsServiceRequest", "/v1/metrics"),
+}
+
+
+def _check_top_level(body: bytes, expected: str) -> None:
+    """Refuse a JSON body without ``expected`` that carries other top-level keys.
+
+    Called only when the decoded request came out empty (so the cost is paid only then): an
+    empty object ``{}`` is a valid, empty request, while ``{"resourceLogs": [...]}`` posted to
+    ``/v1/metrics`` (or ``{"resource_spans": ...}``, snake_case) is a sender's mistake that
+    would otherwise be answered 200 and dropped. The OTLP spec asks receivers to ignore unknown
+    fields; we still do beside the expected key — a body with *nothing but* unknown keys holds
+    no telemetry we could store, and saying so beats a silent success.
+
+    Raises:
+        MalformedInput: the body has top-level keys and none of them is ``expected``; the
+            message names the expected key and where a found signal key belongs.
+    """
+    try:
+        keys = list(_TOP_LEVEL.decode(body))
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return  # not an object: the typed decoder has already said what it accepts
+    if not keys or expected in keys:
+        return
+    message, path = _SIGNAL_KEYS[expected]
+    found = ", ".join(repr(k[:40]) for k in keys[:5])
+    other = next((_SIGNAL_KEYS[k][1] for k in keys if k in _SIGNAL_KEYS), None)
+    hint = f"; {found} belongs in a request to {other}" if other else ""
+    if any("_" in k for k in keys):
+        hint += "; OTLP JSON keys are lowerCamelCase"
+    raise MalformedInput(
+        f"the body has no {expected!r} (top-level keys: {found}): a {path} JSON body is an "
+        f"{message}, {{{expected!r}: [...]}}{hint}"
+    )
 
 
 # ---- attributes: protobuf ----------------------------------------------------------------------
@@ -337,6 +393,9 @@ def _span(
     if not is_sane_time(end):
         out.note(SPAN_END_ADJUSTED)
         end = start
+    elif end < start:
+        out.note(SPAN_END_BEFORE_START)
+        end = start
     return Span(
         trace_id=trace_id,
         span_id=span_id,
@@ -408,6 +467,9 @@ def _pb_span(
     if not 0 < end <= MAX_UNIX_NANO:
         out.note(SPAN_END_ADJUSTED)
         end = start
+    elif end < start:
+        out.note(SPAN_END_BEFORE_START)
+        end = start
     kind = span.kind
     status = span.status
     code = status.code
@@ -460,7 +522,10 @@ def decode_traces_json(body: bytes) -> Decoded:
         MalformedInput: the body is not JSON, or not shaped like the message (the message
             carries msgspec's ``- at `$.path``` location).
     """
-    return _traces_from_json(_parse_json(body, _TRACES_JSON, "ExportTraceServiceRequest"))
+    request = _parse_json(body, _TRACES_JSON, "ExportTraceServiceRequest")
+    if not request.resource_spans:
+        _check_top_level(body, "resourceSpans")
+    return _traces_from_json(request)
 
 
 def _traces_from_json(
@@ -648,7 +713,10 @@ def decode_logs_json(body: bytes) -> Decoded:
     Raises:
         MalformedInput: the body is not JSON, or not shaped like the message.
     """
-    return _logs_from_json(_parse_json(body, _LOGS_JSON, "ExportLogsServiceRequest"))
+    request = _parse_json(body, _LOGS_JSON, "ExportLogsServiceRequest")
+    if not request.resource_logs:
+        _check_top_level(body, "resourceLogs")
+    return _logs_from_json(request)
 
 
 def _logs_from_json(request: wire.ExportLogsServiceRequest, out: Decoded | None = None) -> Decoded:
@@ -1060,7 +1128,10 @@ def decode_metrics_json(body: bytes) -> Decoded:
     Raises:
         MalformedInput: the body is not JSON, or not shaped like the message.
     """
-    return _metrics_from_json(_parse_json(body, _METRICS_JSON, "ExportMetricsServiceRequest"))
+    request = _parse_json(body, _METRICS_JSON, "ExportMetricsServiceRequest")
+    if not request.resource_metrics:
+        _check_top_level(body, "resourceMetrics")
+    return _metrics_from_json(request)
 
 
 def _metrics_from_json(

@@ -17,11 +17,19 @@ x-protobuf`` / ``application/json``;
 body over ``ingest.max_body_bytes``         413 (the cap applies to the *decompressed* size, so a
                                             gzip bomb stops at the cap)
 body that does not decode (not gzip, not    400, ``Status.message`` names what is wrong (and the
-the message, not JSON)                      JSON path); nothing is written
+the message, not JSON; a JSON body with     JSON path, or the top-level key expected); nothing
+only another signal's or unknown keys)      is written
 store unavailable                           503 (retryable; ``Retry-After: 5``)
 decoded                                     200 + ``Export<signal>ServiceResponse``;
                                             ``partial_success`` with the rejected count and the
-                                            reasons when items were rejected
+                                            reasons when items were rejected (records dated
+                                            more than ``ingest.max_future_skew_s`` ahead of our
+                                            clock included), and -- with a count of 0, as the
+                                            spec allows for warnings -- the adjustments that
+                                            mean the data was wrong (``SENDER_WARNINGS``: a
+                                            span ending before it started, stored with
+                                            duration 0)
+any other ``/v1/*`` path (``/v1/profiles``)  404 + ``Status`` naming the paths served
 ==========================================  ====================================================
 
 Every answer's body is in the request's encoding (protobuf or JSON): the response message on
@@ -33,6 +41,7 @@ Responses are never gzip-encoded (allowed: the spec says MAY).
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from collections.abc import Callable
 from typing import Final, Literal, TypeAlias
@@ -49,6 +58,7 @@ from coremetry.ingest import _otlp_json as wire
 from coremetry.ingest.decoded import Decoded, Signal
 from coremetry.ingest.errors import MalformedInput
 from coremetry.ingest.otlp import (
+    SENDER_WARNINGS,
     decode_logs_json,
     decode_logs_protobuf,
     decode_metrics_json,
@@ -101,6 +111,7 @@ _DECODERS: Final[dict[tuple[Signal, Encoding], Callable[[bytes], Decoded]]] = {
 
 # google.rpc.Code values (google/rpc/code.proto); OTLP clients must not act on them.
 _INVALID_ARGUMENT: Final = 3
+_NOT_FOUND: Final = 5
 _PERMISSION_DENIED: Final = 7
 _RESOURCE_EXHAUSTED: Final = 8
 _UNAVAILABLE: Final = 14
@@ -158,6 +169,9 @@ class OtlpReceiver:
         min_role: the lowest role that may write (config ``ingest.min_role``).
         max_body_bytes: the largest body, after decompression, in bytes (config
             ``ingest.max_body_bytes``).
+        max_future_skew_s: records dated more than this many seconds after ``clock`` are
+            rejected items (config ``ingest.max_future_skew_s``).
+        clock: this server's clock in unix nanoseconds (``time.time_ns``; tests pin it).
     """
 
     def __init__(
@@ -168,12 +182,41 @@ class OtlpReceiver:
         authenticate: Authenticate = anonymous,
         min_role: str = "editor",
         max_body_bytes: int = 16 * 1024 * 1024,
+        max_future_skew_s: float = 3600.0,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.store = store
         self.policy = policy
         self.authenticate = authenticate
         self.min_role = min_role
         self.max_body_bytes = max_body_bytes
+        self.max_future_skew_ns = round(max_future_skew_s * 1e9)
+        self.clock = clock
+
+    async def not_found(
+        self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        """Answer a ``/v1/*`` path that is not one of :data:`OTLP_PATHS`: 404 with a ``Status``.
+
+        In protobuf when the request was protobuf, JSON otherwise (never the HTML page of the
+        web framework), naming the paths this receiver serves.
+        """
+        headers = Headers(scope["headers"])
+        encoding: Encoding = (
+            PROTOBUF if _media_type(headers.get("content-type")) == PROTOBUF else JSON
+        )
+        path = scope["path"][:100]
+        await send_response(
+            send,
+            404,
+            _status_body(
+                encoding,
+                _NOT_FOUND,
+                f"{path} is not served: this OTLP/HTTP receiver accepts "
+                f"{', '.join(OTLP_PATHS)} (no other signal, such as profiles)",
+            ),
+            content_type=encoding.encode(),
+        )
 
     async def __call__(
         self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
@@ -263,6 +306,7 @@ class OtlpReceiver:
         except MalformedInput as exc:
             await refuse(400, _INVALID_ARGUMENT, str(exc), cors)
             return
+        decoded.refuse_future(self.clock(), self.max_future_skew_ns)
         if len(decoded.batch):
             try:
                 await self.store.write(decoded.batch)
@@ -320,22 +364,27 @@ def _status_body(encoding: Encoding, code: int, message: str) -> bytes:
 
 def _response_body(signal: Signal, encoding: Encoding, decoded: Decoded) -> bytes:
     rejected = decoded.rejected_count(signal)
-    message = decoded.describe_rejections(signal) if rejected else ""
+    parts = [
+        decoded.describe_rejections(signal) if rejected else "",
+        decoded.describe_notes(SENDER_WARNINGS),
+    ]
+    message = "; ".join(part for part in parts if part)
+    # OTLP/HTTP "Partial Success": rejected_* = 0 with an error_message is a warning.
     if encoding == PROTOBUF:
         response: Message
         if signal == "span":
             response = trace_service_pb2.ExportTraceServiceResponse()
-            if rejected:
+            if message:
                 response.partial_success.rejected_spans = rejected
                 response.partial_success.error_message = message
         elif signal == "log":
             response = logs_service_pb2.ExportLogsServiceResponse()
-            if rejected:
+            if message:
                 response.partial_success.rejected_log_records = rejected
                 response.partial_success.error_message = message
         else:
             response = metrics_service_pb2.ExportMetricsServiceResponse()
-            if rejected:
+            if message:
                 response.partial_success.rejected_data_points = rejected
                 response.partial_success.error_message = message
         return response.SerializeToString()
@@ -345,7 +394,7 @@ def _response_body(signal: Signal, encoding: Encoding, decoded: Decoded) -> byte
             partial_success=wire.ExportTracePartialSuccess(
                 rejected_spans=str(rejected), error_message=message
             )
-            if rejected
+            if message
             else None
         )
     elif signal == "log":
@@ -353,7 +402,7 @@ def _response_body(signal: Signal, encoding: Encoding, decoded: Decoded) -> byte
             partial_success=wire.ExportLogsPartialSuccess(
                 rejected_log_records=str(rejected), error_message=message
             )
-            if rejected
+            if message
             else None
         )
     else:
@@ -361,7 +410,7 @@ def _response_body(signal: Signal, encoding: Encoding, decoded: Decoded) -> byte
             partial_success=wire.ExportMetricsPartialSuccess(
                 rejected_data_points=str(rejected), error_message=message
             )
-            if rejected
+            if message
             else None
         )
     return _JSON_ENCODER.encode(json_response)
