@@ -2,6 +2,8 @@
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from coremetry.mcp import BadArgs
 from coremetry.observability.budget import (
@@ -14,6 +16,8 @@ from coremetry.observability.budget import (
     encode_cursor,
     encoded_size,
     fit,
+    shorten,
+    shrink_value,
 )
 from coremetry.observability.tools import span_row
 from coremetry.observability.trace_analysis import analyse_trace
@@ -120,3 +124,125 @@ def test_cursor_round_trip_and_refusals() -> None:
     for garbage in ("bogus", token[:-3] + "!!!", "cm1.", "cm1." + "A" * 5000, ""):
         with pytest.raises(BadArgs, match=r"^cursor:"):
             decode_cursor(garbage, tool="search_logs", query="abc")
+
+
+# ---- a page always makes progress ------------------------------------------------------------
+
+_TEXT = st.tuples(st.sampled_from(["a", "é", "😀", '"', "\\n"]), st.integers(0, 40_000)).map(
+    lambda pair: pair[0] * pair[1]
+)
+_POINTS = st.integers(0, 3_000).map(
+    lambda n: [[f"2026-01-01T00:{i % 60:02d}:00.000Z", i / 7] for i in range(n)]
+)
+_ITEM = st.one_of(
+    st.fixed_dictionaries(
+        {"name": _TEXT, "points": _POINTS, "attributes": st.dictionaries(_TEXT, _TEXT, max_size=3)}
+    ),
+    _TEXT,
+    st.integers(),
+    st.lists(_TEXT, max_size=50),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    items=st.lists(_ITEM, max_size=12),
+    budget=st.integers(MIN_BUDGET_BYTES, 64 * 1024),
+    header=_TEXT,
+)
+def test_every_page_makes_progress_within_the_budget(  # type: ignore[misc]  # hypothesis's given() returns Callable[..., None]
+    items: list[object], budget: int, header: str
+) -> None:
+    """Any items, any budget >= the floor: each page fits, shows >= 1 item, and paging ends."""
+    offset = 0
+    pages = 0
+    while offset < len(items):
+
+        def continuation(kept: int, start: int = offset) -> JsonObject:
+            return {"cursor": f"after-{start + kept}"}
+
+        body: JsonObject = {
+            "root_name": header,
+            "items": list(items[offset:]),
+            "summary": [header, header],
+            "truncated": False,
+        }
+        result = fit(
+            Shaped(body, [Trimmable(("items",), continuation), Trimmable(("summary",))]), budget
+        )
+        assert encoded_size(result) <= budget
+        shown = result["items"]
+        assert isinstance(shown, list)
+        assert shown, "a page with items left shows at least one"
+        # Items are shown as they are, unless long strings were cut (said) or a lone first item
+        # was shrunk (truncated).
+        for index, item in enumerate(shown):
+            if item != items[offset + index]:
+                assert result.get("strings_shortened") is True or (index, len(shown)) == (0, 1)
+                assert result["truncated"] is True or result.get("strings_shortened") is True
+        if "cursor" in result:
+            assert result["cursor"] == f"after-{offset + len(shown)}"
+            assert result["cursor"] != f"after-{offset}", "never the cursor that made the page"
+        else:
+            assert offset + len(shown) == len(items), "no cursor only on the last page"
+        offset += len(shown)
+        pages += 1
+    assert pages <= len(items)
+
+
+def test_a_lone_oversized_item_is_shrunk_with_markers() -> None:
+    name = "GET /search?q=" + "q" * 30_000
+    rows: list[object] = [{"name": name, "n": i} for i in range(3)]
+
+    def continuation(kept: int) -> JsonObject:
+        return {"cursor": f"after-{kept}"}
+
+    result = fit(
+        Shaped({"spans": rows, "truncated": False}, [Trimmable(("spans",), continuation)]), 4096
+    )
+    assert encoded_size(result) <= 4096
+    spans = result["spans"]
+    assert isinstance(spans, list)
+    assert spans
+    first = spans[0]
+    assert isinstance(first, dict)
+    shown = str(first["name"])
+    assert shown.startswith("GET /search?q=qqq")
+    cut = len(name.encode()) - len(shown.split("…(+")[0].encode())
+    assert shown.endswith(f"…(+{cut} bytes)"), "the marker says how much was cut"
+    # Cut names leave room for every row: all three are shown, and the result says so.
+    assert len(spans) == 3
+    assert result["strings_shortened"] is True
+    assert "cursor" not in result
+    # A row that stays too large alone is shrunk itself and the page still moves on.
+    big: list[object] = [{"name": "x", "points": [[i, i / 3] for i in range(5000)]}, "next"]
+    page = fit(
+        Shaped({"series": big, "truncated": False}, [Trimmable(("series",), continuation)]), 4096
+    )
+    assert encoded_size(page) <= 4096
+    series = page["series"]
+    assert isinstance(series, list)
+    assert len(series) == 1
+    assert isinstance(series[0], dict)
+    assert 0 < series[0]["points_omitted"] < 5000
+    assert page["truncated"] is True
+    assert page["cursor"] == "after-1"
+
+
+def test_shorten_marks_what_it_cut() -> None:
+    assert shorten("short", 10) == "short"
+    text = "é" * 100
+    cut = shorten(text, 40)
+    assert len(cut) <= 40
+    kept = cut.split("…")[0]
+    assert cut == kept + f"…(+{2 * (100 - len(kept))} bytes)"
+    assert shorten("abcdefgh", 3) == "ab…", "too short for the marker: a bare ellipsis"
+
+
+@settings(max_examples=100, deadline=None)
+@given(value=_ITEM, room=st.integers(48, 20_000))
+def test_shrink_value_always_fits_its_room(value: object, room: int) -> None:  # type: ignore[misc]  # hypothesis's given() returns Callable[..., None]
+    shrunk = shrink_value(value, room)
+    assert encoded_size(shrunk) <= room
+    if encoded_size(value) <= room:
+        assert shrunk == value

@@ -126,3 +126,61 @@ async def test_problems_stored_by_the_detector_are_listed(demo_server: DemoServe
     assert json.loads(contents.text)["problem_id"] == first["problem_id"]
     assert set(completion.completion.values) <= {p["problem_id"] for p in stored}
     assert completion.completion.values
+
+
+async def page_through(
+    tmp_path: Path, tool: str, key: str, arguments: dict[str, object]
+) -> tuple[list[dict[str, object]], int]:
+    """Every row of a paged problem tool, following cursors; and the first page's total."""
+    rows: list[dict[str, object]] = []
+    total = -1
+    cursors: set[str] = set()
+    page_arguments = dict(arguments)
+    while True:
+        body = (await call(tmp_path, tool, page_arguments))["structuredContent"]
+        assert isinstance(body, dict)
+        total = int(body["total"]) if total < 0 else total
+        found = body[key]
+        assert isinstance(found, list)
+        assert found, "every page shows something"
+        rows.extend(found)
+        if "cursor" not in body:
+            assert body["truncated"] is False
+            return rows, total
+        assert body["truncated"] is True
+        cursor = str(body["cursor"])
+        assert cursor not in cursors
+        cursors.add(cursor)
+        page_arguments = {**arguments, "cursor": cursor}
+
+
+async def test_problems_and_anomalies_page_with_cursors(
+    demo_server: DemoServer, tmp_path: Path
+) -> None:
+    with trio.fail_after(LIMIT_S):
+        await trio.run_process(
+            [*coremetry(), "detect", "--range", "24h", "--end", "latest"],
+            env=demo_server.env,
+            capture_stdout=True,
+            capture_stderr=True,
+        )
+    # A snapshot of what the detector stored, read by the tools in process (the demo server's
+    # own detection may rewrite its file meanwhile).
+    snapshot = (demo_server.data_dir / "problems.json").read_bytes()
+    (tmp_path / "problems.json").write_bytes(snapshot)
+    stored = json.loads(snapshot)["problems"]
+    assert len(stored) > 1
+    problems, total = await page_through(
+        tmp_path, "list_problems", "problems", {"range": "24h", "limit": 1}
+    )
+    anomalies, anomaly_total = await page_through(
+        tmp_path, "list_anomalies", "anomalies", {"range": "24h", "limit": 2}
+    )
+    # The same rows, in the same order, as pages cut by the byte budget rather than the limit.
+    wide, _total = await page_through(
+        tmp_path, "list_anomalies", "anomalies", {"range": "24h", "limit": 200}
+    )
+    assert [p["problem_id"] for p in problems] == [p["problem_id"] for p in stored]
+    assert total == len(stored)
+    assert len(anomalies) == anomaly_total == sum(len(p["anomalies"]) for p in stored)
+    assert anomalies == wide

@@ -183,3 +183,27 @@ async def test_compare_deploys_puts_two_versions_side_by_side(tmp_path: Path) ->
     assert set(change) >= {"error_rate_delta", "p95_ms_delta"}
     assert unknown["error"] == "not_found"
     assert str(unknown["detail"]).startswith("to_version:")
+
+
+async def test_service_self_time_counts_parallel_spans_once(tmp_path: Path) -> None:
+    # Zipkin's Kafka example: servicea's spans run in parallel, so the sum of their self
+    # times (757 ms) is longer than the whole trace (649 ms); the union is not.
+    kafka = ZIPKIN / "messaging-kafka.json"
+    async with tools_over(tmp_path, [kafka]) as server:
+        found = await call(server, "search_traces", window_of(kafka))
+        traces = found["traces"]
+        assert isinstance(traces, list)
+        details = [
+            await call(server, "get_trace", {"trace_id": t["trace_id"], "limit": 1}) for t in traces
+        ]
+    summed = {
+        span.service_name: 0 for span in decode(kafka).spans
+    }  # every service of the file appears in some trace's services
+    for detail in details:
+        duration = number(detail["duration_ms"])
+        rows = detail["services"]
+        assert isinstance(rows, list)
+        for row in rows:
+            assert 0 <= number(row["self_time_ms"]) <= duration, (row, duration)
+            summed[str(row["service"])] += 1
+    assert all(summed.values())

@@ -3,8 +3,10 @@
 Resources have no arguments and prompts take at most a ``range``; a window ending *now* would
 be empty for imported or replayed data, and a user reading ``coremetry://services`` wants what
 is there. So these windows end at the newest stored record (for a live system, about now) and
-reach back ``range`` (default 24 h). Tools keep now-relative windows and explain empty results
-(:func:`coremetry.observability._reading.absent_data_note`).
+reach back ``range`` (default 24 h) — but never past now: a record dated in the future (a
+sender's clock running ahead; ingest refuses those beyond ``ingest.max_future_skew_s``) does
+not drag every window into a future with no data. Tools keep now-relative windows and explain
+empty results (:func:`coremetry.observability._reading.absent_data_note`).
 """
 
 from datetime import UTC, datetime, timedelta
@@ -33,7 +35,8 @@ async def anchored_args(
 ) -> RangeArgs:
     """``RangeArgs`` for the ``range`` (default 24 h) ending at the newest stored record.
 
-    An empty store anchors on ``now_unix_nano``.
+    The end is capped at ``now_unix_nano`` (records dated in the future do not move it), and an
+    empty store anchors on ``now_unix_nano``.
 
     Raises:
         BadArgs: ``range_text`` is not a relative length (naming ``range``).
@@ -41,7 +44,7 @@ async def anchored_args(
     """
     length = duration_ns(range_text or ANCHORED_DEFAULT)
     extent = await stored_extent(store)
-    end = extent.end_unix_nano if extent is not None else now_unix_nano
+    end = now_unix_nano if extent is None else min(extent.end_unix_nano, now_unix_nano)
     end = end + 1000  # one microsecond past the newest record: it is inside the window
     start = max(0, end - length)
     if end - start < NS_PER_S:

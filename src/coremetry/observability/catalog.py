@@ -22,6 +22,7 @@ from coremetry.mcp import schema_for
 
 from .budget import JsonObject
 from .descriptions import DESCRIPTIONS, SHORT_DESCRIPTIONS
+from .ranges import RangeArgs, range_description
 from .tools import (
     CompareDeploysArgs,
     GetProblemArgs,
@@ -80,9 +81,19 @@ def title_of(name: str) -> str:
 
 
 def input_schema(args: type[msgspec.Struct]) -> JsonObject:
-    """The served input schema: generated from the Struct, without the Struct's docstring."""
+    """The served input schema: generated from the Struct, without the Struct's docstring.
+
+    For a windowed tool (a :class:`~.ranges.RangeArgs`), the ``range`` property's description
+    names the tool's own default window (:attr:`~.ranges.RangeArgs.default_range`, the value
+    the handler uses).
+    """
     schema = schema_for(args)
     schema.pop("description", None)
+    properties = schema.get("properties")
+    if issubclass(args, RangeArgs) and isinstance(properties, dict):
+        window = properties.get("range")
+        if isinstance(window, dict):
+            window["description"] = range_description(args.default_range)
     return schema
 
 

@@ -9,6 +9,20 @@ repeated only briefly, because a client may show one tool at a time.
 from collections.abc import Mapping
 from typing import Final
 
+from .tools import (
+    CompareDeploysArgs,
+    GetServiceArgs,
+    GetServiceMapArgs,
+    ListAnomaliesArgs,
+    ListDeploysArgs,
+    ListMetricsArgs,
+    ListProblemsArgs,
+    ListServicesArgs,
+    QueryMetricArgs,
+    SearchLogsArgs,
+    SearchTracesArgs,
+)
+
 __all__ = ["DESCRIPTIONS", "MAX_DESCRIPTION_BYTES", "SHORT_DESCRIPTIONS"]
 
 MAX_DESCRIPTION_BYTES: Final = 1500
@@ -30,7 +44,7 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
         "request_count (entry spans: SERVER/CONSUMER or roots), error_count, error_rate, "
         "p50/p95/p99_ms, versions seen and last_seen. Start here to learn service names "
         "(use them exactly). One aggregate query; cost grows with the window. "
-        + _WINDOW.format(default="1h")
+        + _WINDOW.format(default=ListServicesArgs.default_range)
         + " "
         + _OUTPUT
         + " The highest latency is often a caller of the real culprit: use get_service for "
@@ -43,7 +57,9 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
         "grew most against typical traces, with evidence (latency of calls into it, its ERROR "
         "logs, its latency metrics' peak vs median) and example slow trace ids. A slow callee "
         "makes every caller slow; trust likely_origin over raw latency. Cost: a few aggregates "
-        "plus reading up to 40 traces. " + _WINDOW.format(default="1h") + " Unknown service: "
+        "plus reading up to 40 traces. "
+        + _WINDOW.format(default=GetServiceArgs.default_range)
+        + " Unknown service: "
         "not_found naming the services seen. Do not invent causes beyond the evidence. Next: "
         "get_trace on a slow trace id, search_logs, query_metric."
     ),
@@ -52,7 +68,7 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
         "error_count, error_rate and callee-side p50/p95/p99_ms, plus each service's request "
         "count, error rate and p95. An edge exists only where a span's parent is in another "
         "service of the same trace. "
-        + _WINDOW.format(default="1h")
+        + _WINDOW.format(default=GetServiceMapArgs.default_range)
         + " "
         + _OUTPUT
         + " Next: get_service on a service with a slow or failing edge."
@@ -64,7 +80,7 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
         "root service and name, start, duration_ms, span_count, error_count, services. For slow "
         "traces of a service, set min_duration_ms near its p95 from list_services. Cost: one "
         "indexed query per page (limit <= 100). "
-        + _WINDOW.format(default="1h")
+        + _WINDOW.format(default=SearchTracesArgs.default_range)
         + " "
         + _OUTPUT
         + " Only report trace ids this tool returned. Next: get_trace(trace_id)."
@@ -74,7 +90,8 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
         "kind, start_offset_ms, duration_ms, self_time_ms (duration minus children), "
         "critical_path_ms, error status and key attributes. Also: the critical path (the chain "
         "that decided the end-to-end latency; waiting_on names the callee a caller waited for), "
-        "dominant_span, per-service self and critical-path time, error spans, notes on clock "
+        "dominant_span, per-service self time (overlapping spans counted once, so never above the "
+        "trace's duration) and critical-path time, error spans, notes on clock "
         "skew (shifted spans) or missing parents. Large traces come in pages of limit spans: "
         "pass cursor for the rest; the summary covers the whole trace. Reads any time range. "
         "Unknown id: not_found; find ids with search_traces or search_logs. Next: "
@@ -86,7 +103,7 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
         "Each record: time, service, severity, body (cut at 1000 chars), trace_id, span_id. "
         "With trace_id and no window, searches all stored time. Cost: one indexed query per "
         "page (limit <= 200). "
-        + _WINDOW.format(default="1h")
+        + _WINDOW.format(default=SearchLogsArgs.default_range)
         + " "
         + _OUTPUT
         + " Quote log lines as returned; do not paraphrase them as facts they do not state. "
@@ -96,7 +113,7 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
         "Discover metrics with points in a window: name, type (gauge/sum/histogram), unit "
         "(UCUM), description, label_keys, series_count, last_seen. Filter by name prefix "
         '(e.g. "http.", "k8s.pod."). One query. '
-        + _WINDOW.format(default="1h")
+        + _WINDOW.format(default=ListMetricsArgs.default_range)
         + " "
         + _OUTPUT
         + " Use names exactly as listed. Next: query_metric(name)."
@@ -104,10 +121,12 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
     "query_metric": (
         "One metric as bucketed series: aggregation per bucket (avg, min, max, sum, count, "
         "last, rate for counters, p50..p99 for histograms), step (default about 120 buckets; "
-        "at most 1000), filters service and labels (equality), group_by label keys. Each "
+        "a step giving more than 1000 is widened, and said; buckets start at multiples of the "
+        "step), filters service and labels (equality), group_by label keys. Each "
         "series: labels, points [time, value], min, max, mean, last; the result states the "
-        "step used. Cost: one aggregate query; limit series per page. "
-        + _WINDOW.format(default="1h")
+        "step used; a series too long for one page shows 1 bucket in k (points_note says the "
+        "step to pass). Cost: one aggregate query; limit series per page. "
+        + _WINDOW.format(default=QueryMetricArgs.default_range)
         + " "
         + _OUTPUT
         + " Unknown name: not_found (use list_metrics). Read units from the result; do not "
@@ -117,7 +136,7 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
         "Versions per service as seen in spans (the service.version resource attribute), "
         "latest first: service, version, first_seen, last_seen, span_count. A new version "
         "appearing is how a deploy shows in telemetry. "
-        + _WINDOW.format(default="7d")
+        + _WINDOW.format(default=ListDeploysArgs.default_range)
         + " No versions means spans carry no service.version, not that nothing was deployed. "
         "Next: compare_deploys(service)."
     ),
@@ -127,14 +146,16 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
         "the deltas, and per-operation count/errors/p95 on both sides. Defaults: to_version = "
         "latest version in the window, from_version = the one before it. Fewer than two "
         "versions: not_found (see list_deploys). "
-        + _WINDOW.format(default="7d")
+        + _WINDOW.format(default=CompareDeploysArgs.default_range)
         + " Traffic mix may differ between sides; say so before blaming a deploy."
     ),
     "list_problems": (
         "Problems found by the anomaly detector (coremetry detect), overlapping a window, "
         "newest first: problem_id, status (open/resolved), title, start/end, origin (the "
         "detector's most likely origin service) with its reason, services involved, anomaly "
-        "count, sample trace ids. " + _WINDOW.format(default="24h") + " The detector ranks "
+        "count, sample trace ids. "
+        + _WINDOW.format(default=ListProblemsArgs.default_range)
+        + " The detector ranks "
         "origins from the service graph, a heuristic: confirm with get_service (likely_origin "
         "reads the traces' critical paths). If no detection has run, the list is empty and note "
         "says so: that is not evidence that all is well; never invent problems. Next: "
@@ -151,7 +172,7 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
         "Anomalous episodes of series (RED per service and metrics) the detector found, "
         "newest first, with their problem_id: service, series, labels, signal, unit, direction, "
         "baseline vs observed, score, start/end. Filter by service. "
-        + _WINDOW.format(default="24h")
+        + _WINDOW.format(default=ListAnomaliesArgs.default_range)
         + " Empty with a note when no detection has run; do not read that as all clear. Next: "
         "query_metric on the series, get_problem."
     ),

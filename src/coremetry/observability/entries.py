@@ -16,7 +16,9 @@ URI                               contents
 ================================  =========================================================
 
 Prompts fetch the data and embed it (JSON in a fenced block after a short instruction), so
-the model can reason without a follow-up call; each message stays within the output budget:
+the model can reason without a follow-up call; the whole ``prompts/get`` result — the message
+text as the JSON string it travels as (quotes escaped) plus the envelope and the prompt's
+description (:data:`PROMPT_ENVELOPE_BYTES`) — stays within the output budget:
 ``explain_trace(trace_id)``, ``suggest_runbook(problem_id | service)``,
 ``compare_deploys(service, from_version?, to_version?)``, ``investigate_service(service,
 range?)``, ``triage_brief(range?)``. A missing required argument is ``-32602`` naming it
@@ -42,7 +44,7 @@ from coremetry.store import (
 
 from ._reading import stored_extent
 from .anchoring import anchored_args
-from .budget import JsonObject, Shaped, Trimmable, fit
+from .budget import MIN_BUDGET_BYTES, JsonObject, Shaped, Trimmable, encoded_size, fit
 from .origin import latency_metric_names, latency_series, likely_origin, series_shift
 from .ranges import RangeArgs, resolve_range, rfc3339
 from .tools import (
@@ -62,10 +64,14 @@ from .tools import (
     service_row,
 )
 
-__all__ = ["ObservabilityEntries"]
+__all__ = ["PROMPT_ENVELOPE_BYTES", "ObservabilityEntries"]
 
 _JSON: Final = msgspec.json.Encoder()
 _MAX_SUGGESTIONS: Final = 100
+PROMPT_ENVELOPE_BYTES: Final = 512
+"""Bytes of a ``prompts/get`` result kept for everything but the message text: the JSON
+envelope (``messages``, ``role``, ``content``, ``type``) and the prompt's description (each of
+ours is under 300 bytes)."""
 
 
 def _match(values: Sequence[str], partial: str) -> list[str]:
@@ -207,11 +213,21 @@ class ObservabilityEntries:
     # ---- prompts ----------------------------------------------------------------------------
 
     def _message(self, instruction: str, shaped: Shaped) -> str:
-        """The instruction and the data, the whole text within the output budget."""
+        """The instruction and the data; the ``prompts/get`` result fits the output budget.
+
+        The text is measured as the JSON string it is sent as (the embedded JSON's quotes are
+        escaped, about a fifth more bytes), and the data refitted until it fits.
+        """
+        limit = self.budget_bytes - PROMPT_ENVELOPE_BYTES
         frame = f"{instruction}\n\nData (JSON):\n```json\n\n```"
-        room = self.budget_bytes - len(frame.encode()) - 2
-        data = _JSON.encode(fit(shaped, max(1024, room))).decode()
-        return f"{instruction}\n\nData (JSON):\n```json\n{data}\n```"
+        room = limit - encoded_size(frame)
+        while True:
+            data = _JSON.encode(fit(shaped, max(MIN_BUDGET_BYTES, room))).decode()
+            text = f"{instruction}\n\nData (JSON):\n```json\n{data}\n```"
+            size = encoded_size(text)
+            if size <= limit or room <= MIN_BUDGET_BYTES:
+                return text
+            room = min(room - (size - limit), room * limit // size)
 
     async def explain_trace(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
         """``explain_trace(trace_id)``."""

@@ -7,6 +7,11 @@ Input: every tool that reads a time window takes three optional arguments (:clas
 - ``start`` / ``end``: absolute RFC 3339 times with a zone (``"2023-01-30T13:05:00Z"``,
   ``"2023-01-30T14:05:00+01:00"``).
 
+Each tool has its own default length: :attr:`RangeArgs.default_range`, a class attribute of
+its argument Struct, is the one source of both the behaviour (:func:`resolve_range`) and the
+text a model reads (the ``range`` property's description, :func:`range_description`, put into
+the served input schema by :func:`coremetry.observability.catalog.input_schema`).
+
 Resolution (:func:`resolve_range`), ``now`` being the server's clock:
 
 ======================  ==========================================
@@ -20,7 +25,8 @@ nothing                 ``[now - default, now)``
 ======================  ==========================================
 
 A bad value is a :class:`~coremetry.mcp.BadArgs` naming the argument and showing an accepted
-form. ``end <= start`` is refused the same way (the store contract's half-open interval).
+form. ``end <= start`` is refused the same way (the store contract's half-open interval), and so
+are times outside 1970-01-01 .. 2262-04-11 (what 64-bit unix nanoseconds hold).
 
 Output: times are RFC 3339 in UTC with millisecond precision and a ``Z`` suffix
 (:func:`rfc3339`), durations are milliseconds as floats rounded to 0.001 ms (:func:`ms`).
@@ -31,7 +37,7 @@ Unix epoch, UTC); ``shared/DESIGN.md`` §7 (times RFC 3339 UTC, units in field n
 
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Final
+from typing import Annotated, ClassVar, Final
 
 import msgspec
 
@@ -41,6 +47,7 @@ from coremetry.store import TimeRange
 __all__ = [
     "DEFAULT_RANGE",
     "MAX_RANGE_NS",
+    "MAX_UNIX_NANO",
     "NS_PER_MS",
     "NS_PER_S",
     "RangeArgs",
@@ -49,6 +56,7 @@ __all__ = [
     "duration_ns",
     "ms",
     "parse_rfc3339_ns",
+    "range_description",
     "resolve_range",
     "rfc3339",
 ]
@@ -67,19 +75,30 @@ MAX_RANGE_NS: Final = 400 * 86_400 * NS_PER_S
 """Longest accepted window (400 days), in nanoseconds."""
 DEFAULT_RANGE: Final = "1h"
 """The window most tools use when given no time arguments."""
+MAX_UNIX_NANO: Final = 2**63 - 1
+"""Latest representable time (2262-04-11T23:47:16Z), unix nanoseconds."""
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_RANGE_TEXT: Final = (
+    'Relative window ending now (or at `end`, or starting at `start`): "15m", "1h", "24h", "7d".'
+)
+
+
+def range_description(default: str) -> str:
+    """The ``range`` property's description for a tool whose default window is ``default``."""
+    return f'{_RANGE_TEXT} Default "{default}".'
 
 
 class RangeArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Time window arguments shared by every windowed tool (see the module docstring)."""
+    """Time window arguments shared by every windowed tool (see the module docstring).
 
-    range: Annotated[
-        str | None,
-        msgspec.Meta(
-            description="Relative window ending now (or at `end`, or starting at `start`): "
-            '"15m", "1h", "24h", "7d". Default "1h".'
-        ),
-    ] = None
+    Attributes:
+        default_range: class attribute, the tool's window when no time argument is given;
+            subclasses set their own (it also feeds the schema's ``range`` description).
+    """
+
+    default_range: ClassVar[str] = DEFAULT_RANGE
+
+    range: Annotated[str | None, msgspec.Meta(description=range_description(DEFAULT_RANGE))] = None
     start: Annotated[
         str | None,
         msgspec.Meta(description='Window start, RFC 3339 with zone, e.g. "2023-01-30T13:00:00Z".'),
@@ -148,7 +167,8 @@ def parse_rfc3339_ns(text: str, field: str) -> int:
         field: the argument name used in the error.
 
     Raises:
-        BadArgs: not an RFC 3339 date-time, or without a zone offset.
+        BadArgs: not an RFC 3339 date-time, without a zone offset, or outside 1970-01-01 ..
+            2262-04-11 (64-bit unix nanoseconds).
     """
     try:
         parsed = datetime.fromisoformat(text.strip())
@@ -159,18 +179,23 @@ def parse_rfc3339_ns(text: str, field: str) -> int:
     if parsed.tzinfo is None:
         raise BadArgs(f'{field}: {text[:40]!r} has no zone; add "Z" for UTC')
     delta = parsed - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * NS_PER_S + delta.microseconds * 1000
+    unix_nano = (delta.days * 86_400 + delta.seconds) * NS_PER_S + delta.microseconds * 1000
+    if not 0 <= unix_nano <= MAX_UNIX_NANO:
+        raise BadArgs(
+            f"{field}: {text[:40]!r} is outside the times telemetry can carry "
+            "(1970-01-01 .. 2262-04-11)"
+        )
+    return unix_nano
 
 
-def resolve_range(
-    args: RangeArgs, now_unix_nano: int, default: str = DEFAULT_RANGE
-) -> ResolvedRange:
+def resolve_range(args: RangeArgs, now_unix_nano: int, default: str | None = None) -> ResolvedRange:
     """Resolve ``range`` / ``start`` / ``end`` into a window (table in the module docstring).
 
     Args:
         args: the caller's arguments.
         now_unix_nano: the current time, unix nanoseconds.
-        default: the relative length used when neither ``range`` nor both bounds are given.
+        default: the relative length used when neither ``range`` nor both bounds are given;
+            ``None``: the arguments' own :attr:`RangeArgs.default_range`.
 
     Returns:
         The window and whether the caller chose it.
@@ -178,6 +203,7 @@ def resolve_range(
     Raises:
         BadArgs: a malformed value, ``range`` together with both bounds, ``end <= start``.
     """
+    default = args.default_range if default is None else default
     explicit = args.range is not None or args.start is not None or args.end is not None
     start = None if args.start is None else parse_rfc3339_ns(args.start, "start")
     end = None if args.end is None else parse_rfc3339_ns(args.end, "end")
@@ -197,6 +223,11 @@ def resolve_range(
         )
     if end - start > MAX_RANGE_NS:
         raise BadArgs("start: the window is longer than the 400-day maximum")
+    if start < 0 or end > MAX_UNIX_NANO:
+        raise BadArgs(
+            f"{'start' if start < 0 else 'end'}: the window {rfc3339(start)} .. {rfc3339(end)} "
+            "reaches outside the times telemetry can carry (1970-01-01 .. 2262-04-11)"
+        )
     return ResolvedRange(
         time_range=TimeRange(start_unix_nano=start, end_unix_nano=end), explicit=explicit
     )

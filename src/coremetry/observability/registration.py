@@ -179,7 +179,7 @@ def register_observability(
 
 
 def _register_resources(server: Server, entries: ObservabilityEntries) -> None:
-    window = "the 24 h ending at the newest stored record"
+    window = "the 24 h ending at the newest stored record (never later than now)"
     server.register_resource(
         Resource(
             "coremetry://services",
@@ -196,8 +196,8 @@ def _register_resources(server: Server, entries: ObservabilityEntries) -> None:
             "problems",
             entries.problems,
             title="Problems",
-            description="Problems the anomaly detector found over the 24 h ending at the newest "
-            "stored record (empty, with a note, when no detection has run).",
+            description=f"Problems the anomaly detector found over {window} (empty, with a "
+            "note, when no detection has run).",
             min_role="",
         )
     )

@@ -22,7 +22,7 @@ no data — never made-up problems.
 import math
 import time
 from collections.abc import Callable, Mapping
-from typing import Annotated, Final, Literal
+from typing import Annotated, ClassVar, Final, Literal
 
 import msgspec
 
@@ -55,8 +55,10 @@ from .budget import (
     Trimmable,
     decode_cursor,
     encode_cursor,
+    encoded_size,
     fingerprint,
     shorten,
+    shrink_value,
 )
 from .origin import likely_origin
 from .problems import (
@@ -80,7 +82,7 @@ from .ranges import (
     resolve_range,
     rfc3339,
 )
-from .trace_analysis import SpanNode, TraceAnalysis, analyse_trace
+from .trace_analysis import SpanNode, TraceAnalysis, analyse_trace, interval_union_ns
 
 __all__ = [
     "SEVERITIES",
@@ -146,6 +148,11 @@ _MAX_PATH_ROWS: Final = 12
 _MAX_ERROR_ROWS: Final = 10
 _MAX_SERVICE_ROWS: Final = 15
 _MAX_PROBLEM_ROWS: Final = 10
+_MAX_NAME_CHARS: Final = 256
+"""Span and operation names are cut here (with the ``…(+N bytes)`` marker): a name carrying a
+whole URL query is not worth a page."""
+MAX_DURATION_MS: Final = 400 * 86_400 * 1000
+"""Largest ``min_duration_ms`` accepted: 400 days (the longest window), in milliseconds."""
 
 
 # ---- arguments ------------------------------------------------------------------------------
@@ -186,8 +193,8 @@ class SearchTracesArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
         str | None, msgspec.Meta(description="Span name (exact), with or without service.")
     ] = None
     min_duration_ms: Annotated[
-        Annotated[float, msgspec.Meta(ge=0)] | None,
-        msgspec.Meta(description="A matching span lasts at least this long."),
+        Annotated[float, msgspec.Meta(ge=0, le=MAX_DURATION_MS)] | None,
+        msgspec.Meta(description="A matching span lasts at least this long (<= 400 days)."),
     ] = None
     status: Annotated[
         StatusFilter, msgspec.Meta(description="error: spans with status ERROR; ok: others.")
@@ -270,7 +277,10 @@ class QueryMetricArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
     ] = "avg"
     step: Annotated[
         str | None,
-        msgspec.Meta(description='Bucket width, e.g. "1m", "5m". Default: about 120 buckets.'),
+        msgspec.Meta(
+            description='Bucket width, e.g. "1m", "5m"; buckets start at multiples of it. '
+            "Default: about 120 buckets; a step giving more than 1000 is widened (and said)."
+        ),
     ] = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=100, description="Most series.")] = 10
     cursor: _Cursor = None
@@ -279,12 +289,17 @@ class QueryMetricArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
 class ListDeploysArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
     """Arguments of ``list_deploys``."""
 
+    default_range: ClassVar[str] = "7d"
+
     service: _OptService = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=500, description="Most versions.")] = 50
+    cursor: _Cursor = None
 
 
 class CompareDeploysArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
     """Arguments of ``compare_deploys``."""
+
+    default_range: ClassVar[str] = "7d"
 
     service: _Service
     from_version: Annotated[
@@ -298,8 +313,11 @@ class CompareDeploysArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
 class ListProblemsArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
     """Arguments of ``list_problems``."""
 
+    default_range: ClassVar[str] = "24h"
+
     service: _OptService = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=200, description="Most problems.")] = 50
+    cursor: _Cursor = None
 
 
 class GetProblemArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -311,8 +329,11 @@ class GetProblemArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class ListAnomaliesArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
     """Arguments of ``list_anomalies``."""
 
+    default_range: ClassVar[str] = "24h"
+
     service: _OptService = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=200, description="Most anomalies.")] = 50
+    cursor: _Cursor = None
 
 
 # ---- rendering ------------------------------------------------------------------------------
@@ -394,7 +415,7 @@ def trace_row(trace: TraceSummary) -> JsonObject:
     return {
         "trace_id": trace.trace_id,
         "root_service": trace.root_service_name,
-        "root_name": trace.root_name,
+        "root_name": shorten(trace.root_name, _MAX_NAME_CHARS),
         **({"root_missing": True} if trace.root_missing else {}),
         "start": rfc3339(trace.start_time_unix_nano),
         "duration_ms": ms(trace.duration_ns),
@@ -454,7 +475,7 @@ def span_row(node: SpanNode, origin_ns: int, on_path: Mapping[SpanNode, int]) ->
         row["orphan"] = True
     row["depth"] = node.depth
     row["service"] = node.service
-    row["name"] = span.name
+    row["name"] = shorten(span.name, _MAX_NAME_CHARS)
     kind = _kind(span)
     if kind is not None:
         row["kind"] = kind
@@ -486,6 +507,73 @@ def _series_row(series: MetricSeries) -> JsonObject:
         "point_count": len(series.points),
         "points": [[rfc3339(t), _number(v)] for t, v in series.points],
     }
+
+
+def duration_text(nanoseconds: int) -> str:
+    """A length as a ``range``/``step`` value: ``"90s"``, ``"5m"``, ``"2h"``, ``"7d"``."""
+    seconds = max(1, -(-nanoseconds // NS_PER_S))
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def series_shrinker(step_ns: int) -> Callable[[object, int], object]:
+    """How ``query_metric`` shrinks one series that does not fit a page alone.
+
+    Its points are downsampled evenly — every k-th bucket, the last one always kept — and the
+    row says so (``points_shown``, ``points_note``: the step that would show every bucket);
+    ``min``/``max``/``mean``/``last`` keep covering every bucket. Anything still too large goes
+    through :func:`~.budget.shrink_value`.
+    """
+
+    def shrink(row: object, max_bytes: int) -> object:
+        if not isinstance(row, dict):
+            return shrink_value(row, max_bytes)
+        points = row.get("points")
+        if not isinstance(points, list) or len(points) < 2:
+            return shrink_value(row, max_bytes)
+        total = len(points)
+        per_point = encoded_size(points) / total
+        room = max_bytes - encoded_size({**row, "points": []}) - 320
+        stride = max(2, math.ceil(total / max(1, room / per_point)))
+        while stride <= total:
+            kept = points[::stride]
+            if kept[-1] is not points[-1]:
+                kept.append(points[-1])
+            candidate = {
+                **row,
+                "points": kept,
+                "points_shown": len(kept),
+                "points_note": f"1 bucket in {stride} of the {total} is shown (and the last), "
+                "to fit the output budget; min/max/mean/last cover all of them. To see every "
+                f'bucket, pass step="{duration_text(stride * step_ns)}" (or larger) or a '
+                "narrower window",
+            }
+            if encoded_size(candidate) <= max_bytes:
+                return candidate
+            stride = max(stride + 1, stride * 5 // 4)
+        return shrink_value({**row, "points": [points[-1]], "points_shown": 1}, max_bytes)
+
+    return shrink
+
+
+def _self_intervals(node: SpanNode) -> list[tuple[int, int]]:
+    """The stretches of ``node``'s interval not covered by a child (its self time), in ns."""
+    gaps: list[tuple[int, int]] = []
+    at = node.start_ns
+    children = sorted(
+        (max(c.start_ns, node.start_ns), min(c.end_ns, node.end_ns)) for c in node.children
+    )
+    for start, end in children:
+        if end <= start:
+            continue
+        if start > at:
+            gaps.append((at, start))
+        at = max(at, end)
+    if node.end_ns > at:
+        gaps.append((at, node.end_ns))
+    return gaps
 
 
 # ---- the tools --------------------------------------------------------------------------------
@@ -541,11 +629,11 @@ class ObservabilityTools:
     # -- helpers --------------------------------------------------------------------------------
 
     def _window(
-        self, args: RangeArgs, tool: str, query: str, cursor: str | None, default: str = "1h"
+        self, args: RangeArgs, tool: str, query: str, cursor: str | None
     ) -> tuple[ResolvedRange, CursorState | None]:
         """The window of a call: from the cursor when continuing (same as the first page)."""
         if cursor is None:
-            return resolve_range(args, self.clock(), default), None
+            return resolve_range(args, self.clock()), None
         state = decode_cursor(cursor, tool=tool, query=query)
         if state.start_unix_nano is None or state.end_unix_nano is None:
             raise BadArgs(f"cursor: not a cursor that {tool} returned")
@@ -618,8 +706,8 @@ class ObservabilityTools:
             oldest = str(extent["start"]) if extent is not None else ""
             if not window.explicit and oldest and oldest < shown_start(window):
                 body["note"] = (
-                    "this is the default window (the last hour); stored data goes back to "
-                    f'{oldest}: pass range (e.g. "24h") or start/end to see more'
+                    f"this is the default window (the last {args.default_range}); stored data "
+                    f'goes back to {oldest}: pass range (e.g. "24h") or start/end to see more'
                 )
             body["next"] = (
                 "get_service(service) for one service's operations, edges and likely origin"
@@ -660,7 +748,7 @@ class ObservabilityTools:
             "likely_origin": origin.body,
             "operations": [
                 {
-                    "name": o.name,
+                    "name": shorten(o.name, _MAX_NAME_CHARS),
                     "span_count": o.span_count,
                     "error_count": o.error_count,
                     "p50_ms": ms(o.p50_duration_ns),
@@ -697,15 +785,18 @@ class ObservabilityTools:
         window, state = self._window(args, "get_service_map", query, args.cursor)
         offset = state.offset if state is not None else 0
         tr = window.time_range
-        edges = await self.store.service_edges(tr, limit=min(MAX_LIMIT, offset + args.limit + 1))
+        # Every edge is read (one aggregate either way; graphs are small): the total is exact.
+        edges = await self.store.service_edges(tr, limit=MAX_LIMIT)
         shown = edges[offset : offset + args.limit]
         more = len(edges) > offset + len(shown)
         summaries = await self._all_services(tr) if offset == 0 else []
         body: JsonObject = {
             "window": window.as_json(),
             "edges": [edge_row(e) for e in shown],
-            "truncated": more,
         }
+        if len(edges) < MAX_LIMIT:
+            body["total"] = len(edges)
+        body["truncated"] = more
         if offset == 0:
             body["services"] = [
                 {
@@ -751,7 +842,7 @@ class ObservabilityTools:
             attributes=dict(args.attributes),
         )
         page = await self.store.search_traces(
-            trace_query, limit=offset + args.limit, cursor=store_cursor
+            trace_query, limit=min(MAX_LIMIT, offset + args.limit), cursor=store_cursor
         )
         items = page.items[offset : offset + args.limit]
 
@@ -811,11 +902,16 @@ class ObservabilityTools:
         origin = analysis.start_ns
         on_path = analysis.critical_time_by_span()
         by_service: dict[str, list[int]] = {}
+        # A service's self time is the union of its spans' self intervals: parallel spans of one
+        # service count once, so it never exceeds the trace's duration.
+        self_intervals: dict[str, list[tuple[int, int]]] = {}
         for node in analysis.nodes:
             row = by_service.setdefault(node.service, [0, 0, 0, 0])
             row[0] += 1
-            row[1] += node.self_time_ns
             row[2] += 1 if node.is_error else 0
+            self_intervals.setdefault(node.service, []).extend(_self_intervals(node))
+        for service, intervals in self_intervals.items():
+            by_service[service][1] = interval_union_ns(intervals)
         for service, (own, waiting) in analysis.critical_time_by_service().items():
             row = by_service.setdefault(service, [0, 0, 0, 0])
             row[3] = own + waiting
@@ -839,7 +935,7 @@ class ObservabilityTools:
             path_row: JsonObject = {
                 "span_id": node.span.span_id,
                 "service": node.service,
-                "name": node.span.name,
+                "name": shorten(node.span.name, _MAX_NAME_CHARS),
                 "critical_path_ms": ms(on_path[node]),
                 "self_time_ms": ms(node.self_time_ns),
             }
@@ -870,6 +966,12 @@ class ObservabilityTools:
             notes.append(f"{orphans} spans name a parent that is not stored; shown as roots")
         if analysis.cycles_broken:
             notes.append(f"{analysis.cycles_broken} parent cycles were cut (corrupt ids)")
+        if len(path_rows) < len(path_nodes):
+            notes.append(
+                f"the critical path runs through {len(path_nodes)} spans; critical_path lists the "
+                f"{len(path_rows)} holding the most path time (critical_path_omitted: "
+                f"{len(path_nodes) - len(path_rows)}); every span row carries its critical_path_ms"
+            )
         page = analysis.nodes[offset : offset + limit]
         tool_query = query
 
@@ -884,7 +986,7 @@ class ObservabilityTools:
             "trace_id": root.span.trace_id,
             "root": {
                 "service": root.service,
-                "name": root.span.name,
+                "name": shorten(root.span.name, _MAX_NAME_CHARS),
                 "span_id": root.span.span_id,
                 "duration_ms": ms(root.duration_ns),
             },
@@ -898,7 +1000,7 @@ class ObservabilityTools:
                 else {
                     "span_id": dominant.node.span.span_id,
                     "service": dominant.node.service,
-                    "name": dominant.node.span.name,
+                    "name": shorten(dominant.node.span.name, _MAX_NAME_CHARS),
                     "critical_path_ms": ms(on_path[dominant.node]),
                     "share_of_root": round(on_path[dominant.node] / analysis.duration_ns, 3)
                     if analysis.duration_ns
@@ -918,11 +1020,16 @@ class ObservabilityTools:
             ],
             "critical_path": path_rows,
             "critical_path_span_count": len(path_nodes),
+            **(
+                {"critical_path_omitted": len(path_nodes) - len(path_rows)}
+                if len(path_rows) < len(path_nodes)
+                else {}
+            ),
             "error_spans": [
                 {
                     "span_id": n.span.span_id,
                     "service": n.service,
-                    "name": n.span.name,
+                    "name": shorten(n.span.name, _MAX_NAME_CHARS),
                     "status": "error",
                     **(
                         {"status_message": shorten(n.span.status_message, _MAX_MESSAGE_CHARS)}
@@ -985,7 +1092,7 @@ class ObservabilityTools:
             trace_id=trace_id,
         )
         page = await self.store.search_logs(
-            log_query, limit=offset + args.limit, cursor=store_cursor
+            log_query, limit=min(MAX_LIMIT, offset + args.limit), cursor=store_cursor
         )
         items = page.items[offset : offset + args.limit]
 
@@ -1055,7 +1162,13 @@ class ObservabilityTools:
         return Shaped(body, [Trimmable(("metrics",), continuation)])
 
     async def query_metric(self, args: QueryMetricArgs, ctx: CallContext) -> Shaped:
-        """``query_metric``: one metric as bucketed series with min/max/mean/last."""
+        """``query_metric``: one metric as bucketed series with min/max/mean/last.
+
+        Buckets start at multiples of the step in unix time (so calls with the same step line
+        up whatever "now" is): the window's start moves back to the bucket edge at or before
+        it, and the result's ``window`` is that aligned window. A step giving more than 1000
+        buckets is widened to the smallest "nice" step that does not, with a ``note``.
+        """
         query = fingerprint(
             args.range,
             args.start,
@@ -1071,20 +1184,28 @@ class ObservabilityTools:
         window, state = self._window(args, "query_metric", query, args.cursor)
         offset = state.offset if state is not None else 0
         length = window.end_unix_nano - window.start_unix_nano
+        notes: list[str] = []
         if args.step is not None:
             step = duration_ns(args.step, "step")
-            buckets = -(-length // step)
+            aligned = window.start_unix_nano // step * step
+            buckets = -(-(window.end_unix_nano - aligned) // step)
             if buckets > _MAX_BUCKETS:
-                raise BadArgs(
+                step = auto_step_ns(length, max_buckets=_MAX_BUCKETS - 1, min_step_ns=step)
+                notes.append(
                     f"step: {args.step!r} gives {buckets} buckets over this window (at most "
-                    f"{_MAX_BUCKETS}); use a larger step, a shorter window, or omit step"
+                    f'{_MAX_BUCKETS}); step "{duration_text(step)}" was used instead — pass a '
+                    "shorter window for finer buckets"
                 )
         else:
             step = auto_step_ns(length)
+        aligned_start = window.start_unix_nano // step * step
+        query_range = TimeRange(start_unix_nano=aligned_start, end_unix_nano=window.end_unix_nano)
+        if args.group_by:
+            await self._group_by_must_exist(args.name, args.group_by, query_range)
         series = await self.store.metric_series(
             MetricQuery(
                 name=args.name,
-                time_range=window.time_range,
+                time_range=query_range,
                 step_ns=step,
                 aggregation=args.aggregation,
                 matchers=[LabelMatcher(label=k, value=v) for k, v in sorted(args.labels.items())],
@@ -1098,29 +1219,50 @@ class ObservabilityTools:
         continuation = _offset_continuation("query_metric", query, window, offset)
         body: JsonObject = {
             "metric": args.name,
-            "window": window.as_json(),
+            "window": {
+                "start": rfc3339(query_range.start_unix_nano),
+                "end": rfc3339(query_range.end_unix_nano),
+            },
             "aggregation": args.aggregation,
             "step_s": step / NS_PER_S,
             "type": shown[0].type if shown else None,
             "unit": shown[0].unit if shown else None,
             "series": [_series_row(s) for s in shown],
             "truncated": more,
-            "points_format": "[bucket start (RFC 3339), value]; empty buckets omitted; "
-            "null = not a finite number",
+            "points_format": "[bucket start (RFC 3339; a multiple of the step in unix time), "
+            "value]; empty buckets omitted; null = not a finite number",
         }
+        if notes:
+            body["note"] = "; ".join(notes)
         if more:
             body.update(continuation(len(shown)))
         if not shown and state is None:
             await self._metric_must_exist(args.name)
-            body.update(
-                await absent_data_note(
-                    self.store, f"points of {args.name} matching the filters", window, "metrics"
-                )
+            absent = await absent_data_note(
+                self.store,
+                f"points of {args.name} matching the filters",
+                ResolvedRange(time_range=query_range, explicit=window.explicit),
+                "metrics",
             )
-        return Shaped(
-            body,
-            [Trimmable(("series",), continuation), Trimmable(("series", 0, "points"))],
-        )
+            if notes:
+                absent["note"] = f"{absent['note']}; {body['note']}"
+            body.update(absent)
+        return Shaped(body, [Trimmable(("series",), continuation, series_shrinker(step))])
+
+    async def _group_by_must_exist(self, name: str, group_by: list[str], window: TimeRange) -> None:
+        """Refuse ``group_by`` keys the metric does not carry (they would merge every series)."""
+        page = await self.store.metric_names(window, limit=MAX_LIMIT, prefix=name)
+        descriptor = next((d for d in page.items if d.name == name), None)
+        if descriptor is None:
+            return  # no points in the window: the empty result explains it
+        unknown = [key for key in group_by if key not in descriptor.label_keys]
+        if unknown:
+            keys = ", ".join(descriptor.label_keys) or "(none)"
+            raise BadArgs(
+                f"group_by: {', '.join(repr(k[:64]) for k in unknown)} is not a label key of "
+                f"{name} in this window (grouping by it would merge every series); its label "
+                f"keys: {keys}"
+            )
 
     async def _metric_must_exist(self, name: str) -> None:
         extent = await stored_extent(self.store)
@@ -1140,17 +1282,25 @@ class ObservabilityTools:
 
     async def list_deploys(self, args: ListDeploysArgs, ctx: CallContext) -> Shaped:
         """``list_deploys``: versions seen per service, latest first."""
-        window = resolve_range(args, self.clock(), "7d")
+        query = fingerprint(args.range, args.start, args.end, args.service, args.limit)
+        window, state = self._window(args, "list_deploys", query, args.cursor)
+        offset = state.offset if state is not None else 0
         records = await self.store.deploys(
-            window.time_range, limit=args.limit + 1, service_name=args.service
+            window.time_range,
+            limit=min(MAX_LIMIT, offset + args.limit + 1),
+            service_name=args.service,
         )
-        shown = records[: args.limit]
+        shown = records[offset : offset + args.limit]
+        more = len(records) > offset + len(shown)
+        continuation = _offset_continuation("list_deploys", query, window, offset)
         body: JsonObject = {
             "window": window.as_json(),
             "deploys": [deploy_row(r) for r in shown],
-            "truncated": len(records) > len(shown),
+            "truncated": more,
         }
-        if not shown:
+        if more:
+            body.update(continuation(len(shown)))
+        if not shown and state is None:
             body.update(
                 await absent_data_note(
                     self.store,
@@ -1159,13 +1309,13 @@ class ObservabilityTools:
                     "traces",
                 )
             )
-        else:
+        elif shown:
             body["next"] = "compare_deploys(service) for RED before versus after a change"
-        return Shaped(body, [Trimmable(("deploys",))])
+        return Shaped(body, [Trimmable(("deploys",), continuation)])
 
     async def compare_deploys(self, args: CompareDeploysArgs, ctx: CallContext) -> Shaped:
         """``compare_deploys``: RED of one service before versus after a version change."""
-        window = resolve_range(args, self.clock(), "7d")
+        window = resolve_range(args, self.clock())
         records = await self.store.deploys(
             window.time_range, limit=MAX_LIMIT, service_name=args.service
         )
@@ -1249,13 +1399,14 @@ class ObservabilityTools:
                     change[f"{key}_delta"] = round(new - old, 4)
         body: JsonObject = {
             "service": args.service,
+            "window": window.as_json(),
             "from_version": before.version,
             "to_version": after.version,
             "before": sides["before"],
             "after": sides["after"],
             "change": change,
             "operations": [
-                {"name": name, **values}
+                {"name": shorten(name, _MAX_NAME_CHARS), **values}
                 for name, values in sorted(operations.items(), key=lambda item: item[0])
             ],
             "truncated": False,
@@ -1275,7 +1426,9 @@ class ObservabilityTools:
 
     async def list_problems(self, args: ListProblemsArgs, ctx: CallContext) -> Shaped:
         """``list_problems``: the detector's problems overlapping the window, newest first."""
-        window = resolve_range(args, self.clock(), "24h")
+        query = fingerprint(args.range, args.start, args.end, args.service, args.limit)
+        window, state = self._window(args, "list_problems", query, args.cursor)
+        offset = state.offset if state is not None else 0
         stored = await self.problems.load()
         body: JsonObject = {"window": window.as_json()}
         if stored is None:
@@ -1288,14 +1441,18 @@ class ObservabilityTools:
             )
             return Shaped(body)
         chosen = [p for p in involving(stored, args.service) if in_window(p, window.time_range)]
-        shown = chosen[: args.limit]
+        shown = chosen[offset : offset + args.limit]
+        more = offset + len(shown) < len(chosen)
+        continuation = _offset_continuation("list_problems", query, window, offset)
         body.update(
             problems=[problem_row(p) for p in shown],
             total=len(chosen),
-            truncated=len(shown) < len(chosen),
+            truncated=more,
             detection_available=True,
             detected_by=DETECTED_BY,
         )
+        if more:
+            body.update(continuation(len(shown)))
         if not chosen:
             body["note"] = (
                 f"the detector stored {len(stored)} problem(s), none in this window"
@@ -1304,7 +1461,7 @@ class ObservabilityTools:
             )
         else:
             body["next"] = "get_problem(problem_id) for its ranking, anomalies and samples"
-        return Shaped(body, [Trimmable(("problems",))])
+        return Shaped(body, [Trimmable(("problems",), continuation)])
 
     async def get_problem(self, args: GetProblemArgs, ctx: CallContext) -> Shaped:
         """``get_problem``: one stored problem in full."""
@@ -1329,7 +1486,9 @@ class ObservabilityTools:
 
     async def list_anomalies(self, args: ListAnomaliesArgs, ctx: CallContext) -> Shaped:
         """``list_anomalies``: the anomalies of the stored problems in the window."""
-        window = resolve_range(args, self.clock(), "24h")
+        query = fingerprint(args.range, args.start, args.end, args.service, args.limit)
+        window, state = self._window(args, "list_anomalies", query, args.cursor)
+        offset = state.offset if state is not None else 0
         stored = await self.problems.load()
         body: JsonObject = {"window": window.as_json()}
         if stored is None:
@@ -1351,12 +1510,16 @@ class ObservabilityTools:
             and a.end_unix_nano >= tr.start_unix_nano
         ]
         found.sort(key=lambda row: str(row["start"]), reverse=True)
-        shown = found[: args.limit]
+        shown = found[offset : offset + args.limit]
+        more = offset + len(shown) < len(found)
+        continuation = _offset_continuation("list_anomalies", query, window, offset)
         body.update(
             anomalies=shown,
             total=len(found),
-            truncated=len(shown) < len(found),
+            truncated=more,
             detection_available=True,
             detected_by=DETECTED_BY,
         )
-        return Shaped(body, [Trimmable(("anomalies",))])
+        if more:
+            body.update(continuation(len(shown)))
+        return Shaped(body, [Trimmable(("anomalies",), continuation)])
