@@ -798,48 +798,69 @@ class Reader:
             match, frequency = _term_sql(i, term, params)
             matches.append(match)
             frequencies.append(frequency)
-        needles = sorted({token for term in terms for token in term.tokens})
-        params["needles"] = needles
-        # A cheap necessary condition first: every token occurs in the lower-cased body.
-        prefilter = "arrayAll(x -> position(lowerUTF8(Body), x) > 0, {needles:Array(String)})"
-        matched = " AND ".join(matches)
-        # BM25 (k1 = 1.2, b = 0.75) with idf = ln(1 + (N - df + 0.5) / (df + 0.5)); N, the
-        # documents' token counts and each term's df over the records the filters select.
-        stats = ", ".join(["count()", "sum(length(tk))", *(f"countIf({m})" for m in matches)])
+        # A cheap necessary condition first: a term's tokens occur in the lower-cased body
+        # (substring search). Bodies are tokenized only where it holds.
+        # (One position() per token: a lambda over a parameter array here made ClickHouse
+        # tokenize every record before filtering.)
+        contains: list[str] = []
+        for i, term in enumerate(terms):
+            tests: list[str] = []
+            for j, token in enumerate(sorted(set(term.tokens))):
+                params[f"needle_{i}_{j}"] = token
+                tests.append(f"position(lowerUTF8(Body), {{needle_{i}_{j}:String}}) > 0")
+            contains.append("(" + " AND ".join(tests) + ")")
+        # BM25 (k1 = 1.2, b = 0.75), idf = ln(1 + (N - df + 0.5) / (df + 0.5)), over the records
+        # the filters select: N, their mean length (in characters: only dl / avgdl counts,
+        # and it needs no tokenizing of every record) and each term's df.
+        frequency_of = ", ".join(
+            f"countIf({_term_sql(i, term, params, 'dtk')[0]})" for i, term in enumerate(terms)
+        )
         score = " + ".join(
-            f"log(1 + (stats.1 - stats.{i + 3} + 0.5) / (stats.{i + 3} + 0.5)) * ({f}) * 2.2 "
-            f"/ (({f}) + 1.2 * (0.25 + 0.75 * length(tk) / (stats.2 / stats.1)))"
+            f"log(1 + (base.1 - df.{i + 1} + 0.5) / (df.{i + 1} + 0.5)) * ({f}) * 2.2 "
+            f"/ (({f}) + 1.2 * (0.25 + 0.75 * lengthUTF8(Body) / (base.2 / base.1)))"
             for i, f in enumerate(frequencies)
         )
         page = ""
         if cursor is not None:
             key = decode_cursor(cursor, qhash, (int, int, int))
             page = (
-                "WHERE bits < {after_score:UInt64} OR (bits = {after_score:UInt64} "
+                "AND (bits < {after_score:UInt64} OR (bits = {after_score:UInt64} "
                 "AND (t < {after_time:Int64} OR (t = {after_time:Int64} "
-                "AND h > {after_hash:UInt64})))"
+                "AND h > {after_hash:UInt64}))))"
             )
             params["after_score"] = key[0]
             params["after_time"] = key[1]
             params["after_hash"] = key[2]
         rows = await self.run.query(
             f"""
-            WITH (
-                SELECT ({stats}) FROM (
-                    SELECT {TOKENS} AS tk FROM {self.logs} WHERE {where}
-                )
-            ) AS stats
+            WITH
+                (
+                    SELECT tuple(count(), sum(lengthUTF8(Body)))
+                    FROM {self.logs} WHERE {where}
+                ) AS base,
+                (
+                    SELECT tuple({frequency_of}) FROM (
+                        SELECT {TOKENS} AS dtk FROM {self.logs}
+                        WHERE {where} AND ({" OR ".join(contains)})
+                    )
+                ) AS df
             SELECT * EXCEPT (tk, bits) FROM (
-                SELECT {LOG_SELECT}, {LOG_HASH} AS h, toUnixTimestamp64Nano(Timestamp) AS t,
-                       {TOKENS} AS tk, {score} AS score, reinterpretAsUInt64(score) AS bits
-                FROM {self.logs}
-                WHERE {where} AND {prefilter} AND {matched}
+                SELECT *, {score} AS score, reinterpretAsUInt64(score) AS bits FROM (
+                    SELECT {LOG_SELECT}, {LOG_HASH} AS h,
+                           toUnixTimestamp64Nano(Timestamp) AS t, {TOKENS} AS tk
+                    FROM {self.logs}
+                    WHERE {where} AND {" AND ".join(contains)}
+                )
+                WHERE {" AND ".join(matches)}
             )
-            {page}
+            WHERE 1 {page}
             ORDER BY score DESC, t DESC, h
             LIMIT {{limit:UInt32}}
             """,
             params,
+            # Pushed into the scan, the token match would tokenize every record of the range
+            # before the substring prefilter has thrown most of them out.
+            settings={"enable_optimize_predicate_expression": 0},
         )
         more = len(rows) > limit
         rows = rows[:limit]
@@ -1259,24 +1280,30 @@ class Reader:
         return found
 
 
-def _term_sql(i: int, term: Term, params: dict[str, Param]) -> tuple[str, str]:
-    """The match condition and the frequency expression of term ``i`` over tokens ``tk``."""
+def _term_sql(i: int, term: Term, params: dict[str, Param], tk: str = "tk") -> tuple[str, str]:
+    """The match condition and the frequency expression of term ``i`` over the tokens ``tk``."""
     words = list(term.tokens)
     if len(words) == 1:
         params[f"word_{i}"] = words[0]
         if term.prefix:
             test = f"x -> startsWith(x, {{word_{i}:String}})"
-            return f"arrayExists({test}, tk)", f"arrayCount({test}, tk)"
-        return f"has(tk, {{word_{i}:String}})", f"countEqual(tk, {{word_{i}:String}})"
+            return f"arrayExists({test}, {tk})", f"arrayCount({test}, {tk})"
+        return f"has({tk}, {{word_{i}:String}})", f"countEqual({tk}, {{word_{i}:String}})"
     n = len(words)
     if term.prefix:
         params[f"head_{i}"] = words[:-1]
         params[f"word_{i}"] = words[-1]
         test = (
-            f"j -> arraySlice(tk, j, {n - 1}) = {{head_{i}:Array(String)}} "
-            f"AND startsWith(tk[j + {n - 1}], {{word_{i}:String}})"
+            f"j -> arraySlice({tk}, j, {n - 1}) = {{head_{i}:Array(String)}} "
+            f"AND startsWith({tk}[j + {n - 1}], {{word_{i}:String}})"
         )
-        return f"arrayExists({test}, arrayEnumerate(tk))", f"arrayCount({test}, arrayEnumerate(tk))"
+        return (
+            f"arrayExists({test}, arrayEnumerate({tk}))",
+            f"arrayCount({test}, arrayEnumerate({tk}))",
+        )
     params[f"phrase_{i}"] = words
-    test = f"j -> arraySlice(tk, j, {n}) = {{phrase_{i}:Array(String)}}"
-    return f"hasSubstr(tk, {{phrase_{i}:Array(String)}})", f"arrayCount({test}, arrayEnumerate(tk))"
+    test = f"j -> arraySlice({tk}, j, {n}) = {{phrase_{i}:Array(String)}}"
+    return (
+        f"hasSubstr({tk}, {{phrase_{i}:Array(String)}})",
+        f"arrayCount({test}, arrayEnumerate({tk}))",
+    )

@@ -240,8 +240,16 @@ class Runtime:
                 "KILL QUERY %s on %s got no answer in %s s", query_id, self.where, KILL_TIMEOUT_S
             )
 
-    async def query(self, sql: str, params: Mapping[str, Param]) -> list[Row]:
+    async def query(
+        self,
+        sql: str,
+        params: Mapping[str, Param],
+        *,
+        settings: Mapping[str, int | str] | None = None,
+    ) -> list[Row]:
         """Run one read statement; its rows (see the module docstring for the settings).
+
+        ``settings`` adds query-level ClickHouse settings (planner choices of one statement).
 
         Raises:
             StoreTimeout, StoreUnavailable, StoreSchemaError, QueryRejected: see
@@ -250,14 +258,14 @@ class Runtime:
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         query_id = str(uuid.uuid4())
-        settings: dict[str, object] = {"readonly": 1, "query_id": query_id}
+        settings_all: dict[str, object] = {**(settings or {}), "readonly": 1, "query_id": query_id}
         remaining = _remaining_s()
         if remaining is not None:
             # Whole milliseconds, at least one: the server reads fractional seconds.
-            settings["max_execution_time"] = max(0.001, math.ceil(remaining * 1000) / 1000)
+            settings_all["max_execution_time"] = max(0.001, math.ceil(remaining * 1000) / 1000)
 
         def run() -> list[Row]:
-            result = self.client.query(sql, parameters=dict(params), settings=settings)
+            result = self.client.query(sql, parameters=dict(params), settings=settings_all)
             return [tuple(row) for row in result.result_rows]
 
         return await self._run(run, query_id)
