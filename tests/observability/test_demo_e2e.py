@@ -13,6 +13,7 @@ on timings.
 """
 
 import statistics
+from datetime import datetime
 from typing import Final
 
 import trio
@@ -309,3 +310,67 @@ async def test_unknown_things_fail_with_hints_naming_the_next_tool(
     assert empty["traces"] == []
     assert "data_extent" in empty
     assert "retry with start/end" in str(empty["note"])
+
+
+def unix_ns(text: object) -> int:
+    moment = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    return round(moment.timestamp() * 1e9)
+
+
+async def test_the_readme_walkthrough_calls_answer_as_it_says(demo_server: DemoServer) -> None:
+    """README questions 2 and 3, called exactly as written there."""
+    cpu = fault_time(demo_server, "cpu_contention")
+    net = fault_time(demo_server, "network_delay")
+    with trio.fail_after(LIMIT_S):
+        async with mcp_client(demo_server.mcp_url, demo_server.admin_token) as client:
+            gateway = structured(
+                await client.call_tool("get_service", {"service": GATEWAY, "range": "24h"})
+            )
+            own_slow = structured(
+                await client.call_tool(
+                    "search_traces", {"service": TRAVEL, "min_duration_ms": 1000, "range": "24h"}
+                )
+            )
+            travel = structured(
+                await client.call_tool("get_service", {"service": TRAVEL, "range": "24h"})
+            )
+            delayed = [
+                structured(await client.call_tool("get_trace", {"trace_id": t["trace_id"]}))
+                for t in as_dicts(as_dict(travel["likely_origin"])["slow_traces"])
+            ]
+            focus = as_dict(as_dict(gateway["likely_origin"])["focus"])
+            p99 = structured(
+                await client.call_tool(
+                    "query_metric",
+                    {
+                        "name": "http.server.request.duration",
+                        "service": TRAVEL,
+                        "labels": {"quantile": "0.99"},
+                        "step": "1m",
+                        "start": focus["start"],
+                        "end": focus["end"],
+                    },
+                )
+            )
+    # Q2: travel's own long spans are all from the CPU fault, before the network delay ...
+    starts = [unix_ns(t["start"]) for t in as_dicts(own_slow["traces"])]
+    assert starts
+    assert all(cpu <= s < net for s in starts)
+    # ... and the network-delay traces are the ones get_service names as slow traces.
+    assert delayed
+    for trace in delayed:
+        assert unix_ns(trace["start"]) >= net
+        dominant = as_dict(trace["dominant_span"])
+        assert (dominant["service"], dominant["waiting_on"]) == (GATEWAY, TRAVEL)
+    # Q3: with the focus window and a 1-minute step, every minute is there, and the p99 jumps
+    # in the minutes after each fault.
+    (series,) = as_dicts(p99["series"])
+    assert "points_note" not in series
+    points = [pair(p) for p in as_list(series["points"])]
+    assert len(points) == series["point_count"]
+    # A point is labelled with its bucket's start, up to a minute before the scrape it holds.
+    before = [v for t, v in points if cpu - 6 * MINUTE <= unix_ns(t) < cpu - 2 * MINUTE]
+    after_cpu = [v for t, v in points if cpu - MINUTE <= unix_ns(t) < cpu + 4 * MINUTE]
+    after_net = [v for t, v in points if net - 2 * MINUTE < unix_ns(t) < net + MINUTE]
+    assert max(after_cpu) > 2 * statistics.median(before)
+    assert max(after_net) > 2 * statistics.median(before)
