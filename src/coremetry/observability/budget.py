@@ -10,7 +10,7 @@ registration wraps every handler).
 order, stopping as soon as the result fits:
 
 1. the result as built;
-2. every string longer than ``max(256, budget_bytes // 16)`` characters is cut, ending with the
+2. every string longer than ``max(1024, budget_bytes // 16)`` characters is cut, ending with the
    marker ``…(+N bytes)`` (N: the UTF-8 bytes cut off; ``strings_shortened: true``) — a
    30,000-character span name is never worth a page;
 3. each :class:`Trimmable` list in the order given (the first is cut first), cut to the longest
@@ -380,7 +380,7 @@ def fit(shaped: Shaped, budget_bytes: int) -> JsonObject:
     body = shaped.body
     if encoded_size(body) <= budget_bytes:
         return body
-    long_chars = max(256, budget_bytes // 16)
+    long_chars = max(1024, budget_bytes // 16)
     shortened = _shorten_strings(body, long_chars)
     assert isinstance(shortened, dict)
     if shortened != body:
