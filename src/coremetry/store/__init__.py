@@ -3,8 +3,9 @@
 ``model`` holds the records, ``interface`` the protocol and its query/result types, ``errors``
 the exception tree, ``sqlite`` the embedded default backend, ``clickhouse`` the backend over
 the OpenTelemetry Collector exporter's ClickHouse tables (imported on demand: it needs the
-``clickhouse`` extra), ``testing`` the conformance suite every backend passes. This package never imports ``coremetry.mcp`` (the app registers the
-store's errors with the protocol core's classifier).
+``clickhouse`` extra), ``testing`` the conformance suite every backend passes. This package
+never imports ``coremetry.mcp`` (the app registers the store's errors with the protocol core's
+classifier).
 """
 
 from .errors import QueryRejected as QueryRejected
