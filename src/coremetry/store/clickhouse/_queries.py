@@ -562,19 +562,21 @@ class Reader:
         after = ""
         if cursor is not None:
             key = decode_cursor(cursor, qhash, (int, str))
-            after = (
-                "AND (toUnixTimestamp64Nano(Timestamp), SpanId) > "
-                "({after_start:Int64}, {after_span:String})"
-            )
+            after = "WHERE (start, SpanId) > ({after_start:Int64}, {after_span:String})"
             params["after_start"] = key[0]
             params["after_span"] = key[1]
+        # One scan of the trace's granules (TraceId bloom filter): the total is a window count
+        # over the whole trace, taken before the page's cursor condition.
         rows = await self.run.query(
             f"""
-            SELECT {SPAN_SELECT},
-                   (SELECT count() FROM {self.traces} WHERE TraceId = {{trace_id:String}})
-            FROM {self.traces}
-            WHERE TraceId = {{trace_id:String}} {after}
-            ORDER BY Timestamp, SpanId
+            SELECT * EXCEPT (start) FROM (
+                SELECT {SPAN_SELECT}, count() OVER () AS total,
+                       toUnixTimestamp64Nano(Timestamp) AS start
+                FROM {self.traces}
+                WHERE TraceId = {{trace_id:String}}
+            )
+            {after}
+            ORDER BY start, SpanId
             LIMIT {{limit:UInt32}}
             """,
             params,
