@@ -10,6 +10,7 @@ file in ``tmp_path`` and bound every wait with ``trio.fail_after``. Nothing asse
 import hashlib
 import json
 import logging
+import re
 import sqlite3
 import time
 from collections.abc import Awaitable
@@ -625,13 +626,22 @@ async def test_admin_resource_hidden_from_viewers_readable_by_admins(tmp_path: P
     assert isinstance(contents, list)
     assert contents[0]["uri"] == RECENT_URI
     assert contents[0]["mimeType"] == "application/json"
-    entries = json.loads(contents[0]["text"])
+    text = contents[0]["text"]
+    assert len(text.encode()) <= 16 * 1024  # the default output budget
+    body = json.loads(text)
+    entries = body["entries"]
     assert isinstance(entries, list)
-    assert len(entries) == RECENT_LIMIT
-    times = [e["at_unix_nano"] for e in entries]
+    # 100 rows do not fit 16 KiB: the newest that fit, said so.
+    assert 0 < len(entries) == body["shown"] < RECENT_LIMIT
+    assert body["truncated"] is True
+    assert "coremetry audit tail" in body["note"]
+    times = [e["time"] for e in entries]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", t) for t in times)
     assert times == sorted(times, reverse=True)
-    assert set(entries[0]) == set(msgspec.structs.asdict(audit.tail(1)[0]))
+    fields = set(msgspec.structs.asdict(audit.tail(1)[0])) - {"at_unix_nano"} | {"time"}
+    assert set(entries[0]) == fields
     assert entries[0]["sub"] == "root"
+    assert entries[0]["duration_ms"] == round(entries[0]["duration_ms"], 3)
     # the refused reads were audited too, and so was the admin's own read
     denied = [e for e in audit.tail(500) if e.outcome == "denied"]
     assert {(e.sub, e.call_kind, e.name) for e in denied} == {

@@ -53,6 +53,7 @@ import sqlite3
 import time
 from collections import deque
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -571,18 +572,68 @@ class AuditLog:
 _ENTRIES_ENCODER: Final = msgspec.json.Encoder()
 
 
-def register_audit_resource(server: Server, audit: AuditLog) -> None:
+def _audit_row(entry: AuditEntry) -> dict[str, object]:
+    """One entry as the resource shows it: RFC 3339 UTC time, duration rounded to the µs."""
+    row: dict[str, object] = msgspec.structs.asdict(entry)
+    at = row.pop("at_unix_nano")
+    assert isinstance(at, int)
+    seconds, nanos = divmod(at, 1_000_000_000)
+    stamp = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return {
+        "time": f"{stamp}.{nanos // 1000:06d}Z",
+        **row,
+        "duration_ms": round(entry.duration_ms, 3),
+    }
+
+
+def recent_audit_json(entries: Sequence[AuditEntry], budget_bytes: int) -> bytes:
+    """The body of :data:`RECENT_URI`: the newest entries that fit ``budget_bytes`` of JSON.
+
+    Shape: ``{"entries": [...], "shown": N, "truncated": bool, "note"?: str}``; entries newest
+    first, each with the fields of :class:`AuditEntry` except ``at_unix_nano``, replaced by
+    ``time`` (RFC 3339 UTC, µs). When not all of ``entries`` fit, the oldest are left out,
+    ``truncated`` is true and ``note`` says how to read more (``coremetry audit tail``).
+    """
+    rows = [_audit_row(e) for e in entries]
+
+    def body(count: int) -> bytes:
+        value: dict[str, object] = {
+            "entries": rows[:count],
+            "shown": count,
+            "truncated": count < len(rows),
+        }
+        if count < len(rows):
+            value["note"] = (
+                f"{len(rows) - count} older entries left out to stay within the output budget; "
+                "`coremetry audit tail -n N` on the server prints more."
+            )
+        return _ENTRIES_ENCODER.encode(value)
+
+    # Largest prefix that fits (binary search: size grows with the count).
+    low, high = 0, len(rows)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(body(middle)) <= budget_bytes:
+            low = middle
+        else:
+            high = middle - 1
+    return body(low)
+
+
+def register_audit_resource(
+    server: Server, audit: AuditLog, *, budget_bytes: int = 16 * 1024
+) -> None:
     """Register the admin-only resource :data:`RECENT_URI` on ``server``.
 
-    Reading it returns a JSON array of the newest :data:`RECENT_LIMIT` rows (objects with the
-    fields of :class:`AuditEntry`), newest first. ``min_role="admin"``: the list methods hide it
-    from other roles and the gate refuses their reads with ``-32001``.
+    Reading it returns the newest :data:`RECENT_LIMIT` rows that fit ``budget_bytes`` of JSON
+    (see :func:`recent_audit_json`), newest first. ``min_role="admin"``: the list methods hide
+    it from other roles and the gate refuses their reads with ``-32001``.
     """
 
     async def recent(uri: str, ctx: CallContext) -> str:
         # Blocking sqlite read of at most RECENT_LIMIT rows through an index: off the loop.
         entries = await trio.to_thread.run_sync(audit.tail, RECENT_LIMIT)
-        return _ENTRIES_ENCODER.encode(entries).decode()
+        return recent_audit_json(entries, budget_bytes).decode()
 
     server.register_resource(
         Resource(

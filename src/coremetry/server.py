@@ -217,6 +217,7 @@ class Security:
         login: LoginService,
         limiter: RateLimiter,
         audit: AuditLog,
+        output_budget_bytes: int = 16 * 1024,
     ) -> None:
         self.store = store
         self.issuer = issuer
@@ -224,12 +225,13 @@ class Security:
         self.login = login
         self.limiter = limiter
         self.audit = audit
+        self.output_budget_bytes = output_budget_bytes
 
     def install(self, mcp: Server) -> None:
         """Plug the gate, the audit observer and the admin audit resource into ``mcp``."""
         mcp.set_call_gate(make_call_gate(self.limiter))
         mcp.set_call_observer(self.audit.observe)
-        register_audit_resource(mcp, self.audit)
+        register_audit_resource(mcp, self.audit, budget_bytes=self.output_budget_bytes)
 
     def close(self) -> None:
         """Close the identity store (the audit log is closed by :func:`serve`)."""
@@ -254,6 +256,7 @@ def open_security(config: Config) -> Security:
         login=LoginService(store, issuer),
         limiter=RateLimiter.from_config(config.rate_limit),
         audit=AuditLog.from_config(config),
+        output_budget_bytes=config.mcp.output_budget_bytes,
     )
 
 
