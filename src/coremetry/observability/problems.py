@@ -43,9 +43,11 @@ NO_DETECTION_NOTE: Final = (
 """What the problem and anomaly tools say when no detection has stored problems."""
 
 DETECTED_BY: Final = (
-    "the anomaly detector over per-service RED and metric series (coremetry detect); its "
-    "origin ranking follows the service graph and is a heuristic: check it against "
-    "get_service's likely_origin, which reads the traces' critical paths"
+    "the anomaly detector over per-service RED series from spans, metric series and log "
+    "severity rates (run every detection.interval_s by coremetry serve, or by coremetry "
+    "detect); its origin ranking uses the traces' critical paths where traces cover the "
+    "problem, then saturation, error and latency evidence along the service graph: it is a "
+    "heuristic, so check it against get_service's likely_origin"
 )
 """Where problems come from, as the tools say it."""
 
@@ -101,8 +103,10 @@ def problem_row(problem: Problem) -> JsonObject:
 def _rank_row(rank: ServiceRank) -> JsonObject:
     return {
         "service": rank.service_name,
+        "role": rank.role,
         "symptomatic": rank.symptomatic,
         "reason": shorten(rank.reason, 300),
+        "evidence": [shorten(line, 200) for line in rank.evidence[:5]],
         "anomalous_callers": rank.anomalous_callers,
         "anomalous_callees": rank.anomalous_callees,
         "depth": rank.depth,
