@@ -18,6 +18,34 @@ it prints p50/p99 per query and backend and the ratio ClickHouse p50 / SQLite p5
 the same run, on the same data). The baseline row ``floor`` is ``statistics()``-free: the
 cheapest call of each backend (``get_trace`` of an unknown trace id), so each backend's fixed
 cost per call is visible.
+
+**10,000,000 spans and logs in minutes: ``--copies N``.** Writing through the store runs at
+~4,700 spans/s here (10M: ~40 min per store), so the 10M run builds its rows *inside chDB*:
+``gen DIR --spans 1000000 --logs 1000000 --no-sqlite --copies 10`` writes the 1M seed through
+the real ClickHouse write path as above, then ``replicate`` adds ``N - 1`` copies of it;
+``replicate DIR --copies N`` does the second step alone on an existing ClickHouse-only seed
+directory (``DIR/chdb`` and ``DIR/telemetry.db.json``, e.g. a copy of a 1M ``gen --no-sqlite``
+run). For each table (``otel_traces``, ``otel_logs``) it runs one statement,
+``INSERT INTO t (every column) SELECT … FROM t CROSS JOIN numbers(1, N - 1)``, reading the seed
+once (the ``SELECT`` sees the parts that existed when it started, so copies are never copied),
+with ``max_threads = 1`` (one core). Copy ``k`` (1 … N-1) of a row is the row with:
+
+- every time shifted by ``k * --shift-s`` seconds (default 37 s: span ``Timestamp`` and event
+  times, log ``Timestamp``/``TimestampTime``), so the copies keep the seed's day shape (busier
+  by day, the three fault windows) at N times the rate, and the day ends ``(N-1) * 37`` s later;
+- trace ids re-derived as ``lower(hex(sipHash128(TraceId, k)))`` (32 hex digits) and span,
+  parent span and link ids as ``lower(hex(reinterpretAsFixedString(sipHash64(SpanId, k))))``
+  (16 hex digits; empty ids stay empty): each copy is a new trace with the same tree, and each
+  copied log record points at the copied span;
+- everything else as in the seed: services, operations, kinds, statuses, durations, attributes,
+  resources, log bodies and severities (so the text vocabulary does not grow with the copies).
+
+Copy 0 is the seed itself, so the manifest's big and sampled trace ids still name traces of
+1,168 and typical sizes; the manifest's counts and end time are updated. Metric points are not
+copied (the issue's 10M is spans and logs; metrics stay the seed's 201,600 points). The embedded
+store is not built at 10M (writing it takes ~40 min here); ``--copies`` needs ``--no-sqlite``,
+and ``replicate`` refuses a directory holding ``telemetry.db``, so ``run`` never compares
+stores holding different data.
 """
 
 import argparse
@@ -33,6 +61,7 @@ from functools import partial
 from pathlib import Path
 from typing import Final
 
+import clickhouse_connect
 import msgspec
 import trio
 
@@ -104,6 +133,8 @@ async def generate(args: argparse.Namespace) -> None:
 
     # gen_telemetry writes through open_sqlite_store: give it both stores instead.
     # (its module global, replaced for this process: the tee has what generate() calls).
+    if args.copies > 1 and not args.no_sqlite:
+        raise SystemExit("--copies needs --no-sqlite (the embedded store would hold the seed only)")
     gen_telemetry.__dict__["open_sqlite_store"] = open_both
     await gen_telemetry.generate(
         argparse.Namespace(
@@ -116,6 +147,111 @@ async def generate(args: argparse.Namespace) -> None:
             seed=args.seed,
             shared=args.shared,
         )
+    )
+    if args.copies > 1:
+        await replicate(args)
+
+
+TRACE_ID: Final = "if({col} = '', '', lower(hex(sipHash128({col}, k))))"
+SPAN_ID: Final = "if({col} = '', '', lower(hex(reinterpretAsFixedString(sipHash64({col}, k)))))"
+SHIFT: Final = "addSeconds({col}, k * {shift_s})"
+REPLACED: Final = {
+    "otel_traces": {
+        "Timestamp": SHIFT.format(col="Timestamp", shift_s="{shift_s}"),
+        "TraceId": TRACE_ID.format(col="TraceId"),
+        "SpanId": SPAN_ID.format(col="SpanId"),
+        "ParentSpanId": SPAN_ID.format(col="ParentSpanId"),
+        "Events.Timestamp": "arrayMap(x -> "
+        + SHIFT.format(col="x", shift_s="{shift_s}")
+        + ", `Events.Timestamp`)",
+        "Links.TraceId": "arrayMap(x -> " + TRACE_ID.format(col="x") + ", `Links.TraceId`)",
+        "Links.SpanId": "arrayMap(x -> " + SPAN_ID.format(col="x") + ", `Links.SpanId`)",
+    },
+    "otel_logs": {
+        "Timestamp": SHIFT.format(col="Timestamp", shift_s="{shift_s}"),
+        "TimestampTime": SHIFT.format(col="TimestampTime", shift_s="{shift_s}"),
+        "TraceId": TRACE_ID.format(col="TraceId"),
+        "SpanId": SPAN_ID.format(col="SpanId"),
+    },
+}
+
+
+def replicate_sql(table: str, columns: Sequence[str], copies: int, shift_s: int) -> str:
+    """The ``INSERT … SELECT`` adding copies 1 … ``copies - 1`` of ``otel.<table>`` to itself.
+
+    ``columns`` are the table's columns in order (nested ones as ``Events.Timestamp``); the
+    ones in ``REPLACED[table]`` get their expression (``k`` is the copy number), the others are
+    copied as they are.
+    """
+    replaced = REPLACED[table]
+    exprs = [replaced[c].format(shift_s=shift_s) if c in replaced else f"t.`{c}`" for c in columns]
+    return (
+        f"INSERT INTO otel.{table} ({', '.join(f'`{c}`' for c in columns)})\n"
+        f"SELECT {', '.join(exprs)}\n"
+        f"FROM otel.{table} AS t CROSS JOIN (SELECT number AS k FROM numbers(1, {copies - 1})) AS c"
+    )
+
+
+def replicate_blocking(directory: Path, copies: int, shift_s: int) -> dict[str, int]:
+    """Runs the copies in chDB (blocking); returns the row count of each table after."""
+    client = clickhouse_connect.get_client(dsn=f"chdb://{(directory / 'chdb').resolve()}")
+    settings = {"max_threads": 1, "max_insert_threads": 1, "max_block_size": 8192}
+    counts: dict[str, int] = {}
+    for table in REPLACED:
+        columns = [
+            str(row[0])
+            for row in client.query(
+                "SELECT name FROM system.columns WHERE database = 'otel' AND table = {t:String} "
+                "AND default_kind NOT IN ('MATERIALIZED', 'ALIAS') ORDER BY position",
+                parameters={"t": table},
+            ).result_rows
+        ]
+        missing = set(REPLACED[table]) - set(columns)
+        if missing:
+            raise SystemExit(f"otel.{table} has no column {sorted(missing)}: not the exporter's")
+        start = time.perf_counter()
+        client.command(replicate_sql(table, columns, copies, shift_s), settings=settings)
+        counts[table] = int(str(client.command(f"SELECT count() FROM otel.{table}")))
+        print(
+            f"otel.{table}: {counts[table]:,} rows after {copies - 1} copies "
+            f"in {time.perf_counter() - start:.0f} s",
+            file=sys.stderr,
+        )
+    client.close()
+    return counts
+
+
+async def replicate(args: argparse.Namespace) -> None:
+    """The ``replicate`` step: copies the seed in ``DIR/chdb`` and updates the manifest."""
+    directory = Path(args.dir)
+    manifest_path = trio.Path(directory / "telemetry.db.json")
+    if args.copies < 2:
+        raise SystemExit(f"--copies must be at least 2, not {args.copies}")
+    if await trio.Path(directory / "telemetry.db").exists():
+        raise SystemExit(
+            f"{directory / 'telemetry.db'} exists: the embedded store would keep the seed only; "
+            "replicate a --no-sqlite directory"
+        )
+    if not await manifest_path.exists() or not await trio.Path(directory / "chdb").exists():
+        raise SystemExit(f"{directory} has no chdb/ and telemetry.db.json: run gen first")
+    manifest = json.loads(await manifest_path.read_text())
+    if manifest.get("copies", 1) != 1:
+        raise SystemExit(f"{directory} is already replicated ({manifest['copies']} copies)")
+    start = time.perf_counter()
+    counts = await trio.to_thread.run_sync(replicate_blocking, directory, args.copies, args.shift_s)
+    manifest.update(
+        spans=counts["otel_traces"],
+        logs=counts["otel_logs"],
+        end_unix_nano=manifest["end_unix_nano"] + (args.copies - 1) * args.shift_s * SECOND,
+        copies=args.copies,
+        shift_s=args.shift_s,
+        replicated_in_s=round(time.perf_counter() - start, 1),
+    )
+    await manifest_path.write_text(json.dumps(manifest, indent=1))
+    print(
+        f"{counts['otel_traces']:,} spans, {counts['otel_logs']:,} log records in "
+        f"{directory / 'chdb'} ({args.copies} copies) in {manifest['replicated_in_s']} s",
+        file=sys.stderr,
     )
 
 
@@ -290,12 +426,23 @@ def main() -> None:
     gen.add_argument("--seed", type=int, default=1)
     gen.add_argument("--shared", default=str(gen_telemetry.REPO.parent / "shared"))
     gen.add_argument("--no-sqlite", action="store_true", help="write the ClickHouse store only")
+    rep = sub.add_parser("replicate", help="copy a ClickHouse-only seed N times inside chDB")
+    rep.add_argument("dir")
+    for p in (gen, rep):
+        p.add_argument(
+            "--copies",
+            type=int,
+            default=1 if p is gen else 10,
+            help="rows end up N times the seed (copies built by INSERT ... SELECT in chDB)",
+        )
+        p.add_argument("--shift-s", type=int, default=37, help="seconds between copies")
     timing = sub.add_parser("run", help="time the queries on both stores")
     timing.add_argument("dir")
     timing.add_argument("--repeat", type=int, default=20, help="timed calls per query")
     timing.add_argument("--json", help="also write the figures as JSON")
     args = parser.parse_args()
-    trio.run(generate if args.step == "gen" else run, args)
+    steps = {"gen": generate, "replicate": replicate, "run": run}
+    trio.run(steps[args.step], args)
 
 
 if __name__ == "__main__":
