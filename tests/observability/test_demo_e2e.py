@@ -352,6 +352,20 @@ async def test_the_readme_walkthrough_calls_answer_as_it_says(demo_server: DemoS
                     },
                 )
             )
+            # The usual level, for comparison: the half hour before the CPU fault.
+            baseline = structured(
+                await client.call_tool(
+                    "query_metric",
+                    {
+                        "name": "http.server.request.duration",
+                        "service": TRAVEL,
+                        "labels": {"quantile": "0.99"},
+                        "step": "1m",
+                        "start": rfc3339(cpu - 30 * MINUTE),
+                        "end": rfc3339(cpu - 2 * MINUTE),
+                    },
+                )
+            )
     # Q2: travel's own long spans are all from the CPU fault, before the network delay ...
     starts = [unix_ns(t["start"]) for t in as_dicts(own_slow["traces"])]
     assert starts
@@ -370,10 +384,12 @@ async def test_the_readme_walkthrough_calls_answer_as_it_says(demo_server: DemoS
     assert len(points) == series["point_count"]
     # A point is labelled with its bucket's start, up to a minute before the scrape it holds.
     # Windows are several minutes wide: where the 60 s scrapes fall against the 1-minute
-    # buckets depends on the demo's shift (its last event is "now"), and the minutes before
-    # the CPU fault hold one spike of their own (2.38 s), so the baseline is a median over
-    # everything before it.
-    before = [v for t, v in points if unix_ns(t) < cpu - 2 * MINUTE]
+    # buckets depends on the demo's shift (its last event is "now"). The minutes just before
+    # the CPU fault hold one spike of their own (2.38 s), so the usual level is the median of
+    # the half hour before it.
+    (usual,) = as_dicts(baseline["series"])
+    before = [pair(p)[1] for p in as_list(usual["points"])]
+    assert len(before) >= 20
     after_cpu = [v for t, v in points if cpu - MINUTE <= unix_ns(t) < cpu + 4 * MINUTE]
     after_net = [v for t, v in points if net - 2 * MINUTE < unix_ns(t) < net + 4 * MINUTE]
     assert max(after_cpu) > 2 * statistics.median(before)
