@@ -9,7 +9,10 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import trio
+
+from coremetry.cli import main
 
 LIMIT_S = 60
 
@@ -193,3 +196,44 @@ def test_admin_commands_fail_cleanly(tmp_path: Path) -> None:
     assert short.returncode == 0
     time.sleep(1.5)  # noqa: TID251 - a plain sync test; the token must outlive its expiry
     assert "s\tviewer\texpired" in coremetry(tmp_path, "token", "list").stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["--expires-in", "-5m"], id="separate"),
+        pytest.param(["--expires-in=-5m"], id="joined"),
+        pytest.param(["--exp", "-5m"], id="abbreviated"),
+        pytest.param(["--expires-in", "-.5h"], id="fraction"),
+        pytest.param(["--expires-in", "-5"], id="no-unit"),
+        pytest.param(["--expires-in", "0m"], id="zero"),
+        pytest.param(["--expires-in", "0.0s"], id="zero-fraction"),
+    ],
+)
+def test_token_lifetime_must_be_positive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    base = ["token", "create", "--data-dir", str(tmp_path), "--name", "t", "--role", "viewer"]
+    with pytest.raises(SystemExit) as exited:
+        main([*base, *argv])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --expires-in: invalid duration" in err
+    assert "must be a positive duration like 30d, 12h, 90m or 3600s" in err
+    assert "expected one argument" not in err
+    assert main(["token", "list", "--data-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == ""  # nothing was created
+
+
+def test_negative_token_lifetime_is_refused_by_the_command(tmp_path: Path) -> None:
+    refused = coremetry(
+        tmp_path, "token", "create", "--name", "n", "--role", "viewer", "--expires-in", "-5m"
+    )
+    assert refused.returncode == 2
+    assert refused.stdout == ""
+    assert "--expires-in: invalid duration '-5m': must be a positive duration" in refused.stderr
+    created = coremetry(
+        tmp_path, "token", "create", "--name", "p", "--role", "viewer", "--expires-in", "90m"
+    )
+    assert created.returncode == 0, created.stderr
+    assert coremetry(tmp_path, "token", "list").stdout.startswith("p\tviewer\tactive\t")

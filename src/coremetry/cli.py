@@ -124,7 +124,9 @@ def _parser() -> argparse.ArgumentParser:
     token_create.add_argument("--name", required=True)
     token_create.add_argument("--role", choices=ROLES, required=True)
     token_create.add_argument(
-        "--expires-in", help="lifetime such as 30d, 12h, 90m or 3600s (default: no expiry)"
+        EXPIRES_IN,
+        type=_expires_in_s,
+        help="lifetime such as 30d, 12h, 90m or 3600s (default: no expiry)",
     )
     token_sub.add_parser("list", help="list tokens (never the tokens themselves)", parents=[common])
     token_revoke = token_sub.add_parser("revoke", help="revoke a token at once", parents=[common])
@@ -214,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit status.
     """
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_attach_dash_values(sys.argv[1:] if argv is None else argv))
     try:
         config = _load(args)
     except ConfigError as exc:
@@ -392,15 +394,65 @@ def parse_duration_s(text: str) -> float:
     """``"30d"`` -> 2592000.0 seconds (units s, m, h, d).
 
     Raises:
-        ValueError: not a number followed by one of the units, or not positive.
+        ValueError: not a number followed by one of the units, not positive (``-5m``, ``0s``),
+            or more than 100 years.
     """
     match = _DURATION.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(f"invalid duration {text!r}: use e.g. 30d, 12h, 90m or 3600s")
+    if match is None or not float(match.group(1)):
+        if match is None and not text.strip().startswith("-"):
+            raise ValueError(f"invalid duration {text!r}: use e.g. 30d, 12h, 90m or 3600s")
+        raise ValueError(
+            f"invalid duration {text!r}: must be a positive duration like 30d, 12h, 90m or 3600s"
+        )
     seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
-    if not 0 < seconds <= _MAX_DURATION_S:
-        raise ValueError(f"invalid duration {text!r}: must be positive and at most 100 years")
+    if seconds > _MAX_DURATION_S:
+        raise ValueError(f"invalid duration {text!r}: must be at most 100 years")
     return seconds
+
+
+EXPIRES_IN = "--expires-in"
+"""``token create``'s lifetime option."""
+
+_DASH_VALUE = re.compile(r"-[\d.]")
+
+
+def _expires_in_s(text: str) -> float:
+    """``--expires-in``'s argparse type: the lifetime in seconds (argparse names the option).
+
+    Raises:
+        argparse.ArgumentTypeError: not a positive duration of at most 100 years.
+    """
+    try:
+        return parse_duration_s(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _attach_dash_values(argv: Sequence[str]) -> list[str]:
+    """``--expires-in -5m`` -> ``--expires-in=-5m``, so both spellings give the same error.
+
+    argparse takes a separate value that starts with ``-`` and is not a plain negative number
+    (``-5m``) for an option, and fails with "expected one argument" instead of saying what is
+    wrong with the value. Joined with ``=``, the value reaches the option's type, whose error
+    names ``--expires-in``. Only values that start like a number (``-5m``, ``-.5h``) are joined;
+    the option may be abbreviated (``--exp``) as argparse allows. Stops at ``--``.
+    """
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            out.extend(args[i:])
+            break
+        is_option = len(arg) > len("--e") and EXPIRES_IN.startswith(arg)
+        if is_option and i + 1 < len(args) and _DASH_VALUE.match(args[i + 1]):
+            out.append(f"{arg}={args[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
 
 
 def _when(unix_s: int | None) -> str:
@@ -459,7 +511,7 @@ def _admin_store(args: argparse.Namespace, data_dir: Path) -> int:
                 for user in store.list_users():
                     print(f"{user.name}\t{user.role}\tcreated {_when(user.created_at)}")
             elif args.token_command == "create":
-                expires = None if args.expires_in is None else parse_duration_s(args.expires_in)
+                expires: float | None = args.expires_in  # seconds, from _expires_in_s
                 secret, _info = store.create_token(str(args.name), str(args.role), expires)
                 sys.stdout.write(secret + "\n")
             elif args.token_command == "list":
