@@ -155,6 +155,48 @@ WINDOW_NS = 3 * MINUTE_NS
 QUIET_AFTER_NS = 10 * MINUTE_NS  # the fault-free afternoon starts this long after the last fault
 
 
+def rarity_ranking(series: list[Series], low: int, high: int) -> list[tuple[str, float]]:
+    """Reference ranking: services by how unusual their most unusual series is in a window.
+
+    No service graph, no evidence kinds: for every series of a service, the peak of
+    ``[low, high)`` (the trough for series watched downwards, mirrored) against the peaks of
+    the same-length windows in the hour before ``low`` (sliding by one point), as an empirical
+    tail probability ``(1 + windows at least as extreme) / (1 + windows)``; only peaks at least
+    twice the hour's median count (as the evidence rule of the detector's grouping). A
+    service's score is its smallest such probability. This is what "name the service whose own
+    metrics look most unusual" achieves, measured on the same series as the detector.
+
+    Returns:
+        ``[(service.name, probability)]``, most unusual first (ties by name).
+    """
+    width = high - low
+    scores: dict[str, float] = {}
+    for one in series:
+        if not one.service_name:
+            continue
+        sign = -1.0 if one.watch == "down" else 1.0
+        points = sorted(
+            (t, sign * v) for t, v in one.points if math.isfinite(v) and low - 3_600e9 <= t < high
+        )
+        history = [(t, v) for t, v in points if t < low]
+        window = [v for t, v in points if t >= low]
+        if len(history) < 10 or not window:
+            continue
+        peak = max(window)
+        median = statistics.median(v for _, v in history)
+        if not (peak >= 2 * median if median > 0 else peak > median):
+            continue
+        peaks = [
+            max(v for t, v in history[i:] if t < start + width)
+            for i, (start, _) in enumerate(history)
+            if start + width <= low
+        ]
+        probability = (1 + sum(1 for p in peaks if p >= peak)) / (1 + len(peaks))
+        name = one.service_name
+        scores[name] = min(scores.get(name, 1.0), probability)
+    return sorted(scores.items(), key=lambda item: (item[1], item[0]))
+
+
 def _hm(unix_nano: int) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(unix_nano / 1e9))
 
@@ -211,6 +253,8 @@ async def nezha_run(repeat: int) -> dict[str, object]:
             # What each fault's window holds: spans and logs (any service), and whether the
             # injected service's own series show a symptom in the 3 minutes after it.
             data: list[tuple[bool, bool, list[str]]] = []
+            reference: list[list[str]] = []
+            own_rarity: list[float] = []
             for fault in faults:
                 window = TimeRange(
                     start_unix_nano=fault.time_unix_nano,
@@ -230,6 +274,11 @@ async def nezha_run(repeat: int) -> dict[str, object]:
                 ).get(fault.service_name)
                 kinds: list[str] = sorted({s.kind for s in own.symptoms}) if own is not None else []
                 data.append((bool(span_page.items), bool(log_page.items), kinds))
+                ranking = rarity_ranking(
+                    series, fault.time_unix_nano, fault.time_unix_nano + WINDOW_NS
+                )
+                reference.append([name for name, _ in ranking[:2]])
+                own_rarity.append(dict(ranking).get(fault.service_name, 1.0))
 
     results = score_faults(run.problems, faults, window_ns=WINDOW_NS)
     by_id = {p.problem_id: p for p in run.problems}
@@ -292,6 +341,21 @@ async def nezha_run(repeat: int) -> dict[str, object]:
         f"target Nezha: problem opened within 3 min for {opened}/{n}, injected service in its top "
         f"two origins for {top}/{n} = {top / n:.2f} (>= 0.70): {verdict}"
     )
+    ref_top = sum(
+        1
+        for result, names in zip(results, reference, strict=True)
+        if result.fault.service_name in names
+    )
+    plain = sum(1 for p in own_rarity if p <= 0.05)
+    print(
+        f"  faults whose injected service's own series are plainly unusual (more extreme than "
+        f"all but 5 % of the windows of the hour before): {plain}/{n}"
+    )
+    print(
+        f"  reference, same series, no service graph (the two services whose own series are "
+        f"most unusual for the last hour): {ref_top}/{n} = {ref_top / n:.2f}; the detector "
+        f"names {top - ref_top:+d} more ({top / max(ref_top, 1):.1f}x)"
+    )
     for label, hits in sorted(classes.items()):
         print(f"  faults whose window holds {label}: top two {sum(hits)}/{len(hits)}")
     own_seen = [r for r, (_s, _l, kinds) in zip(results, data, strict=True) if kinds]
@@ -316,6 +380,8 @@ async def nezha_run(repeat: int) -> dict[str, object]:
         "faults": rows,
         "opened": opened,
         "top2": top,
+        "reference_top2": ref_top,
+        "own_series_unusual": plain,
         "baseline_minute_problems": len(covering),
         "quiet_problems": len(quiet),
         "quiet_hours": quiet_hours,
