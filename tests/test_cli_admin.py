@@ -237,3 +237,21 @@ def test_negative_token_lifetime_is_refused_by_the_command(tmp_path: Path) -> No
     )
     assert created.returncode == 0, created.stderr
     assert coremetry(tmp_path, "token", "list").stdout.startswith("p\tviewer\tactive\t")
+
+
+@pytest.mark.parametrize("password", ["x", "7-chars"])
+def test_user_add_refuses_a_short_password_and_stores_nothing(
+    tmp_path: Path, password: str
+) -> None:
+    refused = coremetry(
+        tmp_path, "user", "add", "bob", "--role", "viewer", "--password-stdin", stdin=password
+    )
+    assert refused.returncode == 2
+    assert "coremetry: the password must be at least 8 characters long" in refused.stderr
+    assert password not in refused.stderr
+    assert coremetry(tmp_path, "user", "list").stdout == ""
+    added = coremetry(
+        tmp_path, "user", "add", "bob", "--role", "viewer", "--password-stdin", stdin="8-chars!"
+    )
+    assert added.returncode == 0, added.stderr
+    assert coremetry(tmp_path, "user", "list").stdout.startswith("bob\tviewer\t")

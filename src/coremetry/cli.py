@@ -113,7 +113,9 @@ def _parser() -> argparse.ArgumentParser:
     user_add.add_argument("name")
     user_add.add_argument("--role", choices=ROLES, required=True)
     user_add.add_argument(
-        "--password-stdin", action="store_true", help="read the password from stdin"
+        "--password-stdin",
+        action="store_true",
+        help="read the password from stdin (8 characters to 1024 bytes)",
     )
     user_sub.add_parser("list", help="list users (never their passwords)", parents=[common])
     token = sub.add_parser("token", help="manage service tokens")

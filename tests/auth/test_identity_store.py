@@ -1,3 +1,4 @@
+import base64
 import hashlib
 import re
 import sqlite3
@@ -100,7 +101,7 @@ def test_a_file_that_is_not_a_database_is_refused(data_dir: Path) -> None:
 
 
 def test_add_and_list_users(store: IdentityStore, clock: FakeClock) -> None:
-    created = store.add_user("bob", "viewer", "pw-bob")
+    created = store.add_user("bob", "viewer", "pw-bob-secret")
     store.add_user("alice@example.com", "admin", "pw-alice")
     users = store.list_users()
     assert [u.name for u in users] == ["alice@example.com", "bob"]
@@ -113,27 +114,58 @@ def test_add_and_list_users(store: IdentityStore, clock: FakeClock) -> None:
 )
 def test_bad_user_names(store: IdentityStore, name: str) -> None:
     with pytest.raises(ValueError, match="invalid user name"):
-        store.add_user(name, "viewer", "pw")
+        store.add_user(name, "viewer", "pw-long-enough")
 
 
 @pytest.mark.parametrize("role", ["", "root", "Admin", "viewer ", "superuser"])
 def test_bad_roles(store: IdentityStore, role: str) -> None:
     with pytest.raises(ValueError, match="unknown role"):
-        store.add_user("carol", role, "pw")
+        store.add_user("carol", role, "pw-long-enough")
     with pytest.raises(ValueError, match="unknown role"):
         store.create_token("carol", role, None)
 
 
 def test_duplicate_user(store: IdentityStore) -> None:
-    store.add_user("dave", "viewer", "pw")
+    store.add_user("dave", "viewer", "pw-long-enough")
     with pytest.raises(ValueError, match="already exists"):
-        store.add_user("dave", "admin", "other")
+        store.add_user("dave", "admin", "other-password")
 
 
-def test_empty_password(store: IdentityStore) -> None:
-    with pytest.raises(ValueError, match="password"):
-        store.add_user("erin", "viewer", "")
+@pytest.mark.parametrize("password", ["", "x", "7-chars", "e\u0301" * 7, "x" * 1025])
+def test_unacceptable_passwords_store_nothing(store: IdentityStore, password: str) -> None:
+    # "e" + combining acute accent 7 times is 14 code points, but 7 characters after NFC.
+    with pytest.raises(ValueError, match=r"the password must be at (least 8 characters|most)"):
+        store.add_user("erin", "viewer", password)
     assert store.list_users() == []
+    store.add_user("erin", "viewer", "erin-password")
+    with pytest.raises(ValueError, match="the password must be at least 8 characters"):
+        store.set_password("erin", "short")
+    assert store.check_password("erin", "erin-password").sub == "erin"  # unchanged
+
+
+def test_a_short_password_stored_before_the_rule_still_logs_in(
+    store: IdentityStore, data_dir: Path
+) -> None:
+    store.add_user("olga", "viewer", "placeholder-password")
+    # A hash of "pw" made as hash_password makes it (scrypt of the NFC UTF-8 bytes): what a
+    # store written before the minimum length holds. Verifying applies no length rule.
+    salt = bytes(range(16))
+    digest = hashlib.scrypt(b"pw", salt=salt, n=16, r=1, p=1, dklen=32)
+    legacy = "$".join(
+        (
+            "scrypt",
+            "16",
+            "1",
+            "1",
+            base64.b64encode(salt).decode(),
+            base64.b64encode(digest).decode(),
+        )
+    )
+    with sqlite3.connect(data_dir / DB_FILENAME) as db:
+        db.execute("UPDATE auth_users SET password_hash = ? WHERE name = 'olga'", (legacy,))
+    assert store.check_password("olga", "pw").sub == "olga"
+    with pytest.raises(LoginFailed):
+        store.check_password("olga", "placeholder-password")
 
 
 def test_listing_never_shows_hashes(store: IdentityStore) -> None:
@@ -163,7 +195,7 @@ def test_check_password(store: IdentityStore, clock: FakeClock) -> None:
 def test_unknown_user_and_wrong_password_look_the_same(
     store: IdentityStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store.add_user("ivan", "viewer", "pw-ivan")
+    store.add_user("ivan", "viewer", "pw-ivan-secret")
     dummy_hashes: list[str] = []
 
     def recording_dummy(password: str, params: ScryptParams) -> None:
@@ -188,15 +220,15 @@ def test_unknown_user_and_wrong_password_look_the_same(
 
 
 def test_set_password(store: IdentityStore, clock: FakeClock) -> None:
-    store.add_user("judy", "viewer", "old")
+    store.add_user("judy", "viewer", "old-password")
     clock.advance(10)
-    store.set_password("judy", "new")
+    store.set_password("judy", "new-password")
     with pytest.raises(LoginFailed):
-        store.check_password("judy", "old")
-    assert store.check_password("judy", "new").sub == "judy"
+        store.check_password("judy", "old-password")
+    assert store.check_password("judy", "new-password").sub == "judy"
     assert store.list_users()[0].password_changed_at == int(clock.now)
     with pytest.raises(UnknownName, match="no user named 'nobody'") as missing:
-        store.set_password("nobody", "pw")
+        store.set_password("nobody", "pw-long-enough")
     assert isinstance(missing.value, KeyError)
 
 
@@ -383,7 +415,7 @@ def test_first_admin_token(store: IdentityStore) -> None:
 
 
 def test_no_first_admin_token_once_a_user_exists(store: IdentityStore) -> None:
-    store.add_user("root", "admin", "pw")
+    store.add_user("root", "admin", "pw-long-enough")
     assert not store.has_any_token()
     assert store.create_first_admin_token() is None
     assert store.list_tokens() == []

@@ -292,8 +292,9 @@ class IdentityStore:
         Args:
             name: the login name (``[A-Za-z0-9_.@-]{1,64}``).
             role: ``viewer``, ``editor`` or ``admin``.
-            password: the clear-text password (not empty, at most 1024 UTF-8 bytes); only its
-                hash is stored.
+            password: the clear-text password (at least 8 characters, at most 1024 UTF-8
+                bytes: :func:`~coremetry.auth.passwords.check_new_password`); only its hash is
+                stored.
 
         Returns:
             The new user.

@@ -43,8 +43,16 @@ SALT_BYTES: Final = 16
 HASH_BYTES: Final = 32
 """Length of the derived key, in bytes."""
 
+MIN_PASSWORD_CHARS: Final = 8
+"""Shortest password :func:`check_new_password` accepts, in Unicode code points after NFC.
+
+NIST SP 800-63B §5.1.1.2: user-chosen memorized secrets shall be at least 8 characters long
+(each Unicode code point counts as one character)."""
+
 MAX_PASSWORD_BYTES: Final = 1024
-"""Longest password :func:`check_new_password` accepts, in UTF-8 bytes after NFC."""
+"""Longest password :func:`check_new_password` accepts, in UTF-8 bytes after NFC; bounds the
+work one hash does with the password (NIST SP 800-63B §5.1.1.2 allows a maximum of at least 64
+characters)."""
 
 MAX_MEMORY_BYTES: Final = 256 * 1024 * 1024
 """Most memory a stored hash may ask for (``128 * r * n``), in bytes; larger ones are refused."""
@@ -112,14 +120,22 @@ def _derive(secret: bytes, salt: bytes, params: ScryptParams, length: int) -> by
 
 
 def check_new_password(password: str) -> None:
-    """Validate a password about to be stored.
+    """Validate a password about to be stored (a new user's, or a changed one).
+
+    Only new passwords are checked: verifying a login (:func:`verify_password`) never applies
+    these rules, so a password stored before them still logs in.
 
     Raises:
-        ValueError: the password is empty or longer than :data:`MAX_PASSWORD_BYTES`. The message
-            never contains the password.
+        ValueError: the password is shorter than :data:`MIN_PASSWORD_CHARS` characters or longer
+            than :data:`MAX_PASSWORD_BYTES` UTF-8 bytes (both after NFC). The message names the
+            password and the limit, never the password itself.
     """
-    if not password:
-        raise ValueError("the password must not be empty")
+    normalised = unicodedata.normalize("NFC", password)
+    if len(normalised) < MIN_PASSWORD_CHARS:
+        raise ValueError(
+            f"the password must be at least {MIN_PASSWORD_CHARS} characters long "
+            "(NIST SP 800-63B); a passphrase of a few words is easiest to remember"
+        )
     if len(_normalise(password)) > MAX_PASSWORD_BYTES:
         raise ValueError(f"the password must be at most {MAX_PASSWORD_BYTES} bytes")
 
