@@ -89,7 +89,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also serve the test fixture tools, resources and prompts",
     )
-    stdio.add_argument("--data-dir", help="where the identity store lives")
+    stdio.add_argument(
+        "--data-dir",
+        help="the data dir: the telemetry store (telemetry.db, unless --store clickhouse), "
+        "the identity store and the problems (default from the config)",
+    )
     stdio.add_argument(
         "--max-budget-s",
         type=float,

@@ -13,7 +13,9 @@ from typing import Final
 import httpx
 import trio
 
-from coremetry.demo import demo_state
+from coremetry.config import load_config
+from coremetry.demo import DemoState, LoadResult, demo_state
+from coremetry.demo.cli import describe_load, store_location
 from coremetry.store.sqlite import open_sqlite_store
 
 from ._support import rows, trace_csvs
@@ -122,3 +124,29 @@ async def test_serve_demo_loads_then_serves(tmp_path: Path) -> None:
             process.send_signal(signal.SIGTERM)
             await process.wait()
     assert process.returncode == 0
+
+
+def test_demo_messages_name_the_configured_store(tmp_path: Path) -> None:
+    state = DemoState(state="loaded", started_unix_nano=1_800_000_000 * 10**9, shifts={})
+    loaded = LoadResult(
+        status="loaded", state=state, datasets=[], faults_path=tmp_path / "demo" / "faults.json"
+    )
+    again = LoadResult(status="already_loaded", state=state, datasets=[], faults_path=Path())
+    embedded = load_config(environ={}, overrides={"data_dir": str(tmp_path)})
+    clickhouse = load_config(
+        environ={},
+        overrides={
+            "data_dir": str(tmp_path),
+            "store": {"backend": "clickhouse"},
+            "clickhouse": {"url": "http://ch.example:8123", "database": "otel"},
+        },
+    )
+    assert describe_load(loaded, store_location(embedded))[0].startswith(
+        f"loaded the demo into {tmp_path / 'telemetry.db'}; "
+    )
+    for result, opening in ((loaded, "loaded the demo into"), (again, "the demo is already in")):
+        lines = describe_load(result, store_location(clickhouse))
+        assert lines[0].startswith(
+            f"{opening} ClickHouse at http://ch.example:8123 (database otel)"
+        )
+        assert not any("telemetry.db" in line for line in lines)

@@ -1,11 +1,12 @@
 """``coremetry demo load`` and the demo step of ``coremetry serve --demo``.
 
 ``coremetry demo load [--data-dir DIR] [--config FILE] [--force]`` loads the shipped demo into
-``<data_dir>/telemetry.db`` (see :mod:`coremetry.demo.loader` for the time shift and
-idempotency), then prints a summary on stdout: per dataset what was stored, its time span after
-the shift, and where the shifted fault list is. Loading a data dir that already holds the demo
-does nothing and says so. Exit status 0 on success (also when already loaded), 1 when loading
-failed (the message names the cause), 2 on a usage or configuration error.
+the configured telemetry store, ``<data_dir>/telemetry.db`` or ClickHouse (``store.backend``;
+see :mod:`coremetry.demo.loader` for the time shift and idempotency), then prints a summary on
+stdout: which store, per dataset what was stored, its time span after the shift, and where the
+shifted fault list is. Loading a data dir that already holds the demo does nothing and says so.
+Exit status 0 on success (also when already loaded), 1 when loading failed (the message names
+the cause), 2 on a usage or configuration error.
 
 ``coremetry serve --demo`` runs the same load first (nothing when the data dir already holds the
 demo), prints the summary on stderr, then serves.
@@ -35,6 +36,7 @@ __all__ = [
     "load_demo_for_config",
     "prepare_serve_demo",
     "run_demo",
+    "store_location",
 ]
 
 TELEMETRY_DB = "telemetry.db"
@@ -48,10 +50,15 @@ def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     load = actions.add_parser(
         "load",
         help="load the demo (Nezha TrainTicket day + SmartThings traces), shifted to end now",
-        description="Load the shipped demo telemetry into <data_dir>/telemetry.db, every "
+        description="Load the shipped demo telemetry into the configured telemetry store "
+        "(<data_dir>/telemetry.db, or ClickHouse when store.backend = clickhouse), every "
         "timestamp shifted by one constant per dataset so that its last event is now.",
     )
-    load.add_argument("--data-dir", help="where the store lives (default from the config)")
+    load.add_argument(
+        "--data-dir",
+        help="the data dir: the embedded store (telemetry.db), the demo's state and fault list "
+        "(default from the config)",
+    )
     load.add_argument("--config", help="a TOML configuration file")
     load.add_argument(
         "--force",
@@ -100,12 +107,29 @@ def _dataset_lines(load: DatasetLoad) -> list[str]:
     return lines
 
 
-def describe_load(result: LoadResult, data_dir: Path) -> list[str]:
-    """The summary lines ``coremetry demo load`` prints for ``result``."""
-    db = data_dir / TELEMETRY_DB
+def store_location(config: Config) -> str:
+    """The telemetry store ``config`` selects, as the demo messages name it.
+
+    ``<data_dir>/telemetry.db`` for the embedded store (``store.backend = "sqlite"``);
+    ``ClickHouse at <url> (database <name>)`` for ``store.backend = "clickhouse"`` (the URL
+    never holds a password: :class:`~coremetry.config.ClickHouseConfig`).
+    """
+    if config.store.backend == "clickhouse":
+        section = config.clickhouse
+        return f"ClickHouse at {section.url} (database {section.database})"
+    return str(data_dir_of(config) / TELEMETRY_DB)
+
+
+def describe_load(result: LoadResult, store: str) -> list[str]:
+    """The summary lines ``coremetry demo load`` prints for ``result``.
+
+    Args:
+        result: what :func:`~coremetry.demo.loader.load_demo` did.
+        store: the store it loaded into, as :func:`store_location` names it.
+    """
     if result.status == "already_loaded":
         return [
-            f"the demo is already in {db} (loaded {_utc(result.state.started_unix_nano)}, "
+            f"the demo is already in {store} (loaded {_utc(result.state.started_unix_nano)}, "
             "when its last event was 'now'); nothing to do.",
             "  `coremetry demo load --force` loads it again to end now (only when the store "
             "holds nothing else); a fresh --data-dir always works.",
@@ -114,7 +138,7 @@ def describe_load(result: LoadResult, data_dir: Path) -> list[str]:
         result.status
     ]
     lines = [
-        f"{verb} the demo into {db}; each dataset shifted so its last event is "
+        f"{verb} the demo into {store}; each dataset shifted so its last event is "
         f"{_utc(result.state.started_unix_nano)} (now), spacing kept:"
     ]
     for load in result.datasets:
@@ -129,7 +153,7 @@ def describe_load(result: LoadResult, data_dir: Path) -> list[str]:
 async def load_demo_for_config(
     config: Config, *, force: bool = False, progress: TextIO | None = None
 ) -> LoadResult:
-    """Open the data dir's embedded store as ``config`` says and load the demo into it.
+    """Open the telemetry store ``config`` selects (``store.backend``) and load the demo into it.
 
     Args:
         config: the effective configuration (``data_dir`` and the ``store`` section).
@@ -170,7 +194,6 @@ def _load_and_describe(config: Config, *, force: bool, out: TextIO) -> int:
     from coremetry.demo.loader import DemoError
     from coremetry.store.errors import StoreError
 
-    data_dir = data_dir_of(config)
     try:
         result = trio.run(lambda: load_demo_for_config(config, force=force, progress=sys.stderr))
     except (DemoError, StoreError, OSError) as exc:
@@ -179,7 +202,7 @@ def _load_and_describe(config: Config, *, force: bool, out: TextIO) -> int:
     except ValueError as exc:
         print(f"coremetry: {exc}", file=sys.stderr)
         return 2
-    out.write("".join(line + "\n" for line in describe_load(result, data_dir)))
+    out.write("".join(line + "\n" for line in describe_load(result, store_location(config))))
     out.flush()
     return 0
 
