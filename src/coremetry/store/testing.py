@@ -36,7 +36,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from functools import partial
-from typing import Final, Protocol, TypeVar
+from typing import Final, Protocol, TypeVar, cast
 
 import msgspec
 import trio
@@ -1232,6 +1232,11 @@ async def check_search_logs_text(make_store: MakeStore) -> None:
             "",
             "   ",
             "***",
+            # No letter or digit: nothing any tokenizer indexes ("_" separates words), so
+            # "no word to search for" rather than a search that can only find nothing.
+            "_",
+            '"_"*',
+            '"__" ---',
         ):
             await _rejected(
                 store.search_logs(LogQuery(time_range=window, text=bad), limit=10),
@@ -1797,6 +1802,9 @@ async def check_metric_series(make_store: MakeStore) -> None:
                 ),
                 "aggregation",
             ),
+            (MetricQuery(name="", time_range=window, step_ns=MINUTE), "name"),
+            # A caller ignoring the types: refused, not a search for a name that cannot exist.
+            (MetricQuery(name=cast(str, 42), time_range=window, step_ns=MINUTE), "name"),
             (MetricQuery(name=cpu, time_range=window, step_ns=0), "step_ns"),
             (MetricQuery(name=cpu, time_range=window, step_ns=-5), "step_ns"),
             (MetricQuery(name=cpu, time_range=window, step_ns=1), "step_ns"),

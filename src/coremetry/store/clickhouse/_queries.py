@@ -40,9 +40,15 @@ import struct
 from collections.abc import Sequence
 from typing import Final, cast
 
-from coremetry.store.errors import QueryRejected
+from coremetry.store import _query_args as _args
+from coremetry.store._query_args import (
+    MAX_NS,
+    PERCENTILE_AGGREGATIONS,
+    CursorCodec,
+    check_aggregation_applies,
+    query_hash,
+)
 from coremetry.store.interface import (
-    MAX_LIMIT,
     DeployRecord,
     LogCountPoint,
     LogCountSeries,
@@ -61,7 +67,7 @@ from coremetry.store.interface import (
     TraceQuery,
     TraceSummary,
 )
-from coremetry.store.model import LogRecord, MetricType, Span, normalize_trace_id
+from coremetry.store.model import LogRecord, MetricType, Span
 
 from ._codec import (
     ENTRY_KINDS,
@@ -74,30 +80,25 @@ from ._codec import (
     log_from_row,
     span_from_row,
 )
-from ._cursor import decode_cursor, encode_cursor, query_hash
 from ._runtime import Param, Runtime
 from ._schema import TableNames
-from ._text import Term, parse_text
+from ._text import Term, text_terms
 
 __all__ = [
     "LOOKBACK_NS",
     "PARENT_WINDOW_NS",
     "Reader",
-    "check_limit",
-    "check_metric_query",
-    "check_range",
-    "check_step",
-    "check_trace_id",
     "histogram_quantile",
 ]
 
-MAX_NS: Final = 2**63 - 1
 SECOND: Final = 1_000_000_000
 PARENT_WINDOW_NS: Final = 3600 * SECOND
 """How far outside the range a call's parent span may start (one hour)."""
 LOOKBACK_NS: Final = 86_400 * SECOND
 """How far before the range ``rate`` and cumulative histograms look for a predecessor (a day)."""
 _NO_GROUP: Final = 4_294_967_295
+_CURSORS: Final = CursorCodec("ch")
+"""Cursors of this store: ``["ch", query_hash, key]`` (refused by, and refusing, others')."""
 
 
 def _strings(values: Sequence[str]) -> str:
@@ -137,45 +138,6 @@ def _percentiles(array: str) -> str:
     )
 
 
-# -- argument checks (no I/O) ------------------------------------------------------------------
-
-
-def check_limit(limit: int) -> None:
-    """Raises: QueryRejected: ``limit`` is not an int in ``[1, MAX_LIMIT]``."""
-    if type(limit) is not int or not 1 <= limit <= MAX_LIMIT:
-        raise QueryRejected("limit", f"must be an integer from 1 to {MAX_LIMIT}, got {limit!r}")
-
-
-def check_range(time_range: TimeRange) -> None:
-    """Raises: QueryRejected: not two int64 nanosecond times with end > start."""
-    start, end = time_range.start_unix_nano, time_range.end_unix_nano
-    if type(start) is not int or type(end) is not int:
-        raise QueryRejected("time_range", "start and end must be integers of unix nanoseconds")
-    if not (-MAX_NS <= start <= MAX_NS and -MAX_NS <= end <= MAX_NS):
-        raise QueryRejected("time_range", "start and end must fit in 64 bits of nanoseconds")
-    if end <= start:
-        raise QueryRejected(
-            "time_range",
-            f"end_unix_nano ({end}) must be after start_unix_nano ({start}); "
-            "the range is half-open [start, end)",
-        )
-
-
-def check_trace_id(trace_id: object, field: str) -> str:
-    """The trace id as 32 lowercase hex characters (64-bit ids left-padded).
-
-    Raises:
-        QueryRejected: not hex, longer than 32 characters, or all zero.
-    """
-    try:
-        normalized = normalize_trace_id(trace_id) if isinstance(trace_id, str) else ""
-    except ValueError:
-        normalized = ""
-    if not normalized:
-        raise QueryRejected(field, f"must be a trace id of 32 hex characters, got {trace_id!r}")
-    return normalized
-
-
 def _range(time_range: TimeRange) -> dict[str, Param]:
     """Clamped bounds: stored times are in ``[0, 2**63)``; ``DateTime`` seconds in 32 bits."""
     start = max(0, time_range.start_unix_nano)
@@ -186,80 +148,6 @@ def _range(time_range: TimeRange) -> dict[str, Param]:
         "start_s": min(start // SECOND, 2**32 - 1),
         "end_s": min(max(end - 1, 0) // SECOND, 2**32 - 1),
     }
-
-
-_PERCENTILE_AGGS: Final = {"p50": 50, "p90": 90, "p95": 95, "p99": 99}
-_SIMPLE_AGGS: Final = frozenset(("avg", "min", "max", "sum", "count", "last"))
-_MATCH_OPS: Final = frozenset(("=", "!=", "=~", "!~"))
-
-
-def check_step(time_range: TimeRange, step: object) -> None:
-    """Check a bucket width against the range it divides.
-
-    Raises:
-        QueryRejected: ``step_ns`` is not a positive int, or gives more than ``MAX_LIMIT``
-            buckets over ``time_range``.
-    """
-    if type(step) is not int or step <= 0:
-        raise QueryRejected("step_ns", f"must be a positive integer of nanoseconds, got {step!r}")
-    width = time_range.end_unix_nano - time_range.start_unix_nano
-    buckets = -(-width // step)
-    if buckets > MAX_LIMIT:
-        raise QueryRejected(
-            "step_ns",
-            f"gives {buckets} buckets over the range, more than {MAX_LIMIT}: "
-            f"use a step of at least {-(-width // MAX_LIMIT)} ns or a shorter range",
-        )
-
-
-def check_metric_query(query: MetricQuery) -> None:
-    """Check what can be checked without the database.
-
-    Raises:
-        QueryRejected: bad ``name``, ``step_ns`` (not positive, or more than ``MAX_LIMIT``
-            buckets), ``aggregation``, ``matchers`` (operator, regular expression) or
-            ``group_by``.
-    """
-    if not query.name or not isinstance(query.name, str):
-        raise QueryRejected("name", "must be a metric name")
-    check_step(query.time_range, query.step_ns)
-    aggregation = query.aggregation
-    if (
-        aggregation not in _SIMPLE_AGGS
-        and aggregation != "rate"
-        and aggregation not in _PERCENTILE_AGGS
-    ):
-        raise QueryRejected("aggregation", f"unknown aggregation {aggregation!r}")
-    for i, matcher in enumerate(query.matchers):
-        if matcher.op not in _MATCH_OPS:
-            raise QueryRejected(f"matchers[{i}].op", f"must be =, !=, =~ or !~, got {matcher.op!r}")
-        if matcher.op in ("=~", "!~"):
-            try:
-                re.compile(matcher.value)
-            except re.error as exc:
-                raise QueryRejected(
-                    f"matchers[{i}].value", f"is not a valid regular expression: {exc}"
-                ) from None
-    if query.group_by is not None and not all(isinstance(k, str) for k in query.group_by):
-        raise QueryRejected("group_by", "must be a list of label names")
-
-
-def _check_applies(aggregation: str, metric_type: MetricType) -> None:
-    if aggregation == "rate" and metric_type != "sum":
-        raise QueryRejected(
-            "aggregation", f"rate applies to sums (counters), and this metric is a {metric_type}"
-        )
-    if aggregation in _PERCENTILE_AGGS and metric_type == "sum":
-        raise QueryRejected(
-            "aggregation",
-            f"{aggregation} applies to histograms and gauges, and this metric is a sum "
-            "(use rate, or avg/min/max/sum/count/last)",
-        )
-    if aggregation in _SIMPLE_AGGS and metric_type == "histogram":
-        raise QueryRejected(
-            "aggregation",
-            f"{aggregation} does not apply to a histogram: use p50, p90, p95 or p99",
-        )
 
 
 def histogram_quantile(q: float, bounds: list[float], counts: list[int]) -> float | None:
@@ -561,7 +449,7 @@ class Reader:
         params: dict[str, Param] = {"trace_id": trace_id, "limit": limit + 1}
         after = ""
         if cursor is not None:
-            key = decode_cursor(cursor, qhash, (int, str))
+            key = _CURSORS.decode(cursor, qhash, (int, str))
             after = "WHERE (start, SpanId) > ({after_start:Int64}, {after_span:String})"
             params["after_start"] = key[0]
             params["after_span"] = key[1]
@@ -594,17 +482,14 @@ class Reader:
         next_cursor = None
         if more:
             last = items[-1]
-            next_cursor = encode_cursor(qhash, (last.start_time_unix_nano, last.span_id))
+            next_cursor = _CURSORS.encode(qhash, (last.start_time_unix_nano, last.span_id))
         return Page(items=items, next_cursor=next_cursor, total=total)
 
     async def search_traces(
         self, query: TraceQuery, limit: int, cursor: str | None
     ) -> Page[TraceSummary]:
         """Traces with a span matching every condition, newest trace start first."""
-        if query.status not in ("any", "error", "ok"):
-            raise QueryRejected("status", f"must be any, error or ok, got {query.status!r}")
-        if query.min_duration_ns is not None and type(query.min_duration_ns) is not int:
-            raise QueryRejected("min_duration_ns", "must be an integer of nanoseconds")
+        _args.check_trace_query(query)
         attributes = sorted(query.attributes.items())
         qhash = query_hash(
             "search_traces",
@@ -646,7 +531,7 @@ class Reader:
             params[f"attribute_value_{i}"] = value
         page = ""
         if cursor is not None:
-            after = decode_cursor(cursor, qhash, (int, str))
+            after = _CURSORS.decode(cursor, qhash, (int, str))
             page = (
                 "WHERE trace_start < {after_start:Int64} "
                 "OR (trace_start = {after_start:Int64} AND trace_id > {after_trace:String})"
@@ -703,26 +588,16 @@ class Reader:
         next_cursor = None
         if more:
             last = items[-1]
-            next_cursor = encode_cursor(qhash, (last.start_time_unix_nano, last.trace_id))
+            next_cursor = _CURSORS.encode(qhash, (last.start_time_unix_nano, last.trace_id))
         return Page(items=items, next_cursor=next_cursor, total=total)
 
     # -- logs ---------------------------------------------------------------------------------
 
     async def search_logs(self, query: LogQuery, limit: int, cursor: str | None) -> Page[LogRecord]:
         """Matching log records: BM25 then newest with text, newest first without."""
-        terms: list[Term] | None = None
-        if query.text is not None:
-            if not isinstance(query.text, str):
-                raise QueryRejected("text", "must be text")
-            terms = parse_text(query.text)
-        trace_id = (
-            check_trace_id(query.trace_id, "trace_id") if query.trace_id is not None else None
-        )
+        parsed, trace_id = _args.check_log_query(query)
+        terms = text_terms(parsed) if parsed is not None else None
         severity = query.min_severity_number
-        if severity is not None and (type(severity) is not int or not 0 <= severity <= 24):
-            raise QueryRejected(
-                "min_severity_number", f"must be an OTel severity number 0..24, got {severity!r}"
-            )
         qhash = query_hash(
             "search_logs",
             query.time_range.start_unix_nano,
@@ -758,7 +633,7 @@ class Reader:
     ) -> Page[LogRecord]:
         page = ""
         if cursor is not None:
-            key = decode_cursor(cursor, qhash, (int, int))
+            key = _CURSORS.decode(cursor, qhash, (int, int))
             page = (
                 "AND (Timestamp < fromUnixTimestamp64Nano({after_time:Int64}) "
                 "OR (Timestamp = fromUnixTimestamp64Nano({after_time:Int64}) "
@@ -782,7 +657,7 @@ class Reader:
         next_cursor = None
         if more:
             last = rows[-1]
-            next_cursor = encode_cursor(qhash, (cast(int, last[0]), cast(int, last[10])))
+            next_cursor = _CURSORS.encode(qhash, (cast(int, last[0]), cast(int, last[10])))
         return Page(items=items, next_cursor=next_cursor)
 
     async def _logs_by_text(
@@ -824,7 +699,7 @@ class Reader:
         )
         page = ""
         if cursor is not None:
-            key = decode_cursor(cursor, qhash, (int, int, int))
+            key = _CURSORS.decode(cursor, qhash, (int, int, int))
             page = (
                 "AND (bits < {after_score:UInt64} OR (bits = {after_score:UInt64} "
                 "AND (t < {after_time:Int64} OR (t = {after_time:Int64} "
@@ -870,7 +745,7 @@ class Reader:
         next_cursor = None
         if more:
             last = rows[-1]
-            next_cursor = encode_cursor(
+            next_cursor = _CURSORS.encode(
                 qhash,
                 (_score_bits(cast(float, last[12])), cast(int, last[11]), cast(int, last[10])),
             )
@@ -976,8 +851,7 @@ class Reader:
         params: dict[str, Param] = {**_range(time_range), "limit": limit}
         by_prefix = ""
         if prefix:
-            if not isinstance(prefix, str):
-                raise QueryRejected("prefix", "must be text")
+            _args.check_prefix(prefix)
             by_prefix = "AND startsWith(MetricName, {prefix:String})"
             params["prefix"] = prefix
         parts = [
@@ -1084,7 +958,7 @@ class Reader:
         metric_type = series[0].type
         unit = series[0].unit
         series = [s for s in series if s.type == metric_type]
-        _check_applies(query.aggregation, metric_type)
+        check_aggregation_applies(query.aggregation, metric_type)
         groups: dict[tuple[tuple[str, str], ...], list[_Series]] = {}
         for s in series:
             if query.group_by is None:
@@ -1135,7 +1009,9 @@ class Reader:
             ) WHERE grp != {_NO_GROUP}
         """
         if metric_type == "histogram":
-            values = await self._histogram(points, params, _PERCENTILE_AGGS[aggregation], delta)
+            values = await self._histogram(
+                points, params, PERCENTILE_AGGREGATIONS[aggregation], delta
+            )
         elif aggregation == "rate":
             values = await self._rate(points, params, delta)
         else:
@@ -1164,8 +1040,8 @@ class Reader:
     async def _simple(
         self, points: str, params: dict[str, Param], aggregation: str
     ) -> dict[int, list[tuple[int, float]]]:
-        if aggregation in _PERCENTILE_AGGS:
-            p = _PERCENTILE_AGGS[aggregation]
+        if aggregation in PERCENTILE_AGGREGATIONS:
+            p = PERCENTILE_AGGREGATIONS[aggregation]
             value = f"arraySort(groupArray(v))[intDiv(count() * {p} + 99, 100)]"
         elif aggregation == "last":
             value = "argMax(v, (t, sid))"

@@ -54,6 +54,13 @@ from typing import Final, cast
 import msgspec
 import trio
 
+from coremetry.store._query_args import (
+    check_limit,
+    check_metric_query,
+    check_range,
+    check_step,
+    check_trace_id,
+)
 from coremetry.store.errors import StoreClosed, StoreSchemaError
 from coremetry.store.interface import (
     DeployRecord,
@@ -87,14 +94,7 @@ from ._codec import (
     log_row,
     span_row,
 )
-from ._queries import (
-    Reader,
-    check_limit,
-    check_metric_query,
-    check_range,
-    check_step,
-    check_trace_id,
-)
+from ._queries import Reader
 from ._runtime import Param, Runtime, connect, redacted_url
 from ._schema import REQUIRED_COLUMNS, TABLE_KINDS, TableNames, exporter_ddl, missing_columns
 

@@ -5,7 +5,9 @@ migrating) ``<data_dir>/telemetry.db`` and yields a :class:`SqliteStore`, which 
 :class:`~coremetry.store.TelemetryStore`. See ``_store`` for the concurrency model
 (worker threads under a capacity limiter, interruptible reads, one serialised writer,
 background retention), ``_schema`` for the tables, indexes and migrations, ``_queries`` for
-how each read is computed in SQL, and ``_text`` for the full-text query language.
+how each read is computed in SQL, and ``_text`` for the translation of full-text queries
+into FTS5 (the language itself, and the argument checks shared with the other backend, are
+``coremetry.store._text_query`` and ``coremetry.store._query_args``).
 """
 
 from ._schema import SCHEMA_VERSION as SCHEMA_VERSION

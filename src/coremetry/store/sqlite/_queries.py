@@ -22,15 +22,22 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 from collections.abc import Sequence
 from typing import Final, cast
 
 import msgspec
 
+from coremetry.store import _query_args as _args
+from coremetry.store._query_args import (
+    PERCENTILE_AGGREGATIONS,
+    SIMPLE_AGGREGATIONS,
+    CursorCodec,
+    CursorKey,
+    check_aggregation_applies,
+    query_hash,
+)
 from coremetry.store.errors import QueryRejected
 from coremetry.store.interface import (
-    MAX_LIMIT,
     DeployRecord,
     LogCountPoint,
     LogCountSeries,
@@ -55,27 +62,20 @@ from coremetry.store.model import (
     MetricType,
     Span,
     normalize_span_id,
-    normalize_trace_id,
 )
 
 from ._codec import (
-    MAX_INT64,
     LogOutRow,
     SpanOutRow,
     decode_attributes,
     log_from_row,
     span_from_row,
 )
-from ._cursor import CursorKey, decode_cursor, encode_cursor, query_hash
 from ._runtime import ReadContext, SqlParam
-from ._text import fts_query
+from ._text import fts_match
 
 __all__ = [
     "LogPlan",
-    "check_limit",
-    "check_metric_query",
-    "check_range",
-    "check_step",
     "check_trace_id",
     "deploys",
     "get_trace",
@@ -130,43 +130,19 @@ def _opt_int(value: SqlParam) -> int | None:
     return None if value is None else int(value)
 
 
-# -- argument checks (run in the trio thread, before any I/O) --------------------------------
+# -- argument checks (run in the trio thread, before any I/O; shared: ``store._query_args``) --
 
-
-def check_limit(limit: int) -> None:
-    """Raises: QueryRejected: ``limit`` is not an int in ``[1, MAX_LIMIT]``."""
-    if type(limit) is not int or not 1 <= limit <= MAX_LIMIT:
-        raise QueryRejected("limit", f"must be an integer from 1 to {MAX_LIMIT}, got {limit!r}")
-
-
-def check_range(time_range: TimeRange) -> None:
-    """Raises: QueryRejected: the range is not two int64 nanosecond times with end > start."""
-    start, end = time_range.start_unix_nano, time_range.end_unix_nano
-    if type(start) is not int or type(end) is not int:
-        raise QueryRejected("time_range", "start and end must be integers of unix nanoseconds")
-    if not (-MAX_INT64 <= start <= MAX_INT64 and -MAX_INT64 <= end <= MAX_INT64):
-        raise QueryRejected("time_range", "start and end must fit in 64 bits of nanoseconds")
-    if end <= start:
-        raise QueryRejected(
-            "time_range",
-            f"end_unix_nano ({end}) must be after start_unix_nano ({start}); "
-            "the range is half-open [start, end)",
-        )
+_CURSORS: Final = CursorCodec()
+"""Cursors of this store: ``[query_hash, key]`` (no tag, as since the first version)."""
 
 
 def check_trace_id(trace_id: str, field: str) -> bytes:
     """The 16 bytes of a trace id given as hex (case-insensitive; 64-bit ids left-padded).
 
     Raises:
-        QueryRejected: not hex, longer than 32 characters, or all zero.
+        QueryRejected: ``field``: not hex, longer than 32 characters, or all zero.
     """
-    try:
-        normalized = normalize_trace_id(trace_id)
-    except (ValueError, AttributeError):
-        normalized = ""
-    if not normalized:
-        raise QueryRejected(field, f"must be a trace id of 32 hex characters, got {trace_id!r}")
-    return bytes.fromhex(normalized)
+    return bytes.fromhex(_args.check_trace_id(trace_id, field))
 
 
 def _span_id_bytes(span_id: str) -> bytes:
@@ -177,16 +153,6 @@ def _span_id_bytes(span_id: str) -> bytes:
     if not normalized:
         raise QueryRejected("cursor", "is not a cursor returned by this query")
     return bytes.fromhex(normalized)
-
-
-def _page_cursor(
-    qhash: str, cursor: str | None, types: tuple[type[int] | type[float] | type[str], ...]
-) -> CursorKey | None:
-    if cursor is None:
-        return None
-    if not isinstance(cursor, str):
-        raise QueryRejected("cursor", "must be a string returned by a previous page")
-    return decode_cursor(cursor, qhash, types)
 
 
 def _resources(ctx: ReadContext, ids: set[int]) -> dict[int, Attributes]:
@@ -455,7 +421,7 @@ def operations(
 def get_trace(ctx: ReadContext, trace_id: bytes, limit: int, cursor: str | None) -> Page[Span]:
     """The spans of one trace, by start time then span id."""
     qhash = query_hash("get_trace", trace_id.hex())
-    after = _page_cursor(qhash, cursor, (int, str))
+    after = _CURSORS.page_after(cursor, qhash, (int, str))
     params: list[SqlParam] = [trace_id]
     where = "s.trace_id = ?"
     if after is not None:
@@ -482,7 +448,7 @@ def get_trace(ctx: ReadContext, trace_id: bytes, limit: int, cursor: str | None)
     next_cursor = None
     if more:
         last = rows[-1]
-        next_cursor = encode_cursor(qhash, (last[6], last[1].hex()))
+        next_cursor = _CURSORS.encode(qhash, (last[6], last[1].hex()))
     return Page(items=items, next_cursor=next_cursor, total=total)
 
 
@@ -501,10 +467,7 @@ def search_traces(
     ctx: ReadContext, query: TraceQuery, limit: int, cursor: str | None
 ) -> Page[TraceSummary]:
     """Traces with a span matching every condition, newest trace start first."""
-    if query.status not in ("any", "error", "ok"):
-        raise QueryRejected("status", f"must be any, error or ok, got {query.status!r}")
-    if query.min_duration_ns is not None and type(query.min_duration_ns) is not int:
-        raise QueryRejected("min_duration_ns", "must be an integer of nanoseconds")
+    _args.check_trace_query(query)
     attributes = sorted(query.attributes.items())
     qhash = query_hash(
         "search_traces",
@@ -516,7 +479,7 @@ def search_traces(
         query.status,
         attributes,
     )
-    after = _page_cursor(qhash, cursor, (int, str))
+    after = _CURSORS.page_after(cursor, qhash, (int, str))
     params: list[SqlParam] = [query.time_range.start_unix_nano, query.time_range.end_unix_nano]
     conditions = ["s.start_unix_nano >= ?", "s.start_unix_nano < ?"]
     if query.service_name is not None:
@@ -572,7 +535,7 @@ def search_traces(
     items = [summaries[row[0]] for row in found]
     next_cursor = None
     if more:
-        next_cursor = encode_cursor(qhash, (found[-1][1], found[-1][0].hex()))
+        next_cursor = _CURSORS.encode(qhash, (found[-1][1], found[-1][0].hex()))
     return Page(items=items, next_cursor=next_cursor, total=total)
 
 
@@ -633,20 +596,13 @@ def plan_log_search(query: LogQuery) -> LogPlan:
     """Check a :class:`LogQuery` and translate its text (no I/O).
 
     Raises:
-        QueryRejected: bad ``text`` (see :mod:`._text`), ``trace_id`` or
-            ``min_severity_number``.
+        QueryRejected: bad ``text`` (see :mod:`coremetry.store._text_query`), ``trace_id`` or
+            ``min_severity_number`` (:func:`coremetry.store._query_args.check_log_query`).
     """
-    match = None
-    if query.text is not None:
-        if not isinstance(query.text, str):
-            raise QueryRejected("text", "must be text")
-        match = fts_query(query.text)
-    trace_id = check_trace_id(query.trace_id, "trace_id") if query.trace_id is not None else None
+    terms, trace_hex = _args.check_log_query(query)
+    match = fts_match(terms) if terms is not None else None
+    trace_id = bytes.fromhex(trace_hex) if trace_hex is not None else None
     severity = query.min_severity_number
-    if severity is not None and (type(severity) is not int or not 0 <= severity <= 24):
-        raise QueryRejected(
-            "min_severity_number", f"must be an OTel severity number 0..24, got {severity!r}"
-        )
     qhash = query_hash(
         "search_logs",
         query.time_range.start_unix_nano,
@@ -663,7 +619,7 @@ def search_logs(ctx: ReadContext, plan: LogPlan, limit: int, cursor: str | None)
     """Matching log records: by BM25 then newest with text, newest first without."""
     query = plan.query
     ranked = plan.match is not None
-    after = _page_cursor(plan.qhash, cursor, (float, int, int) if ranked else (int, int))
+    after = _CURSORS.page_after(cursor, plan.qhash, (float, int, int) if ranked else (int, int))
     params: list[SqlParam] = []
     conditions = ["l.time_unix_nano >= ?", "l.time_unix_nano < ?"]
     params += [query.time_range.start_unix_nano, query.time_range.end_unix_nano]
@@ -753,7 +709,7 @@ def search_logs(ctx: ReadContext, plan: LogPlan, limit: int, cursor: str | None)
     if more:
         last = rows[-1]
         key: CursorKey = (last[12], last[0], last[11]) if ranked else (last[0], last[11])
-        next_cursor = encode_cursor(plan.qhash, key)
+        next_cursor = _CURSORS.encode(plan.qhash, key)
     return Page(items=items, next_cursor=next_cursor)
 
 
@@ -886,8 +842,7 @@ def metric_names(
     }
     by_prefix = ""
     if prefix:
-        if not isinstance(prefix, str):
-            raise QueryRejected("prefix", "must be text")
+        _args.check_prefix(prefix)
         # The range lets the name index work; substr() makes it exact.
         by_prefix = (
             "WHERE ms.name >= :prefix AND ms.name < :prefix_end "
@@ -943,58 +898,6 @@ def metric_names(
         for row in rows
     ]
     return Page(items=items, total=rows[0][7] if rows else 0)
-
-
-_PERCENTILES: Final = {"p50": 50, "p90": 90, "p95": 95, "p99": 99}
-_SIMPLE: Final = frozenset(("avg", "min", "max", "sum", "count", "last"))
-_MATCH_OPS: Final = frozenset(("=", "!=", "=~", "!~"))
-
-
-def check_step(time_range: TimeRange, step: int) -> None:
-    """Check a bucket width against the range it divides.
-
-    Raises:
-        QueryRejected: ``step_ns`` is not a positive int, or gives more than ``MAX_LIMIT``
-            buckets over ``time_range``.
-    """
-    if type(step) is not int or step <= 0:
-        raise QueryRejected("step_ns", f"must be a positive integer of nanoseconds, got {step!r}")
-    span = time_range.end_unix_nano - time_range.start_unix_nano
-    buckets = -(-span // step)
-    if buckets > MAX_LIMIT:
-        raise QueryRejected(
-            "step_ns",
-            f"gives {buckets} buckets over the range, more than {MAX_LIMIT}: "
-            f"use a step of at least {-(-span // MAX_LIMIT)} ns or a shorter range",
-        )
-
-
-def check_metric_query(query: MetricQuery) -> None:
-    """Check what can be checked without the database.
-
-    Raises:
-        QueryRejected: bad ``name``, ``step_ns`` (not positive, or more than ``MAX_LIMIT``
-            buckets over the range), ``aggregation``, ``matchers`` (bad operator or regular
-            expression) or ``group_by``.
-    """
-    if not query.name:
-        raise QueryRejected("name", "must be a metric name")
-    check_step(query.time_range, query.step_ns)
-    aggregation = query.aggregation
-    if aggregation not in _SIMPLE and aggregation != "rate" and aggregation not in _PERCENTILES:
-        raise QueryRejected("aggregation", f"unknown aggregation {query.aggregation!r}")
-    for i, matcher in enumerate(query.matchers):
-        if matcher.op not in _MATCH_OPS:
-            raise QueryRejected(f"matchers[{i}].op", f"must be =, !=, =~ or !~, got {matcher.op!r}")
-        if matcher.op in ("=~", "!~"):
-            try:
-                re.compile(matcher.value)
-            except re.error as exc:
-                raise QueryRejected(
-                    f"matchers[{i}].value", f"is not a valid regular expression: {exc}"
-                ) from None
-    if query.group_by is not None and not all(isinstance(k, str) for k in query.group_by):
-        raise QueryRejected("group_by", "must be a list of label names")
 
 
 def _label_text(column_params: list[SqlParam], label: str) -> str:
@@ -1097,24 +1000,6 @@ def _series_labels(ctx: ReadContext, ids: list[int]) -> dict[int, dict[str, str]
     }
 
 
-def _check_applies(aggregation: str, metric_type: MetricType) -> None:
-    if aggregation == "rate" and metric_type != "sum":
-        raise QueryRejected(
-            "aggregation", f"rate applies to sums (counters), and this metric is a {metric_type}"
-        )
-    if aggregation in _PERCENTILES and metric_type == "sum":
-        raise QueryRejected(
-            "aggregation",
-            f"{aggregation} applies to histograms and gauges, and this metric is a sum "
-            "(use rate, or avg/min/max/sum/count/last)",
-        )
-    if aggregation in _SIMPLE and metric_type == "histogram":
-        raise QueryRejected(
-            "aggregation",
-            f"{aggregation} does not apply to a histogram: use p50, p90, p95 or p99",
-        )
-
-
 def metric_series(ctx: ReadContext, query: MetricQuery, limit: int) -> list[MetricSeries]:
     """Bucketed, aggregated series of one metric (see :class:`MetricQuery`)."""
     series = _select_series(ctx, query)
@@ -1124,7 +1009,7 @@ def metric_series(ctx: ReadContext, query: MetricQuery, limit: int) -> list[Metr
     metric_type = series[0].type
     unit = series[0].unit
     series = [s for s in series if s.type == metric_type]
-    _check_applies(query.aggregation, metric_type)
+    check_aggregation_applies(query.aggregation, metric_type)
 
     # Output series: each stored series alone, or those agreeing on the group_by labels.
     groups: dict[str, list[_Series]] = {}
@@ -1151,14 +1036,14 @@ def metric_series(ctx: ReadContext, query: MetricQuery, limit: int) -> list[Metr
         "step": step,
     }
     aggregation = query.aggregation
-    if aggregation in _SIMPLE:
+    if aggregation in SIMPLE_AGGREGATIONS:
         points = _simple(ctx, aggregation, params)
     elif aggregation == "rate":
         points = _rate(ctx, params, outputs)
     elif metric_type == "histogram":
-        points = _histogram_percentile(ctx, _PERCENTILES[aggregation], params, outputs)
+        points = _histogram_percentile(ctx, PERCENTILE_AGGREGATIONS[aggregation], params, outputs)
     else:
-        points = _gauge_percentile(ctx, _PERCENTILES[aggregation], params)
+        points = _gauge_percentile(ctx, PERCENTILE_AGGREGATIONS[aggregation], params)
     result: list[MetricSeries] = []
     for index, (labels, _) in enumerate(outputs):
         result.append(

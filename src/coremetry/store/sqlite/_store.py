@@ -37,6 +37,12 @@ from typing import Final, TypeVar
 
 import trio
 
+from coremetry.store._query_args import (
+    check_limit,
+    check_metric_query,
+    check_range,
+    check_step,
+)
 from coremetry.store.errors import QueryRejected, StoreClosed, StoreUnavailable
 from coremetry.store.interface import (
     DeployRecord,
@@ -225,16 +231,16 @@ class SqliteStore:
 
     async def services(self, time_range: TimeRange, *, limit: int) -> Page[ServiceSummary]:
         """See :meth:`TelemetryStore.services`."""
-        _queries.check_range(time_range)
-        _queries.check_limit(limit)
+        check_range(time_range)
+        check_limit(limit)
         return await self._read(lambda ctx: _queries.services(ctx, time_range, limit))
 
     async def operations(
         self, service_name: str, time_range: TimeRange, *, limit: int
     ) -> Page[OperationSummary]:
         """See :meth:`TelemetryStore.operations`."""
-        _queries.check_range(time_range)
-        _queries.check_limit(limit)
+        check_range(time_range)
+        check_limit(limit)
         return await self._read(
             lambda ctx: _queries.operations(ctx, service_name, time_range, limit)
         )
@@ -244,23 +250,23 @@ class SqliteStore:
     ) -> Page[Span]:
         """See :meth:`TelemetryStore.get_trace`."""
         tid = _queries.check_trace_id(trace_id, "trace_id")
-        _queries.check_limit(limit)
+        check_limit(limit)
         return await self._read(lambda ctx: _queries.get_trace(ctx, tid, limit, cursor))
 
     async def search_traces(
         self, query: TraceQuery, *, limit: int, cursor: str | None = None
     ) -> Page[TraceSummary]:
         """See :meth:`TelemetryStore.search_traces`."""
-        _queries.check_range(query.time_range)
-        _queries.check_limit(limit)
+        check_range(query.time_range)
+        check_limit(limit)
         return await self._read(lambda ctx: _queries.search_traces(ctx, query, limit, cursor))
 
     async def search_logs(
         self, query: LogQuery, *, limit: int, cursor: str | None = None
     ) -> Page[LogRecord]:
         """See :meth:`TelemetryStore.search_logs`."""
-        _queries.check_range(query.time_range)
-        _queries.check_limit(limit)
+        check_range(query.time_range)
+        check_limit(limit)
         plan = _queries.plan_log_search(query)
         return await self._read(lambda ctx: _queries.search_logs(ctx, plan, limit, cursor))
 
@@ -268,23 +274,23 @@ class SqliteStore:
         self, time_range: TimeRange, *, limit: int, prefix: str | None = None
     ) -> Page[MetricDescriptor]:
         """See :meth:`TelemetryStore.metric_names`."""
-        _queries.check_range(time_range)
-        _queries.check_limit(limit)
+        check_range(time_range)
+        check_limit(limit)
         return await self._read(lambda ctx: _queries.metric_names(ctx, time_range, limit, prefix))
 
     async def metric_series(self, query: MetricQuery, *, limit: int) -> list[MetricSeries]:
         """See :meth:`TelemetryStore.metric_series`."""
-        _queries.check_range(query.time_range)
-        _queries.check_limit(limit)
-        _queries.check_metric_query(query)
+        check_range(query.time_range)
+        check_limit(limit)
+        check_metric_query(query)
         return await self._read(lambda ctx: _queries.metric_series(ctx, query, limit))
 
     async def service_edges(
         self, time_range: TimeRange, *, limit: int, service_name: str | None = None
     ) -> list[ServiceEdge]:
         """See :meth:`TelemetryStore.service_edges`."""
-        _queries.check_range(time_range)
-        _queries.check_limit(limit)
+        check_range(time_range)
+        check_limit(limit)
         return await self._read(
             lambda ctx: _queries.service_edges(ctx, time_range, limit, service_name)
         )
@@ -293,17 +299,17 @@ class SqliteStore:
         self, time_range: TimeRange, *, limit: int, service_name: str | None = None
     ) -> list[DeployRecord]:
         """See :meth:`TelemetryStore.deploys`."""
-        _queries.check_range(time_range)
-        _queries.check_limit(limit)
+        check_range(time_range)
+        check_limit(limit)
         return await self._read(lambda ctx: _queries.deploys(ctx, time_range, limit, service_name))
 
     async def service_red_series(
         self, time_range: TimeRange, *, step_ns: int, limit: int
     ) -> list[ServiceRedSeries]:
         """See :meth:`TelemetryStore.service_red_series`."""
-        _queries.check_range(time_range)
-        _queries.check_limit(limit)
-        _queries.check_step(time_range, step_ns)
+        check_range(time_range)
+        check_limit(limit)
+        check_step(time_range, step_ns)
         return await self._read(
             lambda ctx: _queries.service_red_series(ctx, time_range, step_ns, limit)
         )
@@ -312,9 +318,9 @@ class SqliteStore:
         self, time_range: TimeRange, *, step_ns: int, limit: int
     ) -> list[LogCountSeries]:
         """See :meth:`TelemetryStore.log_counts`."""
-        _queries.check_range(time_range)
-        _queries.check_limit(limit)
-        _queries.check_step(time_range, step_ns)
+        check_range(time_range)
+        check_limit(limit)
+        check_step(time_range, step_ns)
         return await self._read(lambda ctx: _queries.log_counts(ctx, time_range, step_ns, limit))
 
     # -- closing ----------------------------------------------------------------------------
