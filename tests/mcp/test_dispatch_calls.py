@@ -379,6 +379,63 @@ async def test_client_timeout_meta_never_lengthens_the_budget(
     assert trio.current_time() - start <= 2.1
 
 
+@pytest.mark.parametrize("revision", [LATEST_HANDSHAKE, STATELESS])
+@pytest.mark.parametrize(
+    ("timeout_ms", "why"),
+    [
+        (-5, "must be a non-negative integer number of milliseconds, got -5"),
+        (-0.5, "must be a non-negative integer number of milliseconds, got -0.5"),
+        (1.5, "must be a non-negative integer number of milliseconds, got 1.5"),
+        (True, "Expected `int | float`, got `bool`"),
+        ("100", "Expected `int | float`, got `str`"),
+        (None, "Expected `int | float`, got `null`"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("tools/call", {"name": "echo", "arguments": {"text": "x"}}),
+        ("resources/read", {"uri": "fixture://info"}),
+        ("ping", None),
+    ],
+)
+async def test_client_timeout_meta_must_be_a_non_negative_integer(
+    revision: str,
+    timeout_ms: object,
+    why: str,
+    method: str,
+    params: JsonObj | None,
+) -> None:
+    session = await _session(revision)
+    message = await session.request(
+        method,
+        params,
+        request_id=7,
+        stateless=revision == STATELESS,
+        meta={"coremetry/timeout_ms": timeout_ms},
+    )  # validated against the revision's schema.json by the session
+    assert message["id"] == 7
+    error = error_of(message)
+    assert error["code"] == INVALID_PARAMS
+    assert text(error["message"]).startswith(f"Invalid params for {method}: ")
+    assert "coremetry/timeout_ms" in text(error["message"])
+    assert why in text(error["message"])
+    assert session.conn.in_flight == {}
+
+
+@pytest.mark.parametrize("timeout_ms", [0, 0.0, 250, 250.0])
+async def test_client_timeout_meta_accepts_whole_milliseconds(
+    timeout_ms: float, autojump_clock: trio.testing.MockClock
+) -> None:
+    session = await _session(LATEST_HANDSHAKE)
+    start = trio.current_time()
+    result = await session.call_tool(
+        "sleep_ms", {"ms": 1000}, meta={"coremetry/timeout_ms": timeout_ms}
+    )
+    _assert_timeout(result)
+    assert trio.current_time() - start == pytest.approx(timeout_ms / 1000, abs=0.01)
+
+
 async def test_server_max_budget_caps_the_tool_budget(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

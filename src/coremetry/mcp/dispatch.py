@@ -1726,8 +1726,8 @@ class Server:
         now = trio.current_time()
         limit_s = min(budget_s, self.max_budget_s)
         client_ms = request.meta.timeout_ms
-        if not isinstance(client_ms, UnsetType):
-            limit_s = min(limit_s, max(0.0, float(client_ms) / 1000.0))
+        if not isinstance(client_ms, UnsetType):  # >= 0: RequestMeta refuses the rest
+            limit_s = min(limit_s, float(client_ms) / 1000.0)
         threshold: LogLevel | None
         if request.stateless:
             level = request.meta.log_level

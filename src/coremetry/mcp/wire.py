@@ -52,7 +52,8 @@ META_SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"
 META_SUBSCRIPTION_ID: Final = "io.modelcontextprotocol/subscriptionId"
 META_TIMEOUT_MS: Final = "coremetry/timeout_ms"
 """Ours: the client's own budget for this call in milliseconds; the call's deadline is the
-minimum of it, the tool's read budget and the server maximum."""
+minimum of it, the tool's read budget and the server maximum. A non-negative integer (``0``: the
+deadline is now, so a call that waits for anything times out); anything else is ``-32602``."""
 
 
 class _Wire(Struct, kw_only=True, omit_defaults=True, rename="camel"):
@@ -138,6 +139,26 @@ class RequestMeta(Struct, kw_only=True):
     client_info: JsonObject | UnsetType = field(default=UNSET, name=META_CLIENT_INFO)
     log_level: LogLevel | UnsetType = field(default=UNSET, name=META_LOG_LEVEL)
     timeout_ms: int | float | UnsetType = field(default=UNSET, name=META_TIMEOUT_MS)
+
+    def __post_init__(self) -> None:
+        """Refuse a ``timeout_ms`` that is not a non-negative whole number of milliseconds.
+
+        msgspec already refuses booleans and strings; a negative (``-5``) or fractional
+        (``1.5``) budget was silently read as 0 or kept. Raised here, msgspec reports the error
+        as a :class:`msgspec.ValidationError` at ``$._meta``, which the dispatcher answers with
+        ``-32602`` like any other bad params.
+
+        Raises:
+            ValueError: ``timeout_ms`` is negative or not a whole number.
+        """
+        value = self.timeout_ms
+        if isinstance(value, UnsetType):
+            return
+        if value < 0 or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError(
+                f'_meta["{META_TIMEOUT_MS}"] must be a non-negative integer number of '
+                f"milliseconds, got {value!r}"
+            )
 
 
 class _Params(Struct, kw_only=True):
