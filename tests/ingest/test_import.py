@@ -349,3 +349,67 @@ def test_records_dated_in_the_future_are_rejected_in_the_summary(
         "(ingest.max_future_skew_s); check the sender's clock" in out
     )
     assert statistics(tmp_path / "d").span_count == 1
+
+
+def _zipkin_spans(now_us: int, bad: dict[str, int]) -> list[dict[str, object]]:
+    good = {
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "id": "00000000000000a1",
+        "name": "get /cart",
+        "timestamp": now_us,
+        "duration": 1500,
+        "localEndpoint": {"serviceName": "cart"},
+    }
+    return [good, {**good, "id": "00000000000000a2", "name": "get /bad", **bad}]
+
+
+def _jaeger_trace(now_us: int, bad: dict[str, int]) -> dict[str, object]:
+    good = {
+        "traceID": "5b8efff798038103d269b633813fc60c",
+        "spanID": "00000000000000a1",
+        "operationName": "get /cart",
+        "startTime": now_us,
+        "duration": 1500,
+        "processID": "p1",
+    }
+    bad_span = {**good, "spanID": "00000000000000a2", "operationName": "get /bad", **bad}
+    return {"data": [{"spans": [good, bad_span], "processes": {"p1": {"serviceName": "cart"}}}]}
+
+
+@pytest.mark.usefixtures("no_retention")
+@pytest.mark.parametrize(
+    ("fmt", "bad", "reason"),
+    [
+        ("zipkin", {"duration": -5}, "Zipkin span duration is negative"),
+        ("zipkin", {"duration": 2**62}, "Zipkin span timestamp + duration is past 2262"),
+        ("jaeger", {"duration": -5}, "Jaeger span duration is negative"),
+        ("jaeger", {"duration": 2**62}, "Jaeger span startTime + duration is past 2262"),
+    ],
+)
+def test_zipkin_and_jaeger_spans_with_a_bad_duration_are_rejected(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    fmt: str,
+    bad: dict[str, int],
+    reason: str,
+) -> None:
+    now_us = time.time_ns() // 1000 - 60_000_000  # a minute ago
+    document = _zipkin_spans(now_us, bad) if fmt == "zipkin" else _jaeger_trace(now_us, bad)
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps(document))
+    data_dir = tmp_path / "d"
+    assert main(["ingest", "--data-dir", str(data_dir), str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{path} ({fmt}): read 2 spans; wrote 1 spans" in out
+    assert "1 rejected" in out
+    assert f"rejected 1 spans: {reason}" in out
+    config = load_config(
+        environ={}, overrides={"data_dir": str(data_dir), "store": {"retention_days": 0}}
+    )
+
+    async def stored() -> list[tuple[str, int]]:
+        async with open_telemetry_store(config) as store:
+            page = await store.get_trace("5b8efff798038103d269b633813fc60c", limit=10)
+            return [(s.name, s.end_time_unix_nano - s.start_time_unix_nano) for s in page.items]
+
+    assert trio.run(stored) == [("get /cart", 1_500_000)]  # the good span, its 1.5 ms kept

@@ -10,7 +10,8 @@ Field mapping (Jaeger's JSON model, ``model/json/model.go``; the OpenTelemetry C
 - ``traceID`` (16 or 32 hex) -> ``trace_id`` left-padded to 32; ``spanID`` -> ``span_id``.
 - ``references``: the first ``CHILD_OF`` reference in the same trace is the parent (else the
   first ``FOLLOWS_FROM`` one); every other reference becomes a link.
-- ``startTime`` / ``duration`` (microseconds) -> start / end in nanoseconds.
+- ``startTime`` / ``duration`` (microseconds) -> start / end in nanoseconds; a missing
+  ``duration`` is 0.
 - ``tags`` -> attributes, typed (``string``, ``bool``, ``int64``, ``float64``; ``binary`` as
   base64 text), except these, which become fields: ``span.kind`` -> kind; ``otel.status_code``
   (``ERROR``/``OK``) -> status, with ``otel.status_description`` as its message; an ``error``
@@ -21,8 +22,8 @@ Field mapping (Jaeger's JSON model, ``model/json/model.go``; the OpenTelemetry C
 - ``logs`` -> span events: the ``event`` field is the name (else ``"log"``), every other field
   an attribute.
 
-Rejected: spans without ``traceID``/``spanID``, with ids that are not hex, or with a start time
-outside 1970..2262.
+Rejected: spans without ``traceID``/``spanID``, with ids that are not hex, with a start time
+outside 1970..2262, a negative ``duration``, or a ``startTime + duration`` past 2262.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ _FIELD_TAGS: Final = frozenset(
     {"span.kind", "otel.status_code", "otel.status_description", "otel.scope.name"}
 )
 START_UNUSABLE: Final = "Jaeger span startTime is missing or outside 1970..2262"
+NEGATIVE_DURATION: Final = "Jaeger span duration is negative (microseconds, must be 0 or more)"
+END_UNUSABLE: Final = "Jaeger span startTime + duration is past 2262"
 
 
 class _Tag(msgspec.Struct, kw_only=True):
@@ -194,6 +197,11 @@ def _span(span: _JaegerSpan, resources: dict[str, tuple[str, Attributes]]) -> Sp
     start = span.start_time * 1000
     if not is_sane_time(start):
         raise ItemRejected(START_UNUSABLE)
+    if span.duration < 0:
+        raise ItemRejected(NEGATIVE_DURATION)
+    end = start + span.duration * 1000
+    if not is_sane_time(end):
+        raise ItemRejected(END_UNUSABLE)
     if span.process is not None:
         service, resource_attributes = _resource(span.process)
     else:
@@ -231,7 +239,7 @@ def _span(span: _JaegerSpan, resources: dict[str, tuple[str, Attributes]]) -> Sp
         name=span.operation_name,
         kind=kind,
         start_time_unix_nano=start,
-        end_time_unix_nano=start + max(span.duration, 0) * 1000,
+        end_time_unix_nano=end,
         status_code=status,
         status_message=message,
         attributes=_attributes(span.tags, _FIELD_TAGS),

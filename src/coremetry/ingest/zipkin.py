@@ -6,7 +6,8 @@ Collector's Zipkin receiver for the OTel side):
 - ``traceId`` (16 or 32 hex) -> ``trace_id`` left-padded to 32; ``id`` -> ``span_id``;
   ``parentId`` -> ``parent_span_id``.
 - ``timestamp`` / ``duration`` (microseconds) -> start / end in nanoseconds. A span without
-  ``duration`` (a one-way message, an unfinished span) is stored with duration 0, and said so.
+  ``duration`` (a one-way message, an unfinished span) is stored with duration 0, and said so;
+  a negative ``duration`` (the API's minimum is 1) is rejected, never stored as 0.
 - ``kind`` CLIENT/SERVER/PRODUCER/CONSUMER -> the same OTel kind; absent -> UNSPECIFIED.
 - ``localEndpoint.serviceName`` -> ``service_name`` (absent or empty -> ``unknown_service``);
   its ``ipv4``/``ipv6``/``port`` -> ``network.local.address`` / ``network.local.port``.
@@ -34,8 +35,9 @@ what Zipkin's own UI does before drawing a trace (``zipkin2.internal.SpanNode``)
    service of one of the split spans (same address preferred) is re-parented to that span.
 
 So every record with a ``timestamp`` becomes one span, and caller->callee edges are true.
-Rejected: records without ``traceId``/``id``, with ids that are not hex, and spans left without
-a ``timestamp`` after merging.
+Rejected: records without ``traceId``/``id``, with ids that are not hex, spans left without
+a ``timestamp`` after merging, with a ``timestamp`` outside 1970..2262, a negative ``duration``,
+or a ``timestamp + duration`` past 2262.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ NO_TIMESTAMP: Final = "Zipkin span has no timestamp (even after merging its frag
 FRAGMENT_MERGED: Final = "Zipkin span fragment (no timestamp) merged into its span"
 SHARED_SPLIT: Final = "Zipkin span sharing its id with another got a derived id"
 BAD_TIME: Final = "Zipkin span timestamp is outside 1970..2262"
+NEGATIVE_DURATION: Final = "Zipkin span duration is negative (microseconds, must be 0 or more)"
+BAD_END: Final = "Zipkin span timestamp + duration is past 2262"
 
 _KINDS: Final = {
     "CLIENT": SpanKind.CLIENT,
@@ -308,8 +312,12 @@ def _to_span(draft: _Draft, out: Decoded) -> Span:
     if draft.duration is None:
         out.note(NO_DURATION)
         end = start
+    elif draft.duration < 0:
+        raise ItemRejected(NEGATIVE_DURATION)
     else:
-        end = start + max(draft.duration, 0) * 1000
+        end = start + draft.duration * 1000
+        if not is_sane_time(end):
+            raise ItemRejected(BAD_END)
     attributes: Attributes = dict(draft.tags)
     _endpoint_attributes(draft.local, "local", attributes)
     if draft.remote is not None:
