@@ -28,16 +28,22 @@ Refused:
 
 Service-token cache: a verified service token is remembered for :attr:`Authenticator.cache_ttl_s`
 (5 s by default) so a busy client does not cost a thread hop and a database read per request.
-Revocation still takes effect immediately, in every process: each request compares the store's
-:meth:`~coremetry.auth.IdentityStore.revocation_stamp` (one ``stat`` of a marker file, no SQL)
-with the one recorded when the entry was cached, and any revocation anywhere empties the hit.
-Expiry is checked on every hit too. ``cache_ttl_s=0`` turns the cache off.
+The cache is keyed on the ``Authorization`` header's value exactly as presented (only values
+that parsed as ``Bearer cmk_…`` and verified are ever stored), so a hit is one dict lookup: no
+parsing, no hashing (~1 µs in all, against ~4.7 µs when every hit also parsed the header,
+hashed the token with SHA-256 and ``stat``-ed the revocation marker). Revocation still takes
+effect immediately, in every process: each hit compares the store's
+:meth:`~coremetry.auth.IdentityStore.revocation_stamp` (16 bytes read from a shared mapping of
+the data dir's revocation marker: no system call, no SQL) with the one taken before the entry
+was verified, and any revocation anywhere since then turns the hit into a miss, which reads the
+database. Expiry (``expires_at``) and the cache lifetime are checked on every hit too.
+``cache_ttl_s=0`` turns the cache off. The cache holds at most ``cache_max_entries`` header
+values (the oldest goes first); like the request headers themselves, they stay in memory only.
 
 Logging: refusals are logged with their ``reason`` (DEBUG when nothing was presented, INFO
 otherwise); a token, a cookie or a header value is never logged.
 """
 
-import hashlib
 import logging
 import re
 import time
@@ -126,8 +132,9 @@ def extract_credential(headers: HeaderSource) -> tuple[str, CredentialSource]:
 
 class _CacheEntry(msgspec.Struct, frozen=True):
     claims: Claims
-    cached_at: float  # trio clock, seconds
-    stamp: RevocationStamp
+    caller: Caller  # claims.to_caller(), built once
+    stale_at: float  # trio clock, seconds: when the entry was cached + cache_ttl_s
+    stamp: RevocationStamp  # taken before the token was verified
 
 
 class Authenticator:
@@ -157,15 +164,24 @@ class Authenticator:
         """Service-token cache lifetime, in seconds (``0``: no cache)."""
         self._cache_max_entries = cache_max_entries
         self._clock = clock
-        self._cache: dict[bytes, _CacheEntry] = {}
+        # Keyed on the Authorization header's value as presented (module docstring).
+        self._cache: dict[str, _CacheEntry] = {}
 
     async def __call__(self, headers: HeaderSource) -> Caller:
         """Authenticate a request; see :meth:`authenticate`.
 
         Returns:
             The caller (``subject``, ``role``, ``kind``, ``token_name`` from the claims).
+
+        Raises:
+            AuthError: as :meth:`authenticate`.
         """
-        return (await self.authenticate(headers)).to_caller()
+        authorization = headers.get("authorization")
+        if authorization is not None:
+            entry = self._cached(authorization)
+            if entry is not None:
+                return entry.caller
+        return (await self._authenticate(headers, authorization)).to_caller()
 
     async def authenticate(self, headers: HeaderSource) -> Claims:
         """Authenticate a request from its headers.
@@ -183,10 +199,36 @@ class Authenticator:
             ExpiredToken: an expired JWT or service token.
             RevokedToken: a revoked service token.
         """
+        authorization = headers.get("authorization")
+        if authorization is not None:
+            entry = self._cached(authorization)
+            if entry is not None:
+                return entry.claims
+        return await self._authenticate(headers, authorization)
+
+    def _cached(self, authorization: str) -> _CacheEntry | None:
+        # The hit path: one dict lookup, the revocation stamp, two clocks. A stale entry is
+        # dropped here and the caller verifies the token again.
+        entry = self._cache.get(authorization)
+        if entry is None:
+            return None
+        expires_at = entry.claims.expires_at
+        if (
+            entry.stamp == self._store.revocation_stamp()
+            and trio.current_time() < entry.stale_at
+            and (expires_at is None or self._clock() < expires_at)
+        ):
+            return entry
+        self._cache.pop(authorization, None)
+        return None
+
+    async def _authenticate(self, headers: HeaderSource, authorization: str | None) -> Claims:
         try:
-            token, _source = extract_credential(headers)
+            token, source = extract_credential(headers)
             if token.startswith(TOKEN_PREFIX):
-                return await self._verify_service_token(token)
+                # extract_credential refuses a service token anywhere but in Authorization.
+                key = authorization if source == "authorization" else None
+                return await self._verify_service_token(token, key)
             return self._issuer.verify(token)
         except AuthError as refusal:
             level = logging.INFO if refusal.token_sent else logging.DEBUG
@@ -195,24 +237,15 @@ class Authenticator:
             )
             raise
 
-    async def _verify_service_token(self, token: str) -> Claims:
-        key = hashlib.sha256(token.encode("utf-8")).digest()
+    async def _verify_service_token(self, token: str, cache_key: str | None) -> Claims:
         # Taken before verifying: a revocation that lands while we read makes this entry stale.
         stamp = self._store.revocation_stamp()
         now = trio.current_time()
-        entry = self._cache.get(key)
-        if entry is not None:
-            expires_at = entry.claims.expires_at
-            if (
-                entry.stamp == stamp
-                and now - entry.cached_at < self.cache_ttl_s
-                and (expires_at is None or self._clock() < expires_at)
-            ):
-                return entry.claims
-            del self._cache[key]
         claims = await trio.to_thread.run_sync(self._store.verify_token, token)
-        if self.cache_ttl_s > 0:
+        if self.cache_ttl_s > 0 and cache_key is not None:
             if len(self._cache) >= self._cache_max_entries:
                 del self._cache[next(iter(self._cache))]
-            self._cache[key] = _CacheEntry(claims, now, stamp)
+            self._cache[cache_key] = _CacheEntry(
+                claims, claims.to_caller(), now + self.cache_ttl_s, stamp
+            )
         return claims

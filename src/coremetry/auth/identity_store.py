@@ -24,23 +24,52 @@ lookup. Someone who reads the database learns no usable token.
 owns it; another subsystem that shares ``coremetry.db`` must add its migrations to the same
 numbered list (or keep its own file), or the two will misread each other's versions.
 
-Revocation is immediate across processes. The database is the truth; in addition, every
-revocation replaces the marker file ``<data_dir>/token-revocations``, and
-:meth:`IdentityStore.revocation_stamp` (one ``stat``, no SQL) changes whenever any process
-revoked a token, so in-memory caches of verified tokens (the authenticator's) can check for
-revocations on every request without a database read.
+Revocation is immediate across processes. The database is the truth; in addition, the data
+dir holds the revocation marker ``<data_dir>/token-revocations``, a file of exactly
+:data:`REVOCATION_MARKER_SIZE` (16) bytes that every revocation, in any process, overwrites
+**in place** with 16 fresh random bytes (``os.pwrite`` after the database commit; never a
+replace or a rename). Each store maps the marker read-only (``mmap``, ``MAP_SHARED``) when it
+opens, so :meth:`IdentityStore.revocation_stamp` is a 16-byte copy out of the page cache: no
+system call, no SQL, no lock, and the GIL is never released. The page cache is shared by every
+process that maps or writes the file (Linux and other unified-buffer-cache kernels), so a
+revocation is visible to every server the moment ``revoke_token`` returns. In-memory caches of
+verified tokens (the authenticator's) compare the stamp on every request. A read that races a
+write may see a mix of old and new bytes; that differs from the old value, so it only costs a
+cache miss.
+
+Why random bytes rather than a counter or a clock: two processes revoking at once could write
+the same counter value or the same ``time_ns``, and a cache that recorded that value between
+the two writes would miss the second revocation; 128 random bits never repeat in practice.
+
+Failure modes, all failing safe or bounded:
+
+- The marker cannot be created, opened or mapped (read-only data dir, a directory in its place):
+  a warning is logged and every :meth:`~IdentityStore.revocation_stamp` call returns a value
+  never seen before, so caches never hit (every request reads the database).
+- A marker of another size (written by an older Coremetry, which created an empty file and
+  replaced it with a text timestamp on each revocation) is migrated when a store opens: replaced
+  once by a 16-byte file, under the database's write lock so two processes opening at once
+  agree on one file.
+- A marker deleted or replaced by hand (or by an older Coremetry) while a server runs leaves
+  that server mapping the old file. :meth:`IdentityStore.verify_token` (every cache miss) checks
+  with one ``stat`` that the mapped file is still the one at the path and maps the new one if
+  not, so such a server sees revocations again within one cache lifetime. Do not delete or
+  truncate the marker while servers run (truncating a mapped file makes reads fault).
 
 Timestamps are unix seconds (``*_at: int``); durations are seconds (``*_s``).
 """
 
 import contextlib
 import hashlib
+import itertools
 import logging
 import math
+import mmap
 import os
 import re
 import secrets
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -69,7 +98,10 @@ DB_FILENAME: Final = "coremetry.db"
 """The embedded database inside the data dir."""
 
 REVOCATIONS_FILENAME: Final = "token-revocations"
-"""Marker file replaced on every revocation (see the module docstring)."""
+"""Marker file overwritten in place on every revocation (see the module docstring)."""
+
+REVOCATION_MARKER_SIZE: Final = 16
+"""Size of the revocation marker, in bytes (random bytes; see the module docstring)."""
 
 BUSY_TIMEOUT_S: Final = 5.0
 """How long a statement waits for another process's write lock, in seconds."""
@@ -92,8 +124,11 @@ LAST_USED_RESOLUTION_S: Final = 60
 FIRST_ADMIN_TOKEN_NAME: Final = "first-admin"
 """Name of the admin token :meth:`IdentityStore.create_first_admin_token` makes."""
 
-RevocationStamp = tuple[int, int, int]
-"""An opaque value that changes whenever a token is revoked (compare with ``==`` only)."""
+RevocationStamp = bytes
+"""An opaque value that changes whenever a token is revoked (compare with ``==`` only).
+
+The marker's 16 bytes, or a 17-byte value unique to each call when the marker is unusable.
+"""
 
 _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # 0 -> 1: users and service tokens.
@@ -237,13 +272,18 @@ class IdentityStore:
         self._params = password_params
         self._clock = clock
         self._lock = threading.Lock()
-        self._local_revocations = 0
-        # Built once: revocation_stamp() runs on every authenticated request, and a missing
-        # marker costs a raised FileNotFoundError each time, so create an empty one now (a
-        # revocation replaces it atomically; its inode and mtime then change).
         self._marker_path = os.fspath(data_dir / REVOCATIONS_FILENAME)
-        with contextlib.suppress(OSError):
-            os.close(os.open(self._marker_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        # The mapped marker and the (st_dev, st_ino) of the file it maps; None when unusable.
+        # Replaced, never closed, by _attach_marker: a reader on another thread may hold the
+        # old object, which unmaps when the last reference goes.
+        self._marker: mmap.mmap | None = None
+        self._marker_file: tuple[int, int] | None = None
+        self._unusable_stamps = itertools.count()
+        # Set when this process failed to signal one of its own revocations: its caches may
+        # hold entries stamped before it, so the stamp must never be the marker's again.
+        self._marker_disabled = False
+        self._marker_warned = False
+        self._attach_marker()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -253,9 +293,15 @@ class IdentityStore:
         return self._data_dir
 
     def close(self) -> None:
-        """Close the connection; the store is unusable afterwards. Idempotent."""
+        """Close the connection and drop the marker's mapping; the store is unusable afterwards.
+
+        Idempotent. :meth:`revocation_stamp` still answers afterwards (as for an unusable
+        marker: never the same value twice).
+        """
         with self._lock:
             self._connection.close()
+        self._marker = None
+        self._marker_file = None
 
     def __enter__(self) -> Self:
         return self
@@ -494,41 +540,165 @@ class IdentityStore:
             ).rowcount
         if updated == 0:
             raise UnknownName("token", name)
-        self._local_revocations += 1
-        self._touch_revocation_marker()
+        self._signal_revocation()
         return self._select_tokens("WHERE name = ?", (name,))[0]
 
-    def _touch_revocation_marker(self) -> None:
-        # Write-then-rename gives the marker a new inode every time, so its stat changes even
-        # within one mtime tick. A failure here does not undo the revocation (the database is
-        # the truth); caches then see it when their entries expire.
-        marker = self._data_dir / REVOCATIONS_FILENAME
-        temporary = self._data_dir / f".{REVOCATIONS_FILENAME}.{os.getpid()}.{secrets.token_hex(4)}"
+    def _signal_revocation(self) -> None:
+        # In place, so every process's mapping of this file sees it (a new file would leave
+        # them mapping the old inode). A failure does not undo the revocation (the database is
+        # the truth): caches elsewhere then see it when their entries expire, and this process's
+        # own caches stop hitting (it drops its mapping: fail safe).
+        value = secrets.token_bytes(REVOCATION_MARKER_SIZE)
         try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w", encoding="ascii") as file:
-                file.write(f"{self._now()}\n")
-            os.replace(temporary, marker)
+            try:
+                fd = os.open(self._marker_path, os.O_WRONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                self._create_marker(value)
+            else:
+                try:
+                    os.pwrite(fd, value, 0)
+                finally:
+                    os.close(fd)
         except OSError as exc:
-            _log.warning("could not update the token revocation marker %s: %s", marker, exc)
+            _log.warning(
+                "could not update the token revocation marker %s: %s; other processes see"
+                " this revocation when their cached tokens expire",
+                self._marker_path,
+                exc,
+            )
+            self._marker_disabled = True
+            self._marker = None
+            self._marker_file = None
+            return
+        # If the file written is not the one mapped here (deleted or replaced by hand), map it
+        # now, or this process's own caches would miss its own revocation.
+        self._check_marker()
+
+    def _temporary_marker_path(self) -> str:
+        name = f".{REVOCATIONS_FILENAME}.{os.getpid()}.{secrets.token_hex(4)}"
+        return os.fspath(self._data_dir / name)
+
+    def _create_marker(self, value: bytes) -> None:
+        # Write a complete temporary file, then link it into place: the marker never exists
+        # with fewer than REVOCATION_MARKER_SIZE bytes, and an existing one is never replaced.
+        temporary = self._temporary_marker_path()
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                os.pwrite(fd, value, 0)
+            finally:
+                os.close(fd)
+            try:
+                os.link(temporary, self._marker_path)
+            except FileExistsError:
+                # Another process made one meanwhile: it is as good as ours, but this
+                # revocation must still reach it.
+                fd = os.open(self._marker_path, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.pwrite(fd, value, 0)
+                finally:
+                    os.close(fd)
+        finally:
+            os.unlink(temporary)
+
+    def _replace_marker(self) -> None:
+        # Migration of a marker of the wrong size, under the database's write lock so that two
+        # processes opening the data dir at once cannot each map a file the other replaced.
+        with self._transaction():
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(self._marker_path).st_size == REVOCATION_MARKER_SIZE:
+                    return  # another process migrated it meanwhile
+            temporary = self._temporary_marker_path()
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                try:
+                    os.pwrite(fd, secrets.token_bytes(REVOCATION_MARKER_SIZE), 0)
+                finally:
+                    os.close(fd)
+                os.replace(temporary, self._marker_path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+
+    def _map_marker(self) -> tuple[mmap.mmap, tuple[int, int]] | None:
+        # None when the file at the path has the wrong size (the caller migrates it).
+        try:
+            fd = os.open(self._marker_path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._create_marker(secrets.token_bytes(REVOCATION_MARKER_SIZE))
+            fd = os.open(self._marker_path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size != REVOCATION_MARKER_SIZE:
+                return None
+            mapped = mmap.mmap(fd, REVOCATION_MARKER_SIZE, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        return mapped, (info.st_dev, info.st_ino)
+
+    def _attach_marker(self) -> None:
+        # Map the marker at the path (creating or migrating it first); on failure, leave the
+        # store without a mapping (revocation_stamp fails safe) and say so once.
+        try:
+            mapped = self._map_marker()
+            if mapped is None:
+                self._replace_marker()
+                mapped = self._map_marker()
+            if mapped is None:
+                raise OSError(f"not a regular file of {REVOCATION_MARKER_SIZE} bytes")
+        except (OSError, ValueError, sqlite3.Error) as exc:
+            # Retried on every cache miss: warn once, then quietly.
+            _log.log(
+                logging.DEBUG if self._marker_warned else logging.WARNING,
+                "token revocation marker %s unusable (%s): cached service tokens are checked"
+                " against the database on every request instead",
+                self._marker_path,
+                exc,
+            )
+            self._marker_warned = True
+            self._marker, self._marker_file = None, None
+            return
+        self._marker, self._marker_file = mapped
+
+    def _check_marker(self) -> None:
+        # One stat: is the mapped file still the one at the path? (See the module docstring.)
+        if self._marker_disabled:
+            return
+        try:
+            info = os.stat(self._marker_path)
+            current: tuple[int, int] | None = (info.st_dev, info.st_ino)
+            if info.st_size != REVOCATION_MARKER_SIZE:
+                current = None
+        except OSError:
+            current = None
+        if current is None or current != self._marker_file:
+            self._attach_marker()
 
     def revocation_stamp(self) -> RevocationStamp:
         """A value that changes whenever any process revokes a token.
 
-        Cheap enough to call on every request: one ``stat`` of a local file, no SQL, no lock.
-        If the marker cannot be read for another reason than its absence, every call returns a
-        different value, so caches keyed on it stop hitting (fail safe).
+        Cheap enough to call on every request (~0.05 µs): a copy of the marker's 16 mapped
+        bytes; no system call, no SQL, no lock, and the GIL is kept. A revocation in any process
+        changes it before that process's ``revoke_token`` returns (module docstring). When the
+        marker is unusable, every call returns a different value (17 bytes, so never a
+        marker's), and caches keyed on it stop hitting (fail safe).
+
+        Returns:
+            An opaque value to compare with ``==`` to an earlier one (equal: no revocation in
+            between).
         """
-        try:
-            info = os.stat(self._marker_path)
-        except FileNotFoundError:
-            return (self._local_revocations, 0, 0)
-        except OSError:
-            return (self._local_revocations, -1, time.monotonic_ns())
-        return (self._local_revocations, info.st_ino, info.st_mtime_ns)
+        marker = self._marker
+        if marker is not None:
+            return marker[:REVOCATION_MARKER_SIZE]
+        return next(self._unusable_stamps).to_bytes(REVOCATION_MARKER_SIZE + 1, "big")
 
     def verify_token(self, token: str) -> Claims:
         """Check a service token. Blocks for one indexed read (plus a write at most once a minute).
+
+        Also checks, with one ``stat``, that the revocation marker this store maps is still the
+        file in the data dir, and maps the one there if not (see the module docstring): a cache
+        miss is the moment to heal a mapping left stale by a marker deleted or replaced by hand.
 
         Args:
             token: the presented ``cmk_…`` string.
@@ -544,6 +714,7 @@ class IdentityStore:
         """
         if not TOKEN_PATTERN.fullmatch(token):
             raise InvalidToken("not shaped like a service token")
+        self._check_marker()
         with self._lock:
             row = self._connection.execute(
                 "SELECT name, role, created_at, expires_at, last_used_at, revoked_at"
