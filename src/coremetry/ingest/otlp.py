@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable, Sequence
-from typing import Final, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Final, Generic, Protocol, TypeVar
 
 import msgspec
 from google.protobuf.message import DecodeError, Message
@@ -59,6 +59,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.logs.v1 import logs_pb2
 from opentelemetry.proto.metrics.v1 import metrics_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from coremetry.ingest import _otlp_json as wire
@@ -77,7 +78,7 @@ from coremetry.ingest._convert import (
     service_name_of,
     severity_number_from_text,
 )
-from coremetry.ingest.decoded import Decoded
+from coremetry.ingest.decoded import Decoded, Signal
 from coremetry.ingest.errors import MalformedInput
 from coremetry.store.model import (
     AggregationTemporality,
@@ -362,6 +363,154 @@ def _json_time(raw: int | str, what: str) -> int:
     return parse_int(raw, what)
 
 
+# ---- the walk every request shares: resources -> scopes -> items -------------------------------
+
+
+class _Resource(Protocol):
+    """``Resource{Spans,Logs,Metrics}`` of protobuf."""
+
+    @property
+    def resource(self) -> resource_pb2.Resource: ...
+
+
+class _WireResource(Protocol):
+    """``Resource{Spans,Logs,Metrics}`` of JSON."""
+
+    @property
+    def resource(self) -> wire.Resource: ...
+
+
+def _pb_resource(resource: _Resource) -> Attributes:
+    return _pb_attributes(resource.resource.attributes)
+
+
+def _json_resource(resource: _WireResource) -> Attributes:
+    return _json_attributes(resource.resource.attributes)
+
+
+class _Named(Protocol):
+    """``InstrumentationScope`` of either encoding."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class _Scope(Protocol):
+    """``Scope{Spans,Logs,Metrics}`` of either encoding: its ``InstrumentationScope``."""
+
+    @property
+    def scope(self) -> _Named: ...
+
+
+ResourceT = TypeVar("ResourceT")
+ScopeT = TypeVar("ScopeT", bound=_Scope)
+ItemT = TypeVar("ItemT")
+RecordT = TypeVar("RecordT")
+
+
+class _Layout(Generic[ResourceT, ScopeT, ItemT]):
+    """How one signal nests in one encoding: resources, their scopes, the scopes' items.
+
+    The three requests share one shape, ``resourceSpans[r].scopeSpans[s].spans[i]``,
+    ``resourceLogs[r].scopeLogs[s].logRecords[i]``, ``resourceMetrics[r].scopeMetrics[s]
+    .metrics[i]`` (OTLP trace.proto, logs.proto, metrics.proto); a layout holds the accessors of
+    one of them in one encoding (protobuf messages or JSON wire Structs), so that one walk
+    (:func:`_scopes`) serves the six decoders.
+
+    Attributes:
+        signal: what the items are counted and rejected as.
+        keys: the JSON names of the three levels, for rejection paths.
+        resource_attributes: a resource's attributes, converted; raises ``ItemRejected`` when
+            one cannot be (only JSON can carry a bad value).
+        scopes: a resource's scopes.
+        items: a scope's items (spans, log records, metrics).
+        points: metrics only: how many data points a metric holds (each is counted and
+            rejected when its resource is refused; ``None``: one per item).
+    """
+
+    __slots__ = ("items", "keys", "points", "resource_attributes", "scopes", "signal")
+
+    def __init__(
+        self,
+        signal: Signal,
+        keys: tuple[str, str, str],
+        resource_attributes: Callable[[ResourceT], Attributes],
+        scopes: Callable[[ResourceT], Sequence[ScopeT]],
+        items: Callable[[ScopeT], Sequence[ItemT]],
+        points: Callable[[ItemT], int] | None = None,
+    ) -> None:
+        self.signal: Final = signal
+        self.keys: Final = keys
+        self.resource_attributes: Final = resource_attributes
+        self.scopes: Final = scopes
+        self.items: Final = items
+        self.points: Final = points
+
+    def where(self, r: int, s: int, i: int) -> str:
+        """The JSON path of item ``i`` of scope ``s`` of resource ``r``."""
+        resource, scope, item = self.keys
+        return f"{resource}[{r}].{scope}[{s}].{item}[{i}]"
+
+
+def _scopes(
+    out: Decoded, layout: _Layout[ResourceT, ScopeT, ItemT], resources: Iterable[ResourceT]
+) -> Iterator[tuple[int, int, ScopeT, str, Attributes]]:
+    """Every scope of every resource: ``(r, s, scope, service_name, resource_attributes)``.
+
+    ``service_name`` is the resource's ``service.name`` (``unknown_service`` when absent). A
+    resource whose attributes are refused is not yielded: every item under it is counted read
+    and rejected with the reason ``resource <why>`` -- a span or log record at its own path, a
+    metric's data points at the resource's (``resourceMetrics[r]``).
+    """
+    signal = layout.signal
+    for r, resource in enumerate(resources):
+        try:
+            resource_attributes = layout.resource_attributes(resource)
+        except ItemRejected as exc:
+            reason = f"resource {exc.reason}"
+            for s, scope in enumerate(layout.scopes(resource)):
+                for i, item in enumerate(layout.items(scope)):
+                    if layout.points is None:
+                        out.count_read(signal)
+                        out.reject(signal, reason, layout.where(r, s, i))
+                        continue
+                    for _ in range(layout.points(item)):
+                        out.count_read(signal)
+                        out.reject(signal, reason, f"{layout.keys[0]}[{r}]")
+            continue
+        service = service_name_of(resource_attributes)
+        for s, scope in enumerate(layout.scopes(resource)):
+            yield r, s, scope, service, resource_attributes
+
+
+def _decode_records(
+    out: Decoded,
+    layout: _Layout[ResourceT, ScopeT, ItemT],
+    resources: Iterable[ResourceT],
+    build: Callable[[Decoded, ItemT, str, Attributes, str], RecordT],
+    records: list[RecordT],
+) -> None:
+    """Append ``build(out, item, service_name, resource_attributes, scope_name)`` of every item.
+
+    Every item is counted read; one whose ``build`` raises ``ItemRejected`` is rejected with
+    that reason at its path (``resourceSpans[r].scopeSpans[s].spans[i]``). Spans and log
+    records; protobuf spans are the hot path of ingest (``bench/otlp_ingest.py``), so the item
+    loop stays this plain.
+    """
+    signal = layout.signal
+    append = records.append
+    for r, s, scope, service, resource_attributes in _scopes(out, layout, resources):
+        scope_name = scope.scope.name
+        items = layout.items(scope)
+        if items:
+            out.count_read(signal, len(items))
+        for i, item in enumerate(items):
+            try:
+                append(build(out, item, service, resource_attributes, scope_name))
+            except ItemRejected as exc:
+                out.reject(signal, exc.reason, layout.where(r, s, i))
+
+
 # ---- traces ------------------------------------------------------------------------------------
 
 
@@ -430,19 +579,7 @@ def decode_traces_protobuf(body: bytes) -> Decoded:
     request = ExportTraceServiceRequest()
     _parse_pb(request, body)
     out = Decoded()
-    spans = out.batch.spans
-    for r, resource_spans in enumerate(request.resource_spans):
-        resource_attributes = _pb_attributes(resource_spans.resource.attributes)
-        service = service_name_of(resource_attributes)
-        for s, scope_spans in enumerate(resource_spans.scope_spans):
-            scope_name = scope_spans.scope.name
-            out.count_read("span", len(scope_spans.spans))
-            for i, span in enumerate(scope_spans.spans):
-                try:
-                    spans.append(_pb_span(out, span, service, resource_attributes, scope_name))
-                except ItemRejected as exc:
-                    where = f"resourceSpans[{r}].scopeSpans[{s}].spans[{i}]"
-                    out.reject("span", exc.reason, where)
+    _decode_records(out, _PB_SPANS, request.resource_spans, _pb_span, out.batch.spans)
     return out
 
 
@@ -532,32 +669,7 @@ def _traces_from_json(
     request: wire.ExportTraceServiceRequest, out: Decoded | None = None
 ) -> Decoded:
     result = Decoded() if out is None else out
-    spans = result.batch.spans
-    for r, resource_spans in enumerate(request.resource_spans):
-        where_resource = f"resourceSpans[{r}]"
-        try:
-            resource_attributes = _json_attributes(resource_spans.resource.attributes)
-        except ItemRejected as exc:
-            for s, scope_spans in enumerate(resource_spans.scope_spans):
-                for i, _ in enumerate(scope_spans.spans):
-                    result.count_read("span")
-                    result.reject(
-                        "span",
-                        f"resource {exc.reason}",
-                        f"{where_resource}.scopeSpans[{s}].spans[{i}]",
-                    )
-            continue
-        service = service_name_of(resource_attributes)
-        for s, scope_spans in enumerate(resource_spans.scope_spans):
-            scope_name = scope_spans.scope.name
-            for i, span in enumerate(scope_spans.spans):
-                result.count_read("span")
-                try:
-                    spans.append(_json_span(result, span, service, resource_attributes, scope_name))
-                except ItemRejected as exc:
-                    result.reject(
-                        "span", exc.reason, f"{where_resource}.scopeSpans[{s}].spans[{i}]"
-                    )
+    _decode_records(result, _JSON_SPANS, request.resource_spans, _json_span, result.batch.spans)
     return result
 
 
@@ -602,6 +714,15 @@ def _json_span(
         links=links,
         scope_name=scope_name,
     )
+
+
+_SPAN_KEYS: Final = ("resourceSpans", "scopeSpans", "spans")
+_PB_SPANS: Final = _Layout[trace_pb2.ResourceSpans, trace_pb2.ScopeSpans, trace_pb2.Span](
+    "span", _SPAN_KEYS, _pb_resource, lambda r: r.scope_spans, lambda s: s.spans
+)
+_JSON_SPANS: Final = _Layout[wire.ResourceSpans, wire.ScopeSpans, wire.Span](
+    "span", _SPAN_KEYS, _json_resource, lambda r: r.scope_spans, lambda s: s.spans
+)
 
 
 # ---- logs --------------------------------------------------------------------------------------
@@ -664,20 +785,7 @@ def decode_logs_protobuf(body: bytes) -> Decoded:
     request = ExportLogsServiceRequest()
     _parse_pb(request, body)
     out = Decoded()
-    logs = out.batch.logs
-    for r, resource_logs in enumerate(request.resource_logs):
-        resource_attributes = _pb_attributes(resource_logs.resource.attributes)
-        service = service_name_of(resource_attributes)
-        for s, scope_logs in enumerate(resource_logs.scope_logs):
-            scope_name = scope_logs.scope.name
-            for i, record in enumerate(scope_logs.log_records):
-                out.count_read("log")
-                try:
-                    logs.append(_pb_log(out, record, service, resource_attributes, scope_name))
-                except ItemRejected as exc:
-                    out.reject(
-                        "log", exc.reason, f"resourceLogs[{r}].scopeLogs[{s}].logRecords[{i}]"
-                    )
+    _decode_records(out, _PB_LOGS, request.resource_logs, _pb_log, out.batch.logs)
     return out
 
 
@@ -721,32 +829,7 @@ def decode_logs_json(body: bytes) -> Decoded:
 
 def _logs_from_json(request: wire.ExportLogsServiceRequest, out: Decoded | None = None) -> Decoded:
     result = Decoded() if out is None else out
-    logs = result.batch.logs
-    for r, resource_logs in enumerate(request.resource_logs):
-        where_resource = f"resourceLogs[{r}]"
-        try:
-            resource_attributes = _json_attributes(resource_logs.resource.attributes)
-        except ItemRejected as exc:
-            for s, scope_logs in enumerate(resource_logs.scope_logs):
-                for i, _ in enumerate(scope_logs.log_records):
-                    result.count_read("log")
-                    result.reject(
-                        "log",
-                        f"resource {exc.reason}",
-                        f"{where_resource}.scopeLogs[{s}].logRecords[{i}]",
-                    )
-            continue
-        service = service_name_of(resource_attributes)
-        for s, scope_logs in enumerate(resource_logs.scope_logs):
-            scope_name = scope_logs.scope.name
-            for i, record in enumerate(scope_logs.log_records):
-                result.count_read("log")
-                try:
-                    logs.append(_json_log(result, record, service, resource_attributes, scope_name))
-                except ItemRejected as exc:
-                    result.reject(
-                        "log", exc.reason, f"{where_resource}.scopeLogs[{s}].logRecords[{i}]"
-                    )
+    _decode_records(result, _JSON_LOGS, request.resource_logs, _json_log, result.batch.logs)
     return result
 
 
@@ -774,6 +857,15 @@ def _json_log(
         event_name=record.event_name,
         scope_name=scope_name,
     )
+
+
+_LOG_KEYS: Final = ("resourceLogs", "scopeLogs", "logRecords")
+_PB_LOGS: Final = _Layout[logs_pb2.ResourceLogs, logs_pb2.ScopeLogs, logs_pb2.LogRecord](
+    "log", _LOG_KEYS, _pb_resource, lambda r: r.scope_logs, lambda s: s.log_records
+)
+_JSON_LOGS: Final = _Layout[wire.ResourceLogs, wire.ScopeLogs, wire.LogRecord](
+    "log", _LOG_KEYS, _json_resource, lambda r: r.scope_logs, lambda s: s.log_records
+)
 
 
 # ---- metrics -----------------------------------------------------------------------------------
@@ -969,6 +1061,38 @@ def _temporality(raw: int) -> AggregationTemporality:
     return _TEMPORALITY[raw] if 0 <= raw < len(_TEMPORALITY) else "unspecified"
 
 
+class _Metric(Protocol):
+    """``Metric`` of either encoding: what its points share."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def unit(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+
+MetricT = TypeVar("MetricT", bound=_Metric)
+
+
+def _decode_metrics(
+    out: Decoded,
+    layout: _Layout[ResourceT, ScopeT, MetricT],
+    resources: Iterable[ResourceT],
+    take: Callable[[Decoded, _MetricContext, MetricT, str], None],
+) -> None:
+    """Call ``take(out, context, metric, path)`` for every metric (its points are the items)."""
+    resource_key, scope_key, metric_key = layout.keys
+    for r, s, scope, service, resource_attributes in _scopes(out, layout, resources):
+        for m, metric in enumerate(layout.items(scope)):
+            ctx = _MetricContext(
+                metric.name, metric.unit, metric.description, service, resource_attributes
+            )
+            take(out, ctx, metric, f"{resource_key}[{r}].{scope_key}[{s}].{metric_key}[{m}]")
+
+
 def decode_metrics_protobuf(body: bytes) -> Decoded:
     """Decode a protobuf ``ExportMetricsServiceRequest`` (the body of ``POST /v1/metrics``).
 
@@ -978,17 +1102,13 @@ def decode_metrics_protobuf(body: bytes) -> Decoded:
     request = ExportMetricsServiceRequest()
     _parse_pb(request, body)
     out = Decoded()
-    for r, resource_metrics in enumerate(request.resource_metrics):
-        resource_attributes = _pb_attributes(resource_metrics.resource.attributes)
-        service = service_name_of(resource_attributes)
-        for s, scope_metrics in enumerate(resource_metrics.scope_metrics):
-            for m, metric in enumerate(scope_metrics.metrics):
-                where = f"resourceMetrics[{r}].scopeMetrics[{s}].metrics[{m}]"
-                ctx = _MetricContext(
-                    metric.name, metric.unit, metric.description, service, resource_attributes
-                )
-                _pb_metric(out, ctx, metric, where)
+    _decode_metrics(out, _PB_METRICS, request.resource_metrics, _pb_metric)
     return out
+
+
+def _pb_point_count(metric: metrics_pb2.Metric) -> int:
+    which = metric.WhichOneof("data")
+    return 0 if which is None else len(getattr(metric, which).data_points)
 
 
 def _pb_number(point: metrics_pb2.NumberDataPoint) -> float | None:
@@ -1119,6 +1239,17 @@ def _pb_metric(out: Decoded, ctx: _MetricContext, metric: metrics_pb2.Metric, wh
                 out.reject("metric_point", exc.reason, f"{where}.summary.dataPoints[{p}]")
 
 
+_METRIC_KEYS: Final = ("resourceMetrics", "scopeMetrics", "metrics")
+_PB_METRICS: Final = _Layout[
+    metrics_pb2.ResourceMetrics, metrics_pb2.ScopeMetrics, metrics_pb2.Metric
+](
+    "metric_point",
+    _METRIC_KEYS,
+    _pb_resource,
+    lambda r: r.scope_metrics,
+    lambda s: s.metrics,
+    _pb_point_count,
+)
 _METRICS_JSON: Final = msgspec.json.Decoder(wire.ExportMetricsServiceRequest)
 
 
@@ -1138,26 +1269,7 @@ def _metrics_from_json(
     request: wire.ExportMetricsServiceRequest, out: Decoded | None = None
 ) -> Decoded:
     result = Decoded() if out is None else out
-    for r, resource_metrics in enumerate(request.resource_metrics):
-        try:
-            resource_attributes = _json_attributes(resource_metrics.resource.attributes)
-        except ItemRejected as exc:
-            for scope_metrics in resource_metrics.scope_metrics:
-                for metric in scope_metrics.metrics:
-                    for _ in range(_json_point_count(metric)):
-                        result.count_read("metric_point")
-                        result.reject(
-                            "metric_point", f"resource {exc.reason}", f"resourceMetrics[{r}]"
-                        )
-            continue
-        service = service_name_of(resource_attributes)
-        for s, scope_metrics in enumerate(resource_metrics.scope_metrics):
-            for m, metric in enumerate(scope_metrics.metrics):
-                where = f"resourceMetrics[{r}].scopeMetrics[{s}].metrics[{m}]"
-                ctx = _MetricContext(
-                    metric.name, metric.unit, metric.description, service, resource_attributes
-                )
-                _json_metric(result, ctx, metric, where)
+    _decode_metrics(result, _JSON_METRICS, request.resource_metrics, _json_metric)
     return result
 
 
@@ -1318,6 +1430,16 @@ def _json_metric(out: Decoded, ctx: _MetricContext, metric: wire.Metric, where: 
                 out.note(SUMMARY_CONVERTED)
             except ItemRejected as exc:
                 out.reject("metric_point", exc.reason, f"{where}.summary.dataPoints[{p}]")
+
+
+_JSON_METRICS: Final = _Layout[wire.ResourceMetrics, wire.ScopeMetrics, wire.Metric](
+    "metric_point",
+    _METRIC_KEYS,
+    _json_resource,
+    lambda r: r.scope_metrics,
+    lambda s: s.metrics,
+    _json_point_count,
+)
 
 
 # ---- files: any of the three, or JSON lines of them --------------------------------------------
