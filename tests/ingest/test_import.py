@@ -413,3 +413,57 @@ def test_zipkin_and_jaeger_spans_with_a_bad_duration_are_rejected(
             return [(s.name, s.end_time_unix_nano - s.start_time_unix_nano) for s in page.items]
 
     assert trio.run(stored) == [("get /cart", 1_500_000)]  # the good span, its 1.5 ms kept
+
+
+@pytest.mark.usefixtures("no_retention")
+@pytest.mark.parametrize("fmt", ["zipkin", "jaeger"])
+def test_zipkin_annotations_and_jaeger_logs_with_a_bad_time_are_dropped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    now_us = time.time_ns() // 1000 - 60_000_000  # a minute ago
+    times = {"get /cart": [now_us + 100, -5], "get /bad": [2**62]}  # microseconds
+    if fmt == "zipkin":
+        document: object = _zipkin_spans(now_us, {})
+        for span in _as_dicts(document):
+            span["annotations"] = [
+                {"timestamp": t, "value": f"event {i}"}
+                for i, t in enumerate(times[str(span["name"])])
+            ]
+        note = "note (2): Zipkin annotation timestamp is missing or outside 1970..2262"
+    else:
+        document = _jaeger_trace(now_us, {})
+        trace = _as_dicts(_as_dict(document)["data"])[0]
+        for span in _as_dicts(trace["spans"]):
+            span["logs"] = [
+                {"timestamp": t, "fields": [{"key": "event", "value": f"event {i}"}]}
+                for i, t in enumerate(times[str(span["operationName"])])
+            ]
+        note = "note (2): Jaeger span log timestamp is missing or outside 1970..2262"
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps(document))
+    data_dir = tmp_path / "d"
+    assert main(["ingest", "--data-dir", str(data_dir), str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{path} ({fmt}): read 2 spans; wrote 2 spans; 0 already stored; 0 rejected" in out
+    assert note in out
+    config = load_config(
+        environ={}, overrides={"data_dir": str(data_dir), "store": {"retention_days": 0}}
+    )
+
+    async def stored() -> dict[str, list[tuple[str, int]]]:
+        async with open_telemetry_store(config) as store:
+            page = await store.get_trace("5b8efff798038103d269b633813fc60c", limit=10)
+            return {s.name: [(e.name, e.time_unix_nano) for e in s.events] for s in page.items}
+
+    # both spans kept; only the event with a usable time, at its time in nanoseconds
+    assert trio.run(stored) == {"get /cart": [("event 0", (now_us + 100) * 1000)], "get /bad": []}
+
+
+def _as_dict(value: object) -> dict[str, object]:
+    assert isinstance(value, dict)
+    return value
+
+
+def _as_dicts(value: object) -> list[dict[str, object]]:
+    assert isinstance(value, list)
+    return [_as_dict(item) for item in value]

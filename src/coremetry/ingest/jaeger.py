@@ -20,7 +20,9 @@ Field mapping (Jaeger's JSON model, ``model/json/model.go``; the OpenTelemetry C
 - The process's ``serviceName`` -> ``service_name`` (``unknown_service`` when empty) and its
   tags -> resource attributes (plus ``service.name``).
 - ``logs`` -> span events: the ``event`` field is the name (else ``"log"``), every other field
-  an attribute.
+  an attribute; ``timestamp`` (microseconds) is the event's time. A log whose ``timestamp`` is
+  missing or outside 1970..2262 is dropped and its span kept; the import summary counts it as a
+  note (:data:`BAD_LOG_TIME`).
 
 Rejected: spans without ``traceID``/``spanID``, with ids that are not hex, with a start time
 outside 1970..2262, a negative ``duration``, or a ``startTime + duration`` past 2262.
@@ -61,6 +63,10 @@ _FIELD_TAGS: Final = frozenset(
 START_UNUSABLE: Final = "Jaeger span startTime is missing or outside 1970..2262"
 NEGATIVE_DURATION: Final = "Jaeger span duration is negative (microseconds, must be 0 or more)"
 END_UNUSABLE: Final = "Jaeger span startTime + duration is past 2262"
+BAD_LOG_TIME: Final = (
+    "Jaeger span log timestamp is missing or outside 1970..2262 (microseconds); "
+    "the log was dropped, its span kept"
+)
 
 
 class _Tag(msgspec.Struct, kw_only=True):
@@ -76,7 +82,7 @@ class _Reference(msgspec.Struct, kw_only=True):
 
 
 class _Log(msgspec.Struct, kw_only=True):
-    timestamp: int = 0
+    timestamp: int = 0  # microseconds; 0 when absent (dropped: see _span)
     fields: list[_Tag] = msgspec.field(default_factory=list)
 
 
@@ -174,7 +180,7 @@ def decode_jaeger(data: bytes) -> Decoded:
         for i, span in enumerate(trace.spans):
             out.count_read("span")
             try:
-                out.batch.spans.append(_span(span, resources))
+                out.batch.spans.append(_span(span, resources, out))
             except ItemRejected as exc:
                 out.reject("span", exc.reason, f"data[{t}].spans[{i}]")
     return out
@@ -187,7 +193,12 @@ def _resource(process: _Process) -> tuple[str, Attributes]:
     return service, attributes
 
 
-def _span(span: _JaegerSpan, resources: dict[str, tuple[str, Attributes]]) -> Span:
+def _span(span: _JaegerSpan, resources: dict[str, tuple[str, Attributes]], out: Decoded) -> Span:
+    """One Jaeger span as a store span; logs with unusable times dropped with a note in ``out``.
+
+    Raises:
+        ItemRejected: the span cannot be stored (the reason names the field).
+    """
     trace_id = hex_trace_id(span.trace_id, "traceID")
     span_id = hex_span_id(span.span_id, "spanID")
     if not trace_id:
@@ -231,6 +242,12 @@ def _span(span: _JaegerSpan, resources: dict[str, tuple[str, Attributes]]) -> Sp
         kind = _KINDS.get(str(tags["span.kind"].value).lower(), SpanKind.UNSPECIFIED)
     status, message = _status(tags)
     scope_tag = tags.get("otel.scope.name") or tags.get("otel.library.name")
+    events: list[SpanEvent] = []
+    for log in span.logs:
+        if is_sane_time(log.timestamp * 1000):
+            events.append(_event(log))
+        else:
+            out.note(BAD_LOG_TIME)
     return Span(
         trace_id=trace_id,
         span_id=span_id,
@@ -244,7 +261,7 @@ def _span(span: _JaegerSpan, resources: dict[str, tuple[str, Attributes]]) -> Sp
         status_message=message,
         attributes=_attributes(span.tags, _FIELD_TAGS),
         resource_attributes=resource_attributes,
-        events=[_event(log) for log in span.logs],
+        events=events,
         links=links,
         scope_name=str(scope_tag.value) if scope_tag is not None and scope_tag.value else "",
     )

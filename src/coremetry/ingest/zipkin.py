@@ -15,7 +15,9 @@ Collector's Zipkin receiver for the OTel side):
   ``network.peer.address`` / ``network.peer.port``.
 - ``tags`` -> attributes (strings, as Zipkin has them); the ``error`` tag marks the span ERROR,
   with the tag's text as the status message (``"true"`` and ``""`` give no message).
-- ``annotations`` -> span events (``value`` is the event name).
+- ``annotations`` -> span events (``value`` is the event name, ``timestamp`` in microseconds
+  its time). An annotation whose ``timestamp`` is missing or outside 1970..2262 is dropped and
+  its span kept; the import summary counts it as a note (:data:`BAD_ANNOTATION_TIME`).
 
 Zipkin's B3 propagation lets a client and a server report *the same span id* ("shared" spans),
 and real traces also hold fragments: a record without ``timestamp`` that only adds a name or
@@ -69,6 +71,10 @@ SHARED_SPLIT: Final = "Zipkin span sharing its id with another got a derived id"
 BAD_TIME: Final = "Zipkin span timestamp is outside 1970..2262"
 NEGATIVE_DURATION: Final = "Zipkin span duration is negative (microseconds, must be 0 or more)"
 BAD_END: Final = "Zipkin span timestamp + duration is past 2262"
+BAD_ANNOTATION_TIME: Final = (
+    "Zipkin annotation timestamp is missing or outside 1970..2262 (microseconds); "
+    "the annotation was dropped, its span kept"
+)
 
 _KINDS: Final = {
     "CLIENT": SpanKind.CLIENT,
@@ -86,7 +92,7 @@ class _Endpoint(msgspec.Struct, kw_only=True):
 
 
 class _Annotation(msgspec.Struct, kw_only=True):
-    timestamp: int = 0
+    timestamp: int = 0  # microseconds; 0 when absent (dropped: see _events)
     value: str = ""
 
 
@@ -344,9 +350,18 @@ def _to_span(draft: _Draft, out: Decoded) -> Span:
         status_message=message,
         attributes=attributes,
         resource_attributes={"service.name": service},
-        events=[
-            SpanEvent(time_unix_nano=a.timestamp * 1000, name=a.value)
-            for a in sorted(draft.annotations, key=lambda a: a.timestamp)
-        ],
+        events=_events(draft.annotations, out),
         scope_name="",
     )
+
+
+def _events(annotations: list[_Annotation], out: Decoded) -> list[SpanEvent]:
+    """The annotations as span events in time order; unusable times dropped with a note."""
+    events: list[SpanEvent] = []
+    for annotation in sorted(annotations, key=lambda a: a.timestamp):
+        time_unix_nano = annotation.timestamp * 1000
+        if not is_sane_time(time_unix_nano):
+            out.note(BAD_ANNOTATION_TIME)
+            continue
+        events.append(SpanEvent(time_unix_nano=time_unix_nano, name=annotation.value))
+    return events
