@@ -116,6 +116,18 @@ class InstrumentationScope(_Wire):
     version: str = ""
 
 
+class _Resourced(_Wire):
+    """What ``Resource{Spans,Logs,Metrics}`` share: the resource."""
+
+    resource: Resource = msgspec.field(default_factory=Resource)
+
+
+class _Scoped(_Wire):
+    """What ``Scope{Spans,Logs,Metrics}`` share: the instrumentation scope."""
+
+    scope: InstrumentationScope = msgspec.field(default_factory=InstrumentationScope)
+
+
 # ---- trace.proto -------------------------------------------------------------------------------
 
 
@@ -158,17 +170,15 @@ class Span(_Wire):
     status: Status = msgspec.field(default_factory=Status)
 
 
-class ScopeSpans(_Wire):
+class ScopeSpans(_Scoped):
     """``ScopeSpans``."""
 
-    scope: InstrumentationScope = msgspec.field(default_factory=InstrumentationScope)
     spans: list[Span] = msgspec.field(default_factory=list)
 
 
-class ResourceSpans(_Wire):
+class ResourceSpans(_Resourced):
     """``ResourceSpans``."""
 
-    resource: Resource = msgspec.field(default_factory=Resource)
     scope_spans: list[ScopeSpans] = msgspec.field(default_factory=list)
 
 
@@ -195,17 +205,15 @@ class LogRecord(_Wire):
     event_name: str = ""
 
 
-class ScopeLogs(_Wire):
+class ScopeLogs(_Scoped):
     """``ScopeLogs``."""
 
-    scope: InstrumentationScope = msgspec.field(default_factory=InstrumentationScope)
     log_records: list[LogRecord] = msgspec.field(default_factory=list)
 
 
-class ResourceLogs(_Wire):
+class ResourceLogs(_Resourced):
     """``ResourceLogs``."""
 
-    resource: Resource = msgspec.field(default_factory=Resource)
     scope_logs: list[ScopeLogs] = msgspec.field(default_factory=list)
 
 
@@ -218,30 +226,36 @@ class ExportLogsServiceRequest(_Wire):
 # ---- metrics.proto -----------------------------------------------------------------------------
 
 
-class NumberDataPoint(_Wire):
+class _DataPoint(_Wire):
+    """What every data point has: attributes, times (unix ns) and ``DataPointFlags``."""
+
+    attributes: list[KeyValue] = msgspec.field(default_factory=list)
+    start_time_unix_nano: int | str = 0
+    time_unix_nano: int | str = 0
+    flags: int = 0
+
+
+class NumberDataPoint(_DataPoint):
     """``NumberDataPoint``: ``asDouble`` or ``asInt``."""
 
-    attributes: list[KeyValue] = msgspec.field(default_factory=list)
-    start_time_unix_nano: int | str = 0
-    time_unix_nano: int | str = 0
     as_double: float | str | None = None
     as_int: int | str | None = None
-    flags: int = 0
 
 
-class HistogramDataPoint(_Wire):
-    """``HistogramDataPoint``."""
+class _HistogramDataPoint(_DataPoint):
+    """What both histogram data points have beside their buckets."""
 
-    attributes: list[KeyValue] = msgspec.field(default_factory=list)
-    start_time_unix_nano: int | str = 0
-    time_unix_nano: int | str = 0
     count: int | str = 0
     sum: float | str | None = None
-    bucket_counts: list[int | str] = msgspec.field(default_factory=list)
-    explicit_bounds: list[float | str] = msgspec.field(default_factory=list)
     min: float | str | None = None
     max: float | str | None = None
-    flags: int = 0
+
+
+class HistogramDataPoint(_HistogramDataPoint):
+    """``HistogramDataPoint``."""
+
+    bucket_counts: list[int | str] = msgspec.field(default_factory=list)
+    explicit_bounds: list[float | str] = msgspec.field(default_factory=list)
 
 
 class ExponentialBuckets(_Wire):
@@ -251,21 +265,13 @@ class ExponentialBuckets(_Wire):
     bucket_counts: list[int | str] = msgspec.field(default_factory=list)
 
 
-class ExponentialHistogramDataPoint(_Wire):
+class ExponentialHistogramDataPoint(_HistogramDataPoint):
     """``ExponentialHistogramDataPoint``."""
 
-    attributes: list[KeyValue] = msgspec.field(default_factory=list)
-    start_time_unix_nano: int | str = 0
-    time_unix_nano: int | str = 0
-    count: int | str = 0
-    sum: float | str | None = None
     scale: int = 0
     zero_count: int | str = 0
     positive: ExponentialBuckets = msgspec.field(default_factory=ExponentialBuckets)
     negative: ExponentialBuckets = msgspec.field(default_factory=ExponentialBuckets)
-    flags: int = 0
-    min: float | str | None = None
-    max: float | str | None = None
     zero_threshold: float | str = 0.0
 
 
@@ -276,16 +282,12 @@ class ValueAtQuantile(_Wire):
     value: float | str = 0.0
 
 
-class SummaryDataPoint(_Wire):
+class SummaryDataPoint(_DataPoint):
     """``SummaryDataPoint``."""
 
-    attributes: list[KeyValue] = msgspec.field(default_factory=list)
-    start_time_unix_nano: int | str = 0
-    time_unix_nano: int | str = 0
     count: int | str = 0
     sum: float | str = 0.0
     quantile_values: list[ValueAtQuantile] = msgspec.field(default_factory=list)
-    flags: int = 0
 
 
 class Gauge(_Wire):
@@ -335,17 +337,15 @@ class Metric(_Wire):
     summary: Summary | None = None
 
 
-class ScopeMetrics(_Wire):
+class ScopeMetrics(_Scoped):
     """``ScopeMetrics``."""
 
-    scope: InstrumentationScope = msgspec.field(default_factory=InstrumentationScope)
     metrics: list[Metric] = msgspec.field(default_factory=list)
 
 
-class ResourceMetrics(_Wire):
+class ResourceMetrics(_Resourced):
     """``ResourceMetrics``."""
 
-    resource: Resource = msgspec.field(default_factory=Resource)
     scope_metrics: list[ScopeMetrics] = msgspec.field(default_factory=list)
 
 
