@@ -373,18 +373,11 @@ class _Resource(Protocol):
     def resource(self) -> resource_pb2.Resource: ...
 
 
-class _WireResource(Protocol):
-    """``Resource{Spans,Logs,Metrics}`` of JSON."""
-
-    @property
-    def resource(self) -> wire.Resource: ...
-
-
 def _pb_resource(resource: _Resource) -> Attributes:
     return _pb_attributes(resource.resource.attributes)
 
 
-def _json_resource(resource: _WireResource) -> Attributes:
+def _json_resource(resource: wire._Resourced) -> Attributes:
     return _json_attributes(resource.resource.attributes)
 
 
@@ -462,10 +455,10 @@ def _scopes(
     and rejected with the reason ``resource <why>`` -- a span or log record at its own path, a
     metric's data points at the resource's (``resourceMetrics[r]``).
     """
-    signal = layout.signal
+    signal, attributes_of, scopes_of = layout.signal, layout.resource_attributes, layout.scopes
     for r, resource in enumerate(resources):
         try:
-            resource_attributes = layout.resource_attributes(resource)
+            resource_attributes = attributes_of(resource)
         except ItemRejected as exc:
             reason = f"resource {exc.reason}"
             for s, scope in enumerate(layout.scopes(resource)):
@@ -479,7 +472,7 @@ def _scopes(
                         out.reject(signal, reason, f"{layout.keys[0]}[{r}]")
             continue
         service = service_name_of(resource_attributes)
-        for s, scope in enumerate(layout.scopes(resource)):
+        for s, scope in enumerate(scopes_of(resource)):
             yield r, s, scope, service, resource_attributes
 
 
@@ -497,11 +490,10 @@ def _decode_records(
     records; protobuf spans are the hot path of ingest (``bench/otlp_ingest.py``), so the item
     loop stays this plain.
     """
-    signal = layout.signal
-    append = records.append
+    signal, items_of, append = layout.signal, layout.items, records.append
     for r, s, scope, service, resource_attributes in _scopes(out, layout, resources):
         scope_name = scope.scope.name
-        items = layout.items(scope)
+        items = items_of(scope)
         if items:
             out.count_read(signal, len(items))
         for i, item in enumerate(items):
@@ -871,24 +863,26 @@ _JSON_LOGS: Final = _Layout[wire.ResourceLogs, wire.ScopeLogs, wire.LogRecord](
 # ---- metrics -----------------------------------------------------------------------------------
 
 
-class _MetricContext:
-    """What every point of one metric shares."""
+class _MetricContext(msgspec.Struct):
+    """What every point of one metric shares, and where the metric is in the request.
 
-    __slots__ = ("description", "name", "resource_attributes", "service", "unit")
+    A Struct: made once per metric, cheaply; the metric's path is formatted only for a
+    rejection.
+    """
 
-    def __init__(
-        self,
-        name: str,
-        unit: str,
-        description: str,
-        service: str,
-        resource_attributes: Attributes,
-    ) -> None:
-        self.name = name
-        self.unit = unit
-        self.description = description
-        self.service = service
-        self.resource_attributes = resource_attributes
+    name: str
+    unit: str
+    description: str
+    service: str
+    resource_attributes: Attributes
+    r: int
+    s: int
+    m: int
+
+    def where(self, kind: str, p: int) -> str:
+        """The JSON path of the metric's data point ``p``; ``kind``: ``gauge``...``summary``."""
+        resource, scope, metric = _METRIC_KEYS
+        return f"{resource}[{self.r}].{scope}[{self.s}].{metric}[{self.m}].{kind}.dataPoints[{p}]"
 
 
 def _point_times(time: int, start: int) -> tuple[int, int]:
@@ -1075,22 +1069,57 @@ class _Metric(Protocol):
 
 
 MetricT = TypeVar("MetricT", bound=_Metric)
+PointT = TypeVar("PointT")
+MadeT = TypeVar("MadeT")
 
 
 def _decode_metrics(
     out: Decoded,
     layout: _Layout[ResourceT, ScopeT, MetricT],
     resources: Iterable[ResourceT],
-    take: Callable[[Decoded, _MetricContext, MetricT, str], None],
+    take: Callable[[Decoded, _MetricContext, MetricT], None],
 ) -> None:
-    """Call ``take(out, context, metric, path)`` for every metric (its points are the items)."""
-    resource_key, scope_key, metric_key = layout.keys
+    """Call ``take(out, context, metric)`` for every metric (its data points are the items)."""
     for r, s, scope, service, resource_attributes in _scopes(out, layout, resources):
         for m, metric in enumerate(layout.items(scope)):
-            ctx = _MetricContext(
-                metric.name, metric.unit, metric.description, service, resource_attributes
+            name, unit, description = metric.name, metric.unit, metric.description
+            take(
+                out,
+                _MetricContext(name, unit, description, service, resource_attributes, r, s, m),
+                metric,
             )
-            take(out, ctx, metric, f"{resource_key}[{r}].{scope_key}[{s}].{metric_key}[{m}]")
+
+
+def _take_points(
+    out: Decoded,
+    ctx: _MetricContext,
+    kind: str,
+    points: Sequence[PointT],
+    store: Callable[[MadeT], None],
+    convert: Callable[[PointT], MadeT],
+    note: str = "",
+) -> None:
+    """``store(convert(point))`` for every data point of one metric's data, in either encoding.
+
+    ``store`` is the batch's ``metrics.append`` (``convert`` makes one record) or ``.extend``
+    (a summary point makes several). Every point is counted read; a point of a metric without
+    a name, or one ``convert`` refuses (``ItemRejected``), is rejected with that reason at its
+    path (``resourceMetrics[r].scopeMetrics[s].metrics[m].<kind>.dataPoints[p]``, ``kind``
+    the data's JSON name). ``note`` (a format conversion) is counted once per stored point.
+    """
+    count = len(points)
+    if count:
+        out.count_read("metric_point", count)
+    for p, point in enumerate(points):
+        try:
+            if not ctx.name:
+                raise ItemRejected(METRIC_NO_NAME)
+            store(convert(point))
+        except ItemRejected as exc:
+            out.reject("metric_point", exc.reason, ctx.where(kind, p))
+            continue
+        if note:
+            out.note(note)
 
 
 def decode_metrics_protobuf(body: bytes) -> Decoded:
@@ -1120,123 +1149,114 @@ def _pb_number(point: metrics_pb2.NumberDataPoint) -> float | None:
     return None
 
 
-def _pb_metric(out: Decoded, ctx: _MetricContext, metric: metrics_pb2.Metric, where: str) -> None:
+def _pb_exponential(point: metrics_pb2.ExponentialHistogramDataPoint) -> HistogramValue:
+    counts, bounds = exponential_to_explicit(
+        scale=point.scale,
+        zero_count=point.zero_count,
+        zero_threshold=point.zero_threshold,
+        positive_offset=point.positive.offset,
+        positive_counts=list(point.positive.bucket_counts),
+        negative_offset=point.negative.offset,
+        negative_counts=list(point.negative.bucket_counts),
+    )
+    return HistogramValue(
+        count=point.count,
+        sum=point.sum if point.HasField("sum") else None,
+        bucket_counts=counts,
+        explicit_bounds=bounds,
+        min=point.min if point.HasField("min") else None,
+        max=point.max if point.HasField("max") else None,
+    )
+
+
+def _pb_metric(out: Decoded, ctx: _MetricContext, metric: metrics_pb2.Metric) -> None:
     which = metric.WhichOneof("data")
-    metrics = out.batch.metrics
     if which == "gauge" or which == "sum":
         is_sum = which == "sum"
-        data = metric.sum if is_sum else metric.gauge
+        number = metric.sum if is_sum else metric.gauge
         monotonic = metric.sum.is_monotonic if is_sum else False
         temporality = _temporality(metric.sum.aggregation_temporality) if is_sum else "unspecified"
-        for p, point in enumerate(data.data_points):
-            out.count_read("metric_point")
-            try:
-                if not ctx.name:
-                    raise ItemRejected(METRIC_NO_NAME)
-                metrics.append(
-                    _number_point(
-                        ctx,
-                        kind=which,
-                        time=point.time_unix_nano,
-                        start=point.start_time_unix_nano,
-                        value=_pb_number(point),
-                        flags=point.flags,
-                        attributes=_pb_attributes(point.attributes),
-                        is_monotonic=monotonic,
-                        temporality=temporality,
-                    )
-                )
-            except ItemRejected as exc:
-                out.reject("metric_point", exc.reason, f"{where}.{which}.dataPoints[{p}]")
+        _take_points(
+            out,
+            ctx,
+            which,
+            number.data_points,
+            out.batch.metrics.append,
+            lambda point: _number_point(
+                ctx,
+                kind=which,
+                time=point.time_unix_nano,
+                start=point.start_time_unix_nano,
+                value=_pb_number(point),
+                flags=point.flags,
+                attributes=_pb_attributes(point.attributes),
+                is_monotonic=monotonic,
+                temporality=temporality,
+            ),
+        )
     elif which == "histogram":
         temporality = _temporality(metric.histogram.aggregation_temporality)
-        for p, hpoint in enumerate(metric.histogram.data_points):
-            out.count_read("metric_point")
-            try:
-                if not ctx.name:
-                    raise ItemRejected(METRIC_NO_NAME)
-                value = HistogramValue(
-                    count=hpoint.count,
-                    sum=hpoint.sum if hpoint.HasField("sum") else None,
-                    bucket_counts=list(hpoint.bucket_counts),
-                    explicit_bounds=list(hpoint.explicit_bounds),
-                    min=hpoint.min if hpoint.HasField("min") else None,
-                    max=hpoint.max if hpoint.HasField("max") else None,
-                )
-                metrics.append(
-                    _histogram_point(
-                        ctx,
-                        time=hpoint.time_unix_nano,
-                        start=hpoint.start_time_unix_nano,
-                        flags=hpoint.flags,
-                        attributes=_pb_attributes(hpoint.attributes),
-                        histogram=value,
-                        temporality=temporality,
-                    )
-                )
-            except ItemRejected as exc:
-                out.reject("metric_point", exc.reason, f"{where}.histogram.dataPoints[{p}]")
+        _take_points(
+            out,
+            ctx,
+            "histogram",
+            metric.histogram.data_points,
+            out.batch.metrics.append,
+            lambda point: _histogram_point(
+                ctx,
+                histogram=HistogramValue(
+                    count=point.count,
+                    sum=point.sum if point.HasField("sum") else None,
+                    bucket_counts=list(point.bucket_counts),
+                    explicit_bounds=list(point.explicit_bounds),
+                    min=point.min if point.HasField("min") else None,
+                    max=point.max if point.HasField("max") else None,
+                ),
+                time=point.time_unix_nano,
+                start=point.start_time_unix_nano,
+                flags=point.flags,
+                attributes=_pb_attributes(point.attributes),
+                temporality=temporality,
+            ),
+        )
     elif which == "exponential_histogram":
         temporality = _temporality(metric.exponential_histogram.aggregation_temporality)
-        for p, epoint in enumerate(metric.exponential_histogram.data_points):
-            out.count_read("metric_point")
-            try:
-                if not ctx.name:
-                    raise ItemRejected(METRIC_NO_NAME)
-                counts, bounds = exponential_to_explicit(
-                    scale=epoint.scale,
-                    zero_count=epoint.zero_count,
-                    zero_threshold=epoint.zero_threshold,
-                    positive_offset=epoint.positive.offset,
-                    positive_counts=list(epoint.positive.bucket_counts),
-                    negative_offset=epoint.negative.offset,
-                    negative_counts=list(epoint.negative.bucket_counts),
-                )
-                value = HistogramValue(
-                    count=epoint.count,
-                    sum=epoint.sum if epoint.HasField("sum") else None,
-                    bucket_counts=counts,
-                    explicit_bounds=bounds,
-                    min=epoint.min if epoint.HasField("min") else None,
-                    max=epoint.max if epoint.HasField("max") else None,
-                )
-                metrics.append(
-                    _histogram_point(
-                        ctx,
-                        time=epoint.time_unix_nano,
-                        start=epoint.start_time_unix_nano,
-                        flags=epoint.flags,
-                        attributes=_pb_attributes(epoint.attributes),
-                        histogram=value,
-                        temporality=temporality,
-                    )
-                )
-                out.note(EXPONENTIAL_CONVERTED)
-            except ItemRejected as exc:
-                out.reject(
-                    "metric_point", exc.reason, f"{where}.exponentialHistogram.dataPoints[{p}]"
-                )
+        _take_points(
+            out,
+            ctx,
+            "exponentialHistogram",
+            metric.exponential_histogram.data_points,
+            out.batch.metrics.append,
+            lambda point: _histogram_point(
+                ctx,
+                histogram=_pb_exponential(point),
+                time=point.time_unix_nano,
+                start=point.start_time_unix_nano,
+                flags=point.flags,
+                attributes=_pb_attributes(point.attributes),
+                temporality=temporality,
+            ),
+            EXPONENTIAL_CONVERTED,
+        )
     elif which == "summary":
-        for p, spoint in enumerate(metric.summary.data_points):
-            out.count_read("metric_point")
-            try:
-                if not ctx.name:
-                    raise ItemRejected(METRIC_NO_NAME)
-                metrics.extend(
-                    _summary_points(
-                        ctx,
-                        time=spoint.time_unix_nano,
-                        start=spoint.start_time_unix_nano,
-                        flags=spoint.flags,
-                        attributes=_pb_attributes(spoint.attributes),
-                        count=spoint.count,
-                        total=spoint.sum,
-                        quantiles=[(q.quantile, q.value) for q in spoint.quantile_values],
-                    )
-                )
-                out.note(SUMMARY_CONVERTED)
-            except ItemRejected as exc:
-                out.reject("metric_point", exc.reason, f"{where}.summary.dataPoints[{p}]")
+        _take_points(
+            out,
+            ctx,
+            "summary",
+            metric.summary.data_points,
+            out.batch.metrics.extend,
+            lambda point: _summary_points(
+                ctx,
+                time=point.time_unix_nano,
+                start=point.start_time_unix_nano,
+                flags=point.flags,
+                attributes=_pb_attributes(point.attributes),
+                count=point.count,
+                total=point.sum,
+                quantiles=[(q.quantile, q.value) for q in point.quantile_values],
+            ),
+            SUMMARY_CONVERTED,
+        )
 
 
 _METRIC_KEYS: Final = ("resourceMetrics", "scopeMetrics", "metrics")
@@ -1298,138 +1318,134 @@ def _optional_float(raw: float | str | None, what: str) -> float | None:
     return None if raw is None else parse_float(raw, what)
 
 
-def _json_metric(out: Decoded, ctx: _MetricContext, metric: wire.Metric, where: str) -> None:
-    metrics = out.batch.metrics
-    number_data: list[tuple[str, wire.Gauge | wire.Sum]] = []
+def _json_histogram(point: wire.HistogramDataPoint) -> HistogramValue:
+    return HistogramValue(
+        count=parse_int(point.count, "count"),
+        sum=_optional_float(point.sum, "sum"),
+        bucket_counts=[parse_int(c, "bucketCounts") for c in point.bucket_counts],
+        explicit_bounds=[parse_float(b, "explicitBounds") for b in point.explicit_bounds],
+        min=_optional_float(point.min, "min"),
+        max=_optional_float(point.max, "max"),
+    )
+
+
+def _json_exponential(point: wire.ExponentialHistogramDataPoint) -> HistogramValue:
+    counts, bounds = exponential_to_explicit(
+        scale=point.scale,
+        zero_count=parse_int(point.zero_count, "zeroCount"),
+        zero_threshold=parse_float(point.zero_threshold, "zeroThreshold"),
+        positive_offset=point.positive.offset,
+        positive_counts=[
+            parse_int(c, "positive.bucketCounts") for c in point.positive.bucket_counts
+        ],
+        negative_offset=point.negative.offset,
+        negative_counts=[
+            parse_int(c, "negative.bucketCounts") for c in point.negative.bucket_counts
+        ],
+    )
+    return HistogramValue(
+        count=parse_int(point.count, "count"),
+        sum=_optional_float(point.sum, "sum"),
+        bucket_counts=counts,
+        explicit_bounds=bounds,
+        min=_optional_float(point.min, "min"),
+        max=_optional_float(point.max, "max"),
+    )
+
+
+def _json_numbers(
+    out: Decoded, ctx: _MetricContext, kind: str, number: wire.Gauge | wire.Sum
+) -> None:
+    temporality: AggregationTemporality = "unspecified"
+    monotonic = False
+    if isinstance(number, wire.Sum):
+        temporality = _temporality(number.aggregation_temporality)
+        monotonic = number.is_monotonic
+    _take_points(
+        out,
+        ctx,
+        kind,
+        number.data_points,
+        out.batch.metrics.append,
+        lambda point: _number_point(
+            ctx,
+            kind=kind,
+            time=_json_time(point.time_unix_nano, "timeUnixNano"),
+            start=_json_time(point.start_time_unix_nano, "startTimeUnixNano"),
+            value=_json_number(point),
+            flags=point.flags,
+            attributes=_json_attributes(point.attributes),
+            is_monotonic=monotonic,
+            temporality=temporality,
+        ),
+    )
+
+
+def _json_metric(out: Decoded, ctx: _MetricContext, metric: wire.Metric) -> None:
+    # Every kind present is read (a metric should hold one; JSON can carry several).
     if metric.gauge is not None:
-        number_data.append(("gauge", metric.gauge))
+        _json_numbers(out, ctx, "gauge", metric.gauge)
     if metric.sum is not None:
-        number_data.append(("sum", metric.sum))
-    for kind, data in number_data:
-        monotonic = data.is_monotonic if isinstance(data, wire.Sum) else False
-        temporality = (
-            _temporality(data.aggregation_temporality)
-            if isinstance(data, wire.Sum)
-            else "unspecified"
-        )
-        for p, point in enumerate(data.data_points):
-            out.count_read("metric_point")
-            try:
-                if not ctx.name:
-                    raise ItemRejected(METRIC_NO_NAME)
-                metrics.append(
-                    _number_point(
-                        ctx,
-                        kind=kind,
-                        time=_json_time(point.time_unix_nano, "timeUnixNano"),
-                        start=_json_time(point.start_time_unix_nano, "startTimeUnixNano"),
-                        value=_json_number(point),
-                        flags=point.flags,
-                        attributes=_json_attributes(point.attributes),
-                        is_monotonic=monotonic,
-                        temporality=temporality,
-                    )
-                )
-            except ItemRejected as exc:
-                out.reject("metric_point", exc.reason, f"{where}.{kind}.dataPoints[{p}]")
+        _json_numbers(out, ctx, "sum", metric.sum)
     if metric.histogram is not None:
         temporality = _temporality(metric.histogram.aggregation_temporality)
-        for p, hpoint in enumerate(metric.histogram.data_points):
-            out.count_read("metric_point")
-            try:
-                if not ctx.name:
-                    raise ItemRejected(METRIC_NO_NAME)
-                value = HistogramValue(
-                    count=parse_int(hpoint.count, "count"),
-                    sum=_optional_float(hpoint.sum, "sum"),
-                    bucket_counts=[parse_int(c, "bucketCounts") for c in hpoint.bucket_counts],
-                    explicit_bounds=[
-                        parse_float(b, "explicitBounds") for b in hpoint.explicit_bounds
-                    ],
-                    min=_optional_float(hpoint.min, "min"),
-                    max=_optional_float(hpoint.max, "max"),
-                )
-                metrics.append(
-                    _histogram_point(
-                        ctx,
-                        time=_json_time(hpoint.time_unix_nano, "timeUnixNano"),
-                        start=_json_time(hpoint.start_time_unix_nano, "startTimeUnixNano"),
-                        flags=hpoint.flags,
-                        attributes=_json_attributes(hpoint.attributes),
-                        histogram=value,
-                        temporality=temporality,
-                    )
-                )
-            except ItemRejected as exc:
-                out.reject("metric_point", exc.reason, f"{where}.histogram.dataPoints[{p}]")
+        _take_points(
+            out,
+            ctx,
+            "histogram",
+            metric.histogram.data_points,
+            out.batch.metrics.append,
+            lambda point: _histogram_point(
+                ctx,
+                histogram=_json_histogram(point),
+                time=_json_time(point.time_unix_nano, "timeUnixNano"),
+                start=_json_time(point.start_time_unix_nano, "startTimeUnixNano"),
+                flags=point.flags,
+                attributes=_json_attributes(point.attributes),
+                temporality=temporality,
+            ),
+        )
     if metric.exponential_histogram is not None:
         temporality = _temporality(metric.exponential_histogram.aggregation_temporality)
-        for p, epoint in enumerate(metric.exponential_histogram.data_points):
-            out.count_read("metric_point")
-            try:
-                if not ctx.name:
-                    raise ItemRejected(METRIC_NO_NAME)
-                counts, bounds = exponential_to_explicit(
-                    scale=epoint.scale,
-                    zero_count=parse_int(epoint.zero_count, "zeroCount"),
-                    zero_threshold=parse_float(epoint.zero_threshold, "zeroThreshold"),
-                    positive_offset=epoint.positive.offset,
-                    positive_counts=[
-                        parse_int(c, "positive.bucketCounts") for c in epoint.positive.bucket_counts
-                    ],
-                    negative_offset=epoint.negative.offset,
-                    negative_counts=[
-                        parse_int(c, "negative.bucketCounts") for c in epoint.negative.bucket_counts
-                    ],
-                )
-                value = HistogramValue(
-                    count=parse_int(epoint.count, "count"),
-                    sum=_optional_float(epoint.sum, "sum"),
-                    bucket_counts=counts,
-                    explicit_bounds=bounds,
-                    min=_optional_float(epoint.min, "min"),
-                    max=_optional_float(epoint.max, "max"),
-                )
-                metrics.append(
-                    _histogram_point(
-                        ctx,
-                        time=_json_time(epoint.time_unix_nano, "timeUnixNano"),
-                        start=_json_time(epoint.start_time_unix_nano, "startTimeUnixNano"),
-                        flags=epoint.flags,
-                        attributes=_json_attributes(epoint.attributes),
-                        histogram=value,
-                        temporality=temporality,
-                    )
-                )
-                out.note(EXPONENTIAL_CONVERTED)
-            except ItemRejected as exc:
-                out.reject(
-                    "metric_point", exc.reason, f"{where}.exponentialHistogram.dataPoints[{p}]"
-                )
+        _take_points(
+            out,
+            ctx,
+            "exponentialHistogram",
+            metric.exponential_histogram.data_points,
+            out.batch.metrics.append,
+            lambda point: _histogram_point(
+                ctx,
+                histogram=_json_exponential(point),
+                time=_json_time(point.time_unix_nano, "timeUnixNano"),
+                start=_json_time(point.start_time_unix_nano, "startTimeUnixNano"),
+                flags=point.flags,
+                attributes=_json_attributes(point.attributes),
+                temporality=temporality,
+            ),
+            EXPONENTIAL_CONVERTED,
+        )
     if metric.summary is not None:
-        for p, spoint in enumerate(metric.summary.data_points):
-            out.count_read("metric_point")
-            try:
-                if not ctx.name:
-                    raise ItemRejected(METRIC_NO_NAME)
-                metrics.extend(
-                    _summary_points(
-                        ctx,
-                        time=_json_time(spoint.time_unix_nano, "timeUnixNano"),
-                        start=_json_time(spoint.start_time_unix_nano, "startTimeUnixNano"),
-                        flags=spoint.flags,
-                        attributes=_json_attributes(spoint.attributes),
-                        count=parse_int(spoint.count, "count"),
-                        total=parse_float(spoint.sum, "sum"),
-                        quantiles=[
-                            (parse_float(q.quantile, "quantile"), parse_float(q.value, "value"))
-                            for q in spoint.quantile_values
-                        ],
-                    )
-                )
-                out.note(SUMMARY_CONVERTED)
-            except ItemRejected as exc:
-                out.reject("metric_point", exc.reason, f"{where}.summary.dataPoints[{p}]")
+        _take_points(
+            out,
+            ctx,
+            "summary",
+            metric.summary.data_points,
+            out.batch.metrics.extend,
+            lambda point: _summary_points(
+                ctx,
+                time=_json_time(point.time_unix_nano, "timeUnixNano"),
+                start=_json_time(point.start_time_unix_nano, "startTimeUnixNano"),
+                flags=point.flags,
+                attributes=_json_attributes(point.attributes),
+                count=parse_int(point.count, "count"),
+                total=parse_float(point.sum, "sum"),
+                quantiles=[
+                    (parse_float(q.quantile, "quantile"), parse_float(q.value, "value"))
+                    for q in point.quantile_values
+                ],
+            ),
+            SUMMARY_CONVERTED,
+        )
 
 
 _JSON_METRICS: Final = _Layout[wire.ResourceMetrics, wire.ScopeMetrics, wire.Metric](
