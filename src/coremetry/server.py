@@ -161,6 +161,20 @@ def open_telemetry_store(config: Config) -> AbstractAsyncContextManager[Telemetr
     )
 
 
+def store_location(config: Config) -> str:
+    """The telemetry store ``config`` selects, as the CLI's messages name it.
+
+    ``<data_dir>/telemetry.db`` for the embedded store (``store.backend = "sqlite"``, ``~``
+    expanded); ``ClickHouse at <url> (database <name>)`` for ``store.backend = "clickhouse"``
+    (the URL never holds a password: :class:`~coremetry.config.ClickHouseConfig`). The same
+    choice as :func:`open_telemetry_store`.
+    """
+    if config.store.backend == "clickhouse":
+        section = config.clickhouse
+        return f"ClickHouse at {section.url} (database {section.database})"
+    return str(Path(config.data_dir).expanduser() / TELEMETRY_DB)
+
+
 def clickhouse_options(config: Config) -> "ClickHouseOptions":
     """The ClickHouse backend's options from ``config.clickhouse`` and ``config.store``.
 

@@ -144,6 +144,7 @@ async def test_cli_prints_and_saves_the_problem(
     assert await trio.to_thread.run_sync(main, argv) == 0
     out = capsys.readouterr().out.splitlines()
     assert "1 problems" in out[0]
+    assert f" in {data_dir / 'telemetry.db'}: " in out[0]  # the store it judged
     assert "[checkout, frontend]" in out[1]
     assert " resolved " in out[1]
     [saved] = load_problems(data_dir / PROBLEMS_FILE)

@@ -134,8 +134,11 @@ def test_all_shared_files_in_one_command(
     totals = [sum(column) for column in zip(*map(expected_counts, ALL_FILES), strict=True)]
     stored = statistics(data_dir)
     assert [stored.span_count, stored.log_count, stored.metric_point_count] == totals
-    summaries = [line for line in capsys.readouterr().out.splitlines() if not line.startswith(" ")]
+    captured = capsys.readouterr()
+    summaries = [line for line in captured.out.splitlines() if not line.startswith(" ")]
     assert [line.split(" ", 1)[0] for line in summaries] == [str(p) for p in ALL_FILES]
+    # stderr names the store written (not a terminal: no progress bars)
+    assert captured.err == f"importing into {data_dir / 'telemetry.db'}\n"
 
 
 @pytest.mark.usefixtures("no_retention")
@@ -442,8 +445,10 @@ def test_zipkin_annotations_and_jaeger_logs_with_a_bad_time_are_dropped(
     path = tmp_path / "spans.json"
     path.write_text(json.dumps(document))
     data_dir = tmp_path / "d"
-    assert main(["ingest", "--data-dir", str(data_dir), str(path)]) == 0
-    out = capsys.readouterr().out
+    assert main(["ingest", "--quiet", "--data-dir", str(data_dir), str(path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""  # --quiet: no store line either
+    out = captured.out
     assert f"{path} ({fmt}): read 2 spans; wrote 2 spans; 0 already stored; 0 rejected" in out
     assert note in out
     config = load_config(

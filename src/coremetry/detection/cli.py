@@ -1,14 +1,17 @@
 """``coremetry detect``: run the problem detector over a range of stored telemetry, on demand.
 
 ``coremetry detect [--range 12h] [--end now|latest|RFC3339] [--step 60s] [--json] [--no-save]
-[--data-dir DIR] [--config FILE]`` opens ``<data_dir>/telemetry.db``, judges the range
-``[end - range, end)`` (:func:`coremetry.detection.runner.detect_in_store`), prints one line per
-problem (id, status, start, end, services with the most likely origin first, title) or, with
-``--json``, the problems as JSON, and merges them into ``<data_dir>/problems.json``
-(:mod:`coremetry.detection.problem_store`) unless ``--no-save``. ``--end latest`` ends the range
-at the newest stored record (for imported, older data). Exit status 0 on success (with or
-without problems), 1 when the store or the problems file failed (one line names the cause), 2
-on a usage error.
+[--data-dir DIR] [--config FILE] [--store sqlite|clickhouse] [--clickhouse-url URL]`` opens the
+configured telemetry store (:func:`coremetry.server.open_telemetry_store`:
+``<data_dir>/telemetry.db`` by default, or ClickHouse with ``store.backend = clickhouse``),
+judges the range ``[end - range, end)`` (:func:`coremetry.detection.runner.detect_in_store`),
+prints a first line naming the range and the store (``<start> .. <end> in <store>: N series
+...``), then one line per problem (id, status, start, end, services with the most likely origin
+first, title) or, with ``--json``, only the problems as JSON, and merges them into
+``<data_dir>/problems.json`` (:mod:`coremetry.detection.problem_store`) unless ``--no-save``.
+``--end latest`` ends the range at the newest stored record (for imported, older data). Exit
+status 0 on success (with or without problems), 1 when the store or the problems file failed
+(one line names the store or the file, and the cause), 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -68,8 +71,14 @@ def _parse_end(text: str) -> int | None:
     return int(moment.timestamp() * _NS)
 
 
-def add_detect_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``detect`` to the ``coremetry`` command's subcommands."""
+def add_detect_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """Add ``detect`` to the ``coremetry`` command's subcommands.
+
+    Returns:
+        The ``detect`` parser (``coremetry.cli`` adds the store options to it).
+    """
     detect = sub.add_parser(
         "detect",
         help="find problems (anomalies grouped over the service graph) in stored telemetry",
@@ -83,34 +92,26 @@ def add_detect_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     detect.add_argument("--step", default="60s", help="series bucket width (default 60s)")
     detect.add_argument("--json", action="store_true", help="print the problems as JSON")
     detect.add_argument("--no-save", action="store_true", help="do not update problems.json")
-    detect.add_argument("--data-dir", help="where the store lives (default from the config)")
+    detect.add_argument(
+        "--data-dir",
+        help="the data dir: problems.json, and the store (telemetry.db) unless --store "
+        "clickhouse (default from the config)",
+    )
     detect.add_argument("--config", help="a TOML configuration file")
+    return detect
 
 
 def _utc(unix_nano: int) -> str:
     return datetime.fromtimestamp(unix_nano // _NS, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def _detect(
-    config: Config, database: Path, span_ns: int, end_ns: int | None, step_ns: int
-) -> DetectionRun:
+async def _detect(config: Config, span_ns: int, end_ns: int | None, step_ns: int) -> DetectionRun:
     from coremetry.detection.runner import DetectionOptions, detect_in_store
     from coremetry.server import open_telemetry_store
     from coremetry.store import TimeRange
-    from coremetry.store.sqlite import open_sqlite_store
 
-    # The configured store (store.backend); the embedded one at ``database`` by default.
-    opened = (
-        open_telemetry_store(config)
-        if config.store.backend != "sqlite"
-        else open_sqlite_store(
-            database,
-            retention_days=config.store.retention_days,
-            retention_interval_s=config.store.retention_interval_s,
-            query_threads=config.store.query_threads,
-        )
-    )
-    async with opened as store:
+    # The configured store (store.backend), as every command opens it.
+    async with open_telemetry_store(config) as store:
         if end_ns is None:
             newest = (await store.statistics()).newest_unix_nano
             end_ns = (newest if newest is not None else time.time_ns()) + 1
@@ -121,6 +122,7 @@ async def _detect(
 def run_detect(args: argparse.Namespace, config: Config) -> int:
     """Run ``coremetry detect`` with parsed arguments; return the exit status."""
     from coremetry.detection.problem_store import PROBLEMS_FILE, ProblemFileError, save_problems
+    from coremetry.server import store_location
     from coremetry.store import StoreError
 
     try:
@@ -130,15 +132,18 @@ def run_detect(args: argparse.Namespace, config: Config) -> int:
     except ValueError as exc:
         print(f"coremetry detect: {exc}", file=sys.stderr)
         return 2
+    location = store_location(config)
     try:
-        database = Path(config.data_dir).expanduser() / "telemetry.db"
-        run = trio.run(_detect, config, database, span_ns, end_ns, step_ns)
+        run = trio.run(_detect, config, span_ns, end_ns, step_ns)
     except (StoreError, ValueError) as exc:
-        print(f"coremetry detect: {exc}", file=sys.stderr)
+        print(f"coremetry detect: telemetry store {location}: {exc}", file=sys.stderr)
         return 1
     if not args.no_save:
         path = Path(config.data_dir).expanduser() / PROBLEMS_FILE
         try:
+            # With ClickHouse nothing else may have made the data dir yet (the embedded store
+            # does); private, as the identity store makes it.
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             save_problems(path, run.time_range, run.problems)
         except (ProblemFileError, OSError) as exc:
             print(f"coremetry detect: saving problems: {exc}", file=sys.stderr)
@@ -148,7 +153,8 @@ def run_detect(args: argparse.Namespace, config: Config) -> int:
         return 0
     out = sys.stdout
     out.write(
-        f"{_utc(run.time_range.start_unix_nano)} .. {_utc(run.time_range.end_unix_nano)}: "
+        f"{_utc(run.time_range.start_unix_nano)} .. {_utc(run.time_range.end_unix_nano)} "
+        f"in {location}: "
         f"{run.series_count} series ({run.point_count} points, step {run.step_ns // _NS} s), "
         f"{len(run.anomalies)} anomalies, {len(run.problems)} problems\n"
     )

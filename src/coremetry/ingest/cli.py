@@ -1,20 +1,24 @@
-"""``coremetry ingest FILE…``: import telemetry files into the data dir's store.
+"""``coremetry ingest FILE…``: import telemetry files into the configured telemetry store.
 
 ::
 
     coremetry ingest FILE... [--format auto|otlp-json|zipkin|jaeger|prometheus|csv]
                      [--data-dir DIR] [--config FILE]
+                     [--store sqlite|clickhouse] [--clickhouse-url URL]
                      [--metric-name NAME] [--label KEY=VALUE]... [--unit UNIT]   (CSV)
                      [--service-name NAME]                                      (CSV, Prometheus)
                      [--timestamp TIME]                                         (Prometheus)
                      [--quiet]
 
 Each file is read (``.gz`` too), its format detected unless ``--format`` names it, decoded,
-and written to ``<data_dir>/telemetry.db`` in chunks (see :mod:`coremetry.ingest.importer`),
-with a progress bar on stderr for large inputs when stderr is a terminal. One summary per file
+and written to the configured telemetry store (``<data_dir>/telemetry.db`` by default, or
+ClickHouse with ``store.backend = clickhouse`` or ``--store clickhouse``) in chunks (see
+:mod:`coremetry.ingest.importer`). Unless ``--quiet``, stderr names that store first
+(``importing into <data_dir>/telemetry.db`` or ``importing into ClickHouse at <url> (database
+<name>)``) and shows a progress bar for large inputs when it is a terminal. One summary per file
 goes to stdout: records read, written, already stored, rejected (with reasons and where),
 adjusted, and how many are older than the retention window. Works while ``coremetry serve``
-runs on the same data dir.
+runs on the same store.
 
 Exit status: 0 when every file was imported (rejected items do not fail a file), 1 when a file
 could not be read, decoded or written (the others are still imported), 2 on a usage error.
@@ -51,15 +55,22 @@ _SIGNAL_WORDS: Final[dict[str, str]] = {
 }
 
 
-def add_ingest_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``ingest`` subcommand to ``coremetry``'s parser."""
+def add_ingest_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """Add the ``ingest`` subcommand to ``coremetry``'s parser.
+
+    Returns:
+        The ``ingest`` parser (``coremetry.cli`` adds the store options to it).
+    """
     from coremetry.ingest.formats import FORMATS
 
     ingest = sub.add_parser(
         "ingest",
         help="import telemetry files (OTLP JSON, Zipkin, Jaeger, Prometheus, CSV) into the store",
-        description="Import telemetry files into <data_dir>/telemetry.db (also while the "
-        "server runs). Importing a file twice writes nothing new.",
+        description="Import telemetry files into the configured telemetry store "
+        "(<data_dir>/telemetry.db by default, or ClickHouse with store.backend = clickhouse), "
+        "also while the server runs. Importing a file twice writes nothing new.",
     )
     ingest.add_argument("files", nargs="+", metavar="FILE", help="files to import (.gz too)")
     ingest.add_argument(
@@ -68,7 +79,11 @@ def add_ingest_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default="auto",
         help="the files' format (default: detected from each file's content)",
     )
-    ingest.add_argument("--data-dir", help="the data dir whose store to write")
+    ingest.add_argument(
+        "--data-dir",
+        help="the data dir: its telemetry.db is the store written, unless --store clickhouse "
+        "(default from the config)",
+    )
     ingest.add_argument("--config", help="a TOML configuration file")
     ingest.add_argument(
         "--metric-name", help="CSV: the series' metric name (default: the file's name)"
@@ -91,7 +106,10 @@ def add_ingest_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="Prometheus: the scrape's time (ISO 8601 or unix time; default: now); "
         "pin it to make re-imports idempotent",
     )
-    ingest.add_argument("--quiet", action="store_true", help="no progress bar")
+    ingest.add_argument(
+        "--quiet", action="store_true", help="no progress bar, no store line on stderr"
+    )
+    return ingest
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:
@@ -150,16 +168,19 @@ async def _ingest(
     out: TextIO,
 ) -> int:
     from coremetry.ingest.importer import import_file
-    from coremetry.server import open_telemetry_store
+    from coremetry.server import open_telemetry_store, store_location
     from coremetry.store.errors import StoreError
 
     status = 0
+    location = store_location(config)
     async with AsyncExitStack() as stack:
         try:
             store = await stack.enter_async_context(open_telemetry_store(config))
         except (StoreError, ValueError) as exc:
-            print(f"coremetry: cannot open the store: {exc}", file=sys.stderr)
+            print(f"coremetry: cannot open the store {location}: {exc}", file=sys.stderr)
             return 1
+        if not quiet:
+            print(f"importing into {location}", file=sys.stderr, flush=True)
         for path in paths:
             progress = _Progress(path.name, enabled=not quiet)
             try:
