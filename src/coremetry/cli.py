@@ -14,8 +14,8 @@ Subcommands:
 - ``coremetry token create --name N --role R [--expires-in 30d]`` (prints the token alone on
   stdout, once) / ``token list`` / ``token revoke NAME`` — service tokens.
 - ``coremetry audit tail [-n N] [--sub SUB]`` — the newest audit records.
-- ``coremetry ingest FILE… [--format …]`` — import telemetry files into the data dir's store
-  (:mod:`coremetry.ingest.cli`).
+- ``coremetry ingest FILE… [--format …]`` — import telemetry files into the configured
+  telemetry store (:mod:`coremetry.ingest.cli`).
 - ``coremetry demo load [--data-dir DIR] [--force]`` — load the shipped demo telemetry, shifted
   so that it ends now (:mod:`coremetry.demo`); ``serve --demo`` does it first, then serves.
 - ``coremetry detect [--range 12h] [--end now|latest|T] [--json]`` — find problems in the stored
@@ -26,6 +26,10 @@ Subcommands:
 - ``coremetry conformance-fixture [--port P]`` — the official conformance suite's fixture on
   loopback only, without authentication (a test fixture; never part of ``serve``).
 - ``coremetry --version``.
+
+Every command that opens the telemetry store (``serve``, ``stdio``, ``ingest``, ``demo load``,
+``detect``) takes ``--store sqlite|clickhouse`` and ``--clickhouse-url URL``, overriding
+``store.backend`` and ``clickhouse.url``: ``sqlite`` is ``<data_dir>/telemetry.db``.
 
 Exit status: 0 on a clean end, 1 on a runtime error (e.g. the port is taken), 2 on a usage or
 configuration error.
@@ -104,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     _store_options(stdio)
     _log_level_option(stdio)
 
-    add_ingest_parser(sub)
+    _store_options(add_ingest_parser(sub))
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", help="a TOML configuration file")
@@ -145,8 +149,8 @@ def _parser() -> argparse.ArgumentParser:
     audit_tail.add_argument("-n", type=int, default=50, help="how many (default 50)")
     audit_tail.add_argument("--sub", help="only this identity")
 
-    add_demo_parser(sub)
-    add_detect_parser(sub)
+    _store_options(add_demo_parser(sub))
+    _store_options(add_detect_parser(sub))
     add_tools_parser(sub)
 
     config = sub.add_parser("config", help="inspect the configuration")
@@ -165,6 +169,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _store_options(parser: argparse.ArgumentParser) -> None:
+    """``--store`` / ``--clickhouse-url`` of every command that opens the telemetry store."""
     parser.add_argument(
         "--store",
         choices=("sqlite", "clickhouse"),

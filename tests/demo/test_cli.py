@@ -15,7 +15,7 @@ import trio
 
 from coremetry.config import load_config
 from coremetry.demo import DemoState, LoadResult, demo_state
-from coremetry.demo.cli import describe_load, store_location
+from coremetry.demo.cli import describe_load
 from coremetry.store.sqlite import open_sqlite_store
 
 from ._support import rows, trace_csvs
@@ -141,12 +141,30 @@ def test_demo_messages_name_the_configured_store(tmp_path: Path) -> None:
             "clickhouse": {"url": "http://ch.example:8123", "database": "otel"},
         },
     )
-    assert describe_load(loaded, store_location(embedded))[0].startswith(
+    assert describe_load(loaded, embedded)[0].startswith(
         f"loaded the demo into {tmp_path / 'telemetry.db'}; "
     )
     for result, opening in ((loaded, "loaded the demo into"), (again, "the demo is already in")):
-        lines = describe_load(result, store_location(clickhouse))
+        lines = describe_load(result, clickhouse)
         assert lines[0].startswith(
             f"{opening} ClickHouse at http://ch.example:8123 (database otel)"
         )
         assert not any("telemetry.db" in line for line in lines)
+
+
+def test_already_loaded_advice_fits_the_backend(tmp_path: Path) -> None:
+    state = DemoState(state="loaded", started_unix_nano=1_800_000_000 * 10**9, shifts={})
+    again = LoadResult(status="already_loaded", state=state, datasets=[], faults_path=Path())
+    embedded = load_config(environ={}, overrides={"data_dir": str(tmp_path)})
+    clickhouse = load_config(
+        environ={}, overrides={"data_dir": str(tmp_path), "store": {"backend": "clickhouse"}}
+    )
+    # the embedded store lives in the data dir: another one starts empty
+    assert describe_load(again, embedded)[1].endswith("; a fresh --data-dir always works.")
+    # ClickHouse data is in the database: a fresh data dir would load a second copy into it
+    advice = describe_load(again, clickhouse)[1]
+    assert "--data-dir" not in advice
+    assert advice.endswith(
+        "; an empty ClickHouse database (clickhouse.database, or another server with "
+        "--clickhouse-url) always works."
+    )

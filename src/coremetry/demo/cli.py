@@ -1,8 +1,9 @@
 """``coremetry demo load`` and the demo step of ``coremetry serve --demo``.
 
-``coremetry demo load [--data-dir DIR] [--config FILE] [--force]`` loads the shipped demo into
-the configured telemetry store, ``<data_dir>/telemetry.db`` or ClickHouse (``store.backend``;
-see :mod:`coremetry.demo.loader` for the time shift and idempotency), then prints a summary on
+``coremetry demo load [--data-dir DIR] [--config FILE] [--force] [--store sqlite|clickhouse]
+[--clickhouse-url URL]`` loads the shipped demo into the configured telemetry store,
+``<data_dir>/telemetry.db`` or ClickHouse (``store.backend``, or ``--store``; see
+:mod:`coremetry.demo.loader` for the time shift and idempotency), then prints a summary on
 stdout: which store, per dataset what was stored, its time span after the shift, and where the
 shifted fault list is. Loading a data dir that already holds the demo does nothing and says so.
 Exit status 0 on success (also when already loaded), 1 when loading failed (the message names
@@ -29,22 +30,23 @@ if TYPE_CHECKING:  # the loader pulls in the decoders: imported only when a demo
     from coremetry.demo.manifest import DataFile, Dataset
 
 __all__ = [
-    "TELEMETRY_DB",
     "add_demo_parser",
     "data_dir_of",
     "describe_load",
     "load_demo_for_config",
     "prepare_serve_demo",
     "run_demo",
-    "store_location",
 ]
 
-TELEMETRY_DB = "telemetry.db"
-"""The embedded store's file in the data dir."""
 
+def add_demo_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """Add ``demo load`` to the ``coremetry`` command's subcommands.
 
-def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``demo load`` to the ``coremetry`` command's subcommands."""
+    Returns:
+        The ``demo load`` parser (``coremetry.cli`` adds the store options to it).
+    """
     demo = sub.add_parser("demo", help="the shipped demo dataset")
     actions = demo.add_subparsers(dest="demo_command", required=True, metavar="ACTION")
     load = actions.add_parser(
@@ -56,8 +58,8 @@ def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     load.add_argument(
         "--data-dir",
-        help="the data dir: the embedded store (telemetry.db), the demo's state and fault list "
-        "(default from the config)",
+        help="the data dir: the embedded store (telemetry.db, unless --store clickhouse), the "
+        "demo's state and fault list (default from the config)",
     )
     load.add_argument("--config", help="a TOML configuration file")
     load.add_argument(
@@ -65,6 +67,7 @@ def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="load again so the data ends now (only when the store holds nothing but the demo)",
     )
+    return load
 
 
 def _utc(unix_nano: int) -> str:
@@ -107,32 +110,34 @@ def _dataset_lines(load: DatasetLoad) -> list[str]:
     return lines
 
 
-def store_location(config: Config) -> str:
-    """The telemetry store ``config`` selects, as the demo messages name it.
-
-    ``<data_dir>/telemetry.db`` for the embedded store (``store.backend = "sqlite"``);
-    ``ClickHouse at <url> (database <name>)`` for ``store.backend = "clickhouse"`` (the URL
-    never holds a password: :class:`~coremetry.config.ClickHouseConfig`).
-    """
-    if config.store.backend == "clickhouse":
-        section = config.clickhouse
-        return f"ClickHouse at {section.url} (database {section.database})"
-    return str(data_dir_of(config) / TELEMETRY_DB)
-
-
-def describe_load(result: LoadResult, store: str) -> list[str]:
+def describe_load(result: LoadResult, config: Config) -> list[str]:
     """The summary lines ``coremetry demo load`` prints for ``result``.
 
     Args:
         result: what :func:`~coremetry.demo.loader.load_demo` did.
-        store: the store it loaded into, as :func:`store_location` names it.
+        config: the configuration it loaded with; the store is named as
+            :func:`coremetry.server.store_location` names it, and the advice when the demo is
+            already loaded fits the backend (the data is in the data dir for the embedded
+            store, in the database for ClickHouse).
     """
+    from coremetry.server import store_location
+
+    store = store_location(config)
     if result.status == "already_loaded":
+        if config.store.backend == "clickhouse":
+            # A fresh data dir would load a second, differently shifted copy into the same
+            # database; an empty database is loaded into (the state sees the store empty).
+            fresh = (
+                "an empty ClickHouse database (clickhouse.database, or another server with "
+                "--clickhouse-url) always works."
+            )
+        else:
+            fresh = "a fresh --data-dir always works."
         return [
             f"the demo is already in {store} (loaded {_utc(result.state.started_unix_nano)}, "
             "when its last event was 'now'); nothing to do.",
             "  `coremetry demo load --force` loads it again to end now (only when the store "
-            "holds nothing else); a fresh --data-dir always works.",
+            f"holds nothing else); {fresh}",
         ]
     verb = {"loaded": "loaded", "resumed": "finished loading", "reloaded": "reloaded"}[
         result.status
@@ -202,7 +207,7 @@ def _load_and_describe(config: Config, *, force: bool, out: TextIO) -> int:
     except ValueError as exc:
         print(f"coremetry: {exc}", file=sys.stderr)
         return 2
-    out.write("".join(line + "\n" for line in describe_load(result, store_location(config))))
+    out.write("".join(line + "\n" for line in describe_load(result, config)))
     out.flush()
     return 0
 
