@@ -33,7 +33,6 @@ Conventions:
 
 from __future__ import annotations
 
-import bisect
 import math
 import re
 import struct
@@ -41,6 +40,7 @@ from collections.abc import Sequence
 from typing import Final, cast
 
 from coremetry.store import _query_args as _args
+from coremetry.store._histogram import histogram_quantile
 from coremetry.store._query_args import (
     MAX_NS,
     PERCENTILE_AGGREGATIONS,
@@ -88,7 +88,6 @@ __all__ = [
     "LOOKBACK_NS",
     "PARENT_WINDOW_NS",
     "Reader",
-    "histogram_quantile",
 ]
 
 SECOND: Final = 1_000_000_000
@@ -148,40 +147,6 @@ def _range(time_range: TimeRange) -> dict[str, Param]:
         "start_s": min(start // SECOND, 2**32 - 1),
         "end_s": min(max(end - 1, 0) // SECOND, 2**32 - 1),
     }
-
-
-def histogram_quantile(q: float, bounds: list[float], counts: list[int]) -> float | None:
-    """Prometheus' ``histogram_quantile`` over one merged histogram.
-
-    Args:
-        q: the quantile, 0..1.
-        bounds: the buckets' upper bounds, ascending, the last ``inf``.
-        counts: each bucket's (not cumulative) count.
-
-    Returns:
-        Linear interpolation inside the bucket holding rank ``q * total`` (lower bound: the
-        previous upper bound, 0 for a first bucket with a positive bound); in the ``+Inf``
-        bucket, the largest finite bound; ``None`` when nothing was counted.
-    """
-    cumulative: list[int] = []
-    running = 0
-    for count in counts:
-        running += max(0, count)
-        cumulative.append(running)
-    if running == 0:
-        return None
-    rank = q * running
-    i = min(bisect.bisect_left(cumulative, rank), len(bounds) - 1)
-    upper = bounds[i]
-    if math.isinf(upper):
-        finite = [b for b in bounds if not math.isinf(b)]
-        return finite[-1] if finite else None
-    lower = bounds[i - 1] if i > 0 else (0.0 if upper > 0 else upper)
-    below = cumulative[i - 1] if i > 0 else 0
-    in_bucket = cumulative[i] - below
-    if in_bucket == 0:
-        return upper
-    return lower + (upper - lower) * (rank - below) / in_bucket
 
 
 def _score_bits(score: float) -> int:

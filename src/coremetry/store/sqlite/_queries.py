@@ -20,7 +20,6 @@ Conventions used below:
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Sequence
 from typing import Final, cast
@@ -28,6 +27,7 @@ from typing import Final, cast
 import msgspec
 
 from coremetry.store import _query_args as _args
+from coremetry.store._histogram import histogram_quantile
 from coremetry.store._query_args import (
     PERCENTILE_AGGREGATIONS,
     SIMPLE_AGGREGATIONS,
@@ -1269,40 +1269,3 @@ def _histogram_percentile(
 
 
 _BOUNDS: Final = msgspec.json.Decoder(list[float])
-
-
-def histogram_quantile(q: float, bounds: list[float], counts: list[int]) -> float | None:
-    """Prometheus' ``histogram_quantile`` over one merged histogram.
-
-    Args:
-        q: the quantile, 0..1.
-        bounds: the buckets' upper bounds, ascending, the last ``inf``.
-        counts: each bucket's (not cumulative) count.
-
-    Returns:
-        The estimate: linear interpolation inside the bucket holding rank ``q * total``,
-        whose lower bound is the previous bucket's upper bound (0 for the first bucket when
-        its upper bound is positive); in the ``+Inf`` bucket, the largest finite bound.
-        ``None`` when the histogram counts nothing.
-    """
-    cumulative: list[int] = []
-    running = 0
-    for count in counts:
-        running += max(0, count)
-        cumulative.append(running)
-    total = running
-    if total == 0:
-        return None
-    rank = q * total
-    i = bisect.bisect_left(cumulative, rank)
-    i = min(i, len(bounds) - 1)
-    upper = bounds[i]
-    if math.isinf(upper):
-        finite = [b for b in bounds if not math.isinf(b)]
-        return finite[-1] if finite else None
-    lower = bounds[i - 1] if i > 0 else (0.0 if upper > 0 else upper)
-    below = cumulative[i - 1] if i > 0 else 0
-    in_bucket = cumulative[i] - below
-    if in_bucket == 0:
-        return upper
-    return lower + (upper - lower) * (rank - below) / in_bucket
