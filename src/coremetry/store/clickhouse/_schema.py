@@ -12,7 +12,17 @@ leads with, are:
   and values, and a ``minmax`` index on ``Duration``;
 - logs: ``ORDER BY (ServiceName, TimestampTime, Timestamp)``, a ``bloom_filter`` on
   ``TraceId`` and a ``tokenbf_v1`` on ``Body``;
-- metrics: ``ORDER BY (ServiceName, MetricName, Attributes, toUnixTimestamp64Nano(TimeUnix))``.
+- metrics: ``ORDER BY (ServiceName, MetricName, Attributes, toUnixTimestamp64Nano(TimeUnix))``;
+- the trace-id lookup ``otel_traces_trace_id_ts`` (``traces_id_ts_lookup_table.sql``):
+  ``TraceId String, Start DateTime, End DateTime``, ``ORDER BY (TraceId, Start)``, filled by the
+  materialized view ``otel_traces_trace_id_ts_mv`` (``traces_id_ts_lookup_mv.sql``) with
+  ``min(Timestamp)``/``max(Timestamp)`` of each ``TraceId`` in every block inserted into
+  ``otel_traces``. ``DateTime`` keeps whole seconds (the conversion truncates), so a trace's
+  spans start in ``[Start, End + 1 s)``; a trace inserted over several blocks has several
+  rows (take ``min(Start)``, ``max(End)``). Older exporter versions have no lookup table, some
+  deployments use ``DateTime64(9)`` or ``SimpleAggregateFunction(min, DateTime)`` columns: it
+  is optional (:func:`trace_lookup_problem`), and reads fall back to the ``TraceId`` bloom
+  filter without it.
 
 :data:`REQUIRED_COLUMNS` lists, per table, the columns the backend uses and the type family it
 expects; the startup check (:func:`missing_columns`) compares them with ``system.columns`` and
@@ -31,11 +41,13 @@ import msgspec
 
 __all__ = [
     "IDENTIFIER",
+    "LOOKUP_MAX_S",
     "REQUIRED_COLUMNS",
     "TableNames",
     "exporter_ddl",
     "missing_columns",
     "quote_identifier",
+    "trace_lookup_problem",
 ]
 
 IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -61,7 +73,9 @@ class TableNames(msgspec.Struct, frozen=True, kw_only=True):
 
     ``database``, ``traces`` (``traces_table_name``), ``logs`` (``logs_table_name``) and
     ``metrics`` (``metrics_table_name``: the metric tables are that name plus ``_gauge``,
-    ``_sum``, ``_histogram``, as the exporter names them).
+    ``_sum``, ``_histogram``, as the exporter names them). The trace-id lookup table and its
+    materialized view are the traces table's name plus ``_trace_id_ts`` and
+    ``_trace_id_ts_mv``, as the exporter names them.
     """
 
     database: str = "default"
@@ -73,13 +87,16 @@ class TableNames(msgspec.Struct, frozen=True, kw_only=True):
         """Raises: ValueError: a name is not a plain identifier (names the key)."""
         quote_identifier(self.database, "clickhouse.database")
         quote_identifier(self.traces, "clickhouse.traces_table_name")
+        quote_identifier(self.traces + "_trace_id_ts_mv", "clickhouse.traces_table_name")
         quote_identifier(self.logs, "clickhouse.logs_table_name")
         quote_identifier(self.metrics + "_histogram", "clickhouse.metrics_table_name")
 
     def table(self, kind: str) -> str:
-        """The bare name of ``kind`` (traces, logs, gauge, sum, histogram)."""
+        """The bare name of ``kind`` (traces, logs, gauge, sum, histogram, trace_id_ts[_mv])."""
         if kind == "traces":
             return self.traces
+        if kind in ("trace_id_ts", "trace_id_ts_mv"):
+            return f"{self.traces}_{kind}"
         if kind == "logs":
             return self.logs
         return f"{self.metrics}_{kind}"
@@ -207,12 +224,55 @@ def missing_columns(names: TableNames, found: dict[str, dict[str, str]]) -> list
     return problems
 
 
-def exporter_ddl(names: TableNames, *, engine: str = "MergeTree") -> list[str]:
+LOOKUP_MAX_S: Final = 2**32 - 1
+"""The largest ``DateTime`` (2106-02-07 06:28:15 UTC): our view stores later times as this."""
+
+_LOOKUP_TIME: Final = re.compile(r"DateTime(?:\('[^']*'\))?|DateTime64\(\d(?:,'[^']*')?\)")
+_SIMPLE_AGGREGATE: Final = re.compile(r"SimpleAggregateFunction\((?:min|max),(.*)\)")
+
+
+def trace_lookup_problem(names: TableNames, found: dict[str, str] | None) -> str | None:
+    """Why the exporter's trace-id lookup table cannot be used, or ``None`` when it can.
+
+    Args:
+        names: the configured tables.
+        found: the lookup table's columns as ``system.columns`` lists them (name -> type);
+            ``None`` when the table does not exist.
+
+    Returns:
+        ``None`` when ``TraceId`` is a ``String`` and ``Start``/``End`` are ``DateTime`` or
+        ``DateTime64`` (optionally ``SimpleAggregateFunction(min|max, ...)``); otherwise one
+        line naming the table and what is missing or of another type.
+    """
+    table = f"{names.database}.{names.table('trace_id_ts')}"
+    if found is None:
+        return f"table {table} is missing"
+    trace_id = found.get("TraceId")
+    if trace_id is None or _normalized(trace_id) != "String":
+        return f"column {table}.TraceId is {trace_id or 'missing'}, expected String"
+    for column in ("Start", "End"):
+        actual = found.get(column)
+        text = (actual or "").replace(" ", "")
+        aggregate = _SIMPLE_AGGREGATE.fullmatch(text)
+        if _LOOKUP_TIME.fullmatch(aggregate.group(1) if aggregate else text) is None:
+            return f"column {table}.{column} is {actual or 'missing'}, expected DateTime"
+    return None
+
+
+def exporter_ddl(
+    names: TableNames, *, engine: str = "MergeTree", trace_lookup: bool = True
+) -> list[str]:
     """``CREATE DATABASE``/``CREATE TABLE IF NOT EXISTS`` statements for the exporter's schema.
 
     Columns, types, codecs, sort keys, partitions and skip indexes are those of the exporter's
     ``sqltemplates`` (default bloom-filter variant, no TTL). ``engine`` is the table engine
-    (``MergeTree``; a cluster uses ``ReplicatedMergeTree``).
+    (``MergeTree``; a cluster uses ``ReplicatedMergeTree``). With ``trace_lookup``, the last two
+    statements create the trace-id lookup table and its materialized view (the exporter's
+    ``traces_id_ts_lookup_*.sql``); the view differs from the exporter's in one way: a time
+    after 2106-02-07 06:28:15 (past ``DateTime``) is stored as that largest ``DateTime``,
+    where the exporter's view wraps it around. Create them only with the traces table: a view
+    added over stored spans sees new inserts only, and a trace that straddles its creation
+    would get bounds that miss the older spans.
 
     Raises:
         ValueError: a name is not a plain identifier.
@@ -257,7 +317,7 @@ def exporter_ddl(names: TableNames, *, engine: str = "MergeTree") -> list[str]:
 PARTITION BY toDate(TimeUnix)
 ORDER BY (ServiceName, MetricName, Attributes, toUnixTimestamp64Nano(TimeUnix))
 {settings}"""
-    return [
+    statements = [
         f"CREATE DATABASE IF NOT EXISTS {db}",
         f"""CREATE TABLE IF NOT EXISTS {names.qualified("traces")} (
     Timestamp DateTime64(9) CODEC(Delta(8), ZSTD(1)),
@@ -349,4 +409,28 @@ ORDER BY (ServiceName, TimestampTime, Timestamp)
     Max Float64 CODEC(ZSTD(1)),
     AggregationTemporality Int32 CODEC(ZSTD(1)),{metric_indexes}
 ) {metric_tail}""",
+    ]
+    if not trace_lookup:
+        return statements
+    largest = f"toDateTime64({LOOKUP_MAX_S}, 9)"
+    return [
+        *statements,
+        f"""CREATE TABLE IF NOT EXISTS {names.qualified("trace_id_ts")} (
+    TraceId String CODEC(ZSTD(1)),
+    Start DateTime CODEC(Delta, ZSTD(1)),
+    End DateTime CODEC(Delta, ZSTD(1)),
+    INDEX idx_trace_id TraceId TYPE bloom_filter(0.01) GRANULARITY 1
+) ENGINE = {engine}
+PARTITION BY toDate(Start)
+ORDER BY (TraceId, Start)
+{settings}""",
+        f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {names.qualified("trace_id_ts_mv")}
+TO {names.qualified("trace_id_ts")}
+AS SELECT
+    TraceId,
+    toDateTime(least(min(Timestamp), {largest})) AS Start,
+    toDateTime(least(max(Timestamp), {largest})) AS End
+FROM {names.qualified("traces")}
+WHERE TraceId != ''
+GROUP BY TraceId""",
     ]

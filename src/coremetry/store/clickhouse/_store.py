@@ -36,7 +36,12 @@ lightweight ``DELETE`` per table (one mutation each, not chunked).
 
 **Startup.** :func:`open_clickhouse_store` connects, reads ``system.columns`` and raises
 :class:`~coremetry.store.errors.StoreSchemaError` naming every missing table or column (or
-creates the exporter's tables first with ``create_tables``).
+creates the exporter's tables first with ``create_tables``). It also looks for the exporter's
+trace-id lookup table (``otel_traces_trace_id_ts``, see ``_schema``): optional, logged when it
+is missing or not of the exporter's shape; ``get_trace`` then reads by the ``TraceId`` bloom
+filter alone. ``create_tables`` creates the lookup table and its materialized view only with
+the traces table (a view added over stored spans would give straddling traces short bounds).
+Our own inserts into ``otel_traces`` fill the lookup through that view, as the exporter's do.
 
 Problems, anomalies, users, tokens and the audit log are not telemetry: they stay in the
 embedded files of the data dir whichever backend holds the telemetry.
@@ -96,7 +101,14 @@ from ._codec import (
 )
 from ._queries import Reader
 from ._runtime import Param, Runtime, connect, redacted_url
-from ._schema import REQUIRED_COLUMNS, TABLE_KINDS, TableNames, exporter_ddl, missing_columns
+from ._schema import (
+    REQUIRED_COLUMNS,
+    TABLE_KINDS,
+    TableNames,
+    exporter_ddl,
+    missing_columns,
+    trace_lookup_problem,
+)
 
 __all__ = [
     "ClickHouseOptions",
@@ -210,13 +222,17 @@ class ClickHouseStore:
     """The ClickHouse telemetry store (:class:`~coremetry.store.TelemetryStore`).
 
     Create it with :func:`open_clickhouse_store`; every method is documented on the protocol,
-    the differences from the embedded store in this package's docstrings.
+    the differences from the embedded store in this package's docstrings. ``trace_lookup``:
+    the exporter's trace-id lookup table exists and is of its shape (``get_trace`` reads a
+    trace's time bounds from it first).
     """
 
-    def __init__(self, options: ClickHouseOptions, runtime: Runtime) -> None:
+    def __init__(
+        self, options: ClickHouseOptions, runtime: Runtime, *, trace_lookup: bool = False
+    ) -> None:
         self.options = options
         self.runtime = runtime
-        self._reader = Reader(options.tables, runtime)
+        self._reader = Reader(options.tables, runtime, trace_lookup=trace_lookup)
         self._write_lock = trio.Lock()
         self._closed = False
 
@@ -526,9 +542,10 @@ class ClickHouseStore:
                 await trio.to_thread.run_sync(self.runtime.close)
 
 
-async def _check_schema(runtime: Runtime, options: ClickHouseOptions) -> list[str]:
+async def _read_columns(runtime: Runtime, options: ClickHouseOptions) -> dict[str, dict[str, str]]:
+    """Per table kind (and ``trace_id_ts``), the columns of the tables that exist."""
     tables = options.tables
-    names = {tables.table(kind): kind for kind in TABLE_KINDS}
+    names = {tables.table(kind): kind for kind in (*TABLE_KINDS, "trace_id_ts")}
     rows = await runtime.query(
         "SELECT table, name, type FROM system.columns "
         "WHERE database = {database:String} AND table IN {tables:Array(String)}",
@@ -537,7 +554,7 @@ async def _check_schema(runtime: Runtime, options: ClickHouseOptions) -> list[st
     found: dict[str, dict[str, str]] = {}
     for table, column, type_name in rows:
         found.setdefault(names[cast(str, table)], {})[cast(str, column)] = cast(str, type_name)
-    return missing_columns(tables, found)
+    return found
 
 
 @asynccontextmanager
@@ -589,11 +606,14 @@ async def open_clickhouse_store(options: ClickHouseOptions) -> AsyncIterator[Cli
 
     runtime = await trio.to_thread.run_sync(make_clients)
     try:
-        problems = await _check_schema(runtime, options)
+        found = await _read_columns(runtime, options)
+        problems = missing_columns(options.tables, found)
         if problems and options.create_tables:
-            for statement in exporter_ddl(options.tables):
+            new_traces = "traces" not in found
+            for statement in exporter_ddl(options.tables, trace_lookup=new_traces):
                 await runtime.command(statement, {})
-            problems = await _check_schema(runtime, options)
+            found = await _read_columns(runtime, options)
+            problems = missing_columns(options.tables, found)
         if problems:
             raise StoreSchemaError(
                 f"the ClickHouse tables at {runtime.where} are not the OpenTelemetry "
@@ -603,7 +623,15 @@ async def open_clickhouse_store(options: ClickHouseOptions) -> AsyncIterator[Cli
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(runtime.close)
         raise
-    store = ClickHouseStore(options, runtime)
+    lookup_problem = trace_lookup_problem(options.tables, found.get("trace_id_ts"))
+    if lookup_problem is not None:
+        log.info(
+            "ClickHouse at %s: no usable trace-id lookup (%s); get_trace reads by the TraceId "
+            "bloom filter alone",
+            runtime.where,
+            lookup_problem,
+        )
+    store = ClickHouseStore(options, runtime, trace_lookup=lookup_problem is None)
     try:
         yield store
     finally:
