@@ -490,50 +490,11 @@ async def test_cancelled_writer_still_flushes_the_queue(tmp_path: Path) -> None:
     assert len(audit.tail(100)) == 50
 
 
-async def test_small_batches_gather_until_full_flushed_or_closed(tmp_path: Path) -> None:
-    # An hour's delay: nothing in this test may wait for it.
-    audit = AuditLog(tmp_path / DB_FILENAME, batch_size=3, write_delay_s=3600.0)
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(audit.run_writer)
-            audit.observe(record(started_at_unix_nano=1))
-            audit.observe(record(started_at_unix_nano=2))
-            await trio.sleep(0.2)
-            assert audit.statistics().written_total == 0, "a small batch gathers"
-            audit.observe(record(started_at_unix_nano=3))  # a full batch goes at once
-            while audit.statistics().written_total < 3:  # noqa: ASYNC110 (polls a counter)
-                await trio.sleep(0.01)
-            audit.observe(record(started_at_unix_nano=4))
-            await audit.wait_flushed()  # a flush waiter does not wait for the delay
-            assert audit.statistics().written_total == 4
-            audit.observe(record(started_at_unix_nano=5))
-            await audit.aclose()  # nor does close
-    assert [e.at_unix_nano for e in audit.tail()] == [5, 4, 3, 2, 1]
-
-
-async def test_a_small_batch_is_written_once_the_delay_is_over(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
-) -> None:
-    audit = AuditLog(tmp_path / DB_FILENAME, write_delay_s=60.0)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(audit.run_writer)
-        start = trio.current_time()
-        audit.observe(record(started_at_unix_nano=1))
-        with trio.fail_after(3600):  # nobody flushes: the delay alone must end the wait
-            while audit.statistics().written_total == 0:  # noqa: ASYNC110 (polls a counter)
-                await trio.sleep(1.0)
-        assert trio.current_time() - start >= 60.0
-        await audit.aclose()
-    assert [e.at_unix_nano for e in audit.tail()] == [1]
-
-
 def test_invalid_settings_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="retention_days"):
         AuditLog(tmp_path / DB_FILENAME, retention_days=-1)
     with pytest.raises(ValueError, match="queue_size"):
         AuditLog(tmp_path / DB_FILENAME, queue_size=0)
-    with pytest.raises(ValueError, match="write_delay_s"):
-        AuditLog(tmp_path / DB_FILENAME, write_delay_s=-0.1)
 
 
 def test_from_config(tmp_path: Path) -> None:

@@ -33,14 +33,6 @@ Writing — never on the call's path:
   ``batch_size`` records and writes each batch in one transaction in a worker thread
   (:func:`trio.to_thread.run_sync`). A batch that fails to write (``sqlite3.Error``) is logged
   and counted as failed; the writer goes on.
-- Gathering: when fewer than ``batch_size`` records are queued, the writer first lets them
-  gather for up to ``write_delay_s`` (:data:`WRITE_DELAY_S`, 20 ms; trio's clock), ending early
-  when ``batch_size`` are queued, when someone waits in :meth:`AuditLog.wait_flushed`, or on
-  close. Without it a busy server wrote one transaction (and one worker-thread hop) per call
-  or so — measured, the median batch under load was a single record — and that per-batch
-  cost, plus the writer thread taking the GIL from the event loop that often, was most of what
-  the audit added to a call. Every record is still written, in order; only later by up to
-  ``write_delay_s``.
 - Retention: when ``retention_days > 0`` the writer deletes rows older than that when it starts
   and then every ``retention_interval_s`` seconds (trio's clock).
 - Shutdown: :meth:`AuditLog.aclose` stops accepting records and waits until everything queued
@@ -227,10 +219,6 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-WRITE_DELAY_S: Final = 0.02
-"""How long the writer lets a batch smaller than ``batch_size`` gather, in seconds."""
-
-
 class AuditLog:
     """The audit log of gated calls: a queue in memory, a writer task, a table on disk.
 
@@ -242,12 +230,9 @@ class AuditLog:
         queue_size: records that may wait for the writer before new ones are dropped.
         batch_size: most records written in one transaction.
         retention_interval_s: how often the writer enforces retention, in seconds.
-        write_delay_s: how long records gather before a batch smaller than ``batch_size`` is
-            written, in seconds (module docstring); 0 writes at once.
 
     Raises:
-        ValueError: a negative retention or write delay, or a queue, batch or interval that is
-            not positive.
+        ValueError: a negative retention, or a queue, batch or interval that is not positive.
     """
 
     def __init__(
@@ -258,10 +243,7 @@ class AuditLog:
         queue_size: int = 10_000,
         batch_size: int = 500,
         retention_interval_s: float = 3600.0,
-        write_delay_s: float = WRITE_DELAY_S,
     ) -> None:
-        if not write_delay_s >= 0:
-            raise ValueError(f"write_delay_s must not be negative, got {write_delay_s}")
         if retention_days < 0:
             raise ValueError(f"retention_days must not be negative, got {retention_days}")
         if queue_size < 1 or batch_size < 1:
@@ -272,7 +254,6 @@ class AuditLog:
         self.retention_days = retention_days
         self.batch_size = batch_size
         self.retention_interval_s = retention_interval_s
-        self.write_delay_s = write_delay_s
         self.queue_size = queue_size
         # A plain deque, bounded by hand (a full queue drops the *new* record, counted), and a
         # wake-up Event the writer sets up only while it waits for an empty queue: a record
@@ -281,10 +262,6 @@ class AuditLog:
         self._writing = 0  # the oldest records of the queue, being written (not counted)
         self._closed = False
         self._wakeup: trio.Event | None = None
-        # While the writer lets a small batch gather: the Event that ends the wait early. And
-        # a request to skip the next gathering (a flush waiter, or close) made while it wrote.
-        self._hurry: trio.Event | None = None
-        self._hurry_requested = False
         self._conn: sqlite3.Connection | None = None
         self._writer_started = False
         self._writer_done = trio.Event()
@@ -323,8 +300,6 @@ class AuditLog:
             if wakeup is not None:
                 self._wakeup = None
                 wakeup.set()
-            elif self._hurry is not None and len(queue) - self._writing >= self.batch_size:
-                self._hurry_writer()
             return
         first = self._dropped == self._dropped_reported
         self._dropped += 1
@@ -381,7 +356,6 @@ class AuditLog:
         """
         self._closed = True
         self._wake_writer()
-        self._hurry_writer()
         if self._writer_started:
             await self._writer_done.wait()
             return
@@ -400,7 +374,6 @@ class AuditLog:
         """
         target = self._accepted
         while self._written + self._failed < target and not self._writer_done.is_set():
-            self._hurry_writer()
             await self._progress.wait()
 
     async def _write_loop(self) -> None:
@@ -412,17 +385,6 @@ class AuditLog:
                 await self._purge()
                 next_purge = trio.current_time() + self.retention_interval_s
             if queue:
-                if (
-                    len(queue) < self.batch_size
-                    and self.write_delay_s > 0
-                    and not self._hurry_requested
-                    and not self._closed
-                ):
-                    hurry = self._hurry = trio.Event()
-                    with trio.move_on_after(self.write_delay_s):
-                        await hurry.wait()
-                    self._hurry = None
-                self._hurry_requested = False
                 await self._write_batch()
                 continue
             if self._closed:
@@ -431,12 +393,6 @@ class AuditLog:
             with trio.move_on_at(next_purge if retention else math.inf):
                 await wakeup.wait()
             self._wakeup = None
-
-    def _hurry_writer(self) -> None:
-        self._hurry_requested = True
-        hurry, self._hurry = self._hurry, None
-        if hurry is not None:
-            hurry.set()
 
     def _wake_writer(self) -> None:
         wakeup, self._wakeup = self._wakeup, None
