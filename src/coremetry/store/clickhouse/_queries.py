@@ -12,11 +12,12 @@ How each query uses the exporter's sort keys and skip indexes (see ``_schema``):
 - time ranges filter ``Timestamp``/``TimeUnix`` (partition pruning by day, and the sort key's
   ``toDateTime(Timestamp)``); the logs table's key column ``TimestampTime`` is filtered too;
 - a service filters ``ServiceName``, the first column of every sort key;
-- a trace by id first reads the trace's time bounds from the exporter's lookup table
-  (``otel_traces_trace_id_ts``, sorted by ``TraceId``), then filters its spans by ``TraceId``
-  *and* ``Timestamp`` within those bounds (partitions by day and the sort key's
-  ``toDateTime(Timestamp)``), as the Grafana ClickHouse data source and the Jaeger ClickHouse
-  plugin do; without a lookup row it filters ``TraceId`` alone (see :meth:`Reader.get_trace`);
+- a trace by id reads the trace's time bounds from the exporter's lookup table
+  (``otel_traces_trace_id_ts``, sorted by ``TraceId``) in a scalar subquery, and filters its
+  spans by ``TraceId`` *and* ``Timestamp`` within those bounds (partitions by day and the sort
+  key's ``toDateTime(Timestamp)``), as the Grafana ClickHouse data source and the Jaeger
+  ClickHouse plugin do in two round trips; without a lookup row it filters ``TraceId`` alone
+  (see :meth:`Reader.get_trace`);
 - a trace id filters ``TraceId`` (``idx_trace_id`` bloom filter), attributes
   ``SpanAttributes[k] = v`` (``idx_*_attr_*`` bloom filters), a minimum duration ``Duration``
   (``idx_duration`` minmax).
@@ -415,50 +416,38 @@ class Reader:
 
     # -- traces -------------------------------------------------------------------------------
 
-    async def _trace_bounds(self, trace_id: str) -> tuple[int, int] | None:
-        """Where the spans of a trace start, from the lookup table: ``[low, high)`` in unix ns.
-
-        The exporter's view stores ``min``/``max(Timestamp)`` per insert block as ``DateTime``
-        (whole seconds, truncated): ``low`` is the smallest ``Start``, ``high`` the largest
-        ``End`` plus one second (exact ``DateTime64(9)`` columns lose nothing by the margin);
-        an ``End`` at the largest ``DateTime`` (our view's stand-in for later times) leaves
-        ``high`` open. ``None``: no lookup table, no row for the trace (written past the view,
-        or before it existed), or bounds that make no sense (``End`` before ``Start``, as the
-        exporter's view leaves times past 2106 wrapped around).
-        """
-        if self.trace_lookup is None:
-            return None
-        rows = await self.run.query(
-            f"""
-            SELECT toUnixTimestamp64Nano(toDateTime64(min(Start), 9)),
-                   toUnixTimestamp64Nano(toDateTime64(max(End), 9)), count()
-            FROM {self.trace_lookup}
-            WHERE TraceId = {{trace_id:String}}
-            """,
-            {"trace_id": trace_id},
-        )
-        low, high, found = cast("tuple[int, int, int]", rows[0])
-        if found == 0 or high < low:
-            return None
-        if high >= LOOKUP_MAX_S * SECOND:
-            return low, MAX_NS
-        return low, min(high + SECOND, MAX_NS)
-
     async def get_trace(self, trace_id: str, limit: int, cursor: str | None) -> Page[Span]:
         """The spans of one trace, by start time then span id.
 
-        Two statements when the lookup table knows the trace (its bounds, then its spans
-        within them: the day's partitions and the sort key's time ranges of each service and
-        operation, instead of every granule the ``TraceId`` bloom filter cannot rule out);
-        one otherwise. The spans and the total are the same either way.
+        With the exporter's lookup table, one statement still: a scalar subquery reads the
+        trace's bounds from it (``min(Start)``, ``max(End)``, rows), which ClickHouse runs
+        first and folds into constants, so the span read that follows prunes by them (the
+        day's partitions, the sort key's ``toDateTime(Timestamp)`` ranges) before the
+        ``TraceId`` bloom filter. The view stores whole seconds, truncated: the spans start
+        in ``[Start, End + 1 s)``; an ``End`` at the largest ``DateTime`` (our view's
+        stand-in for later times) leaves the range open above. No row (a trace written past
+        the view, or before it existed) or ``End`` before ``Start`` (the exporter's view wraps
+        times past 2106): the condition is true and the read is by ``TraceId`` alone, as
+        without a lookup table. The spans and the total are the same either way.
         """
         qhash = query_hash("get_trace", trace_id)
         params: dict[str, Param] = {"trace_id": trace_id, "limit": limit + 1}
+        bounds = ""
         where = "TraceId = {trace_id:String}"
-        bounds = await self._trace_bounds(trace_id)
-        if bounds is not None:
-            where += f" AND {SPAN_TIME}"
-            params["start"], params["end"] = bounds
+        if self.trace_lookup is not None:
+            bounds = f"""
+                WITH (
+                    SELECT tuple(toUnixTimestamp64Nano(toDateTime64(min(Start), 9)),
+                                 toUnixTimestamp64Nano(toDateTime64(max(End), 9)), count())
+                    FROM {self.trace_lookup} WHERE TraceId = {{trace_id:String}}
+                ) AS bounds
+            """
+            where += (
+                " AND (bounds.3 = 0 OR bounds.2 < bounds.1"
+                " OR (Timestamp >= fromUnixTimestamp64Nano(bounds.1)"
+                " AND Timestamp < fromUnixTimestamp64Nano("
+                f"if(bounds.2 >= {LOOKUP_MAX_S * SECOND}, {MAX_NS}, bounds.2 + {SECOND}))))"
+            )
         after = ""
         if cursor is not None:
             key = _CURSORS.decode(cursor, qhash, (int, str))
@@ -470,6 +459,7 @@ class Reader:
         rows = await self.run.query(
             f"""
             SELECT * EXCEPT (start) FROM (
+                {bounds}
                 SELECT {SPAN_SELECT}, count() OVER () AS total,
                        toUnixTimestamp64Nano(Timestamp) AS start
                 FROM {self.traces}
@@ -487,8 +477,8 @@ class Reader:
         total = cast(int, rows[0][19]) if rows else (0 if cursor is None else None)
         if total is None:
             count = await self.run.query(
-                f"SELECT count() FROM {self.traces} WHERE {where}",
-                {k: v for k, v in params.items() if k in ("trace_id", "start", "end")},
+                f"{bounds} SELECT count() FROM {self.traces} WHERE {where}",
+                {"trace_id": trace_id},
             )
             total = cast(int, count[0][0])
         next_cursor = None
