@@ -283,6 +283,10 @@ class IdentityStore:
         # hold entries stamped before it, so the stamp must never be the marker's again.
         self._marker_disabled = False
         self._marker_warned = False
+        # (st_dev, st_ino, st_size, st_mtime_ns) of what was at the path when mapping it last
+        # failed: a cache miss retries only once that changes (a migration takes the database's
+        # write lock, which every request of an unusable marker should not).
+        self._unusable_seen: tuple[int, int, int, int] | None = None
         self._attach_marker()
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -667,13 +671,21 @@ class IdentityStore:
             return
         try:
             info = os.stat(self._marker_path)
-            current: tuple[int, int] | None = (info.st_dev, info.st_ino)
-            if info.st_size != REVOCATION_MARKER_SIZE:
-                current = None
         except OSError:
-            current = None
-        if current is None or current != self._marker_file:
-            self._attach_marker()
+            seen = None
+        else:
+            seen = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        if self._marker is not None:
+            if (
+                seen is not None
+                and seen[2] == REVOCATION_MARKER_SIZE
+                and seen[:2] == self._marker_file
+            ):
+                return
+        elif seen is not None and seen == self._unusable_seen:
+            return  # unusable, and unchanged since the last attempt
+        self._attach_marker()
+        self._unusable_seen = seen if self._marker is None else None
 
     def revocation_stamp(self) -> RevocationStamp:
         """A value that changes whenever any process revokes a token.
