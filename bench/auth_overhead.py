@@ -87,7 +87,7 @@ DEFAULT_COLD_SAMPLES: Final = 30
 DEFAULT_FLUSH_EVERY: Final = 1000
 """Audited cases wait for the audit writer every this many calls, with the clock stopped (see
 ``_time_once``); at most the audit queue's size (10,000 by default)."""
-HTTP_CASES: Final = frozenset({"E", "F", "G"})
+HTTP_CASES: Final = frozenset({"E", "EA", "F", "G"})
 """The cases timed through the Streamable HTTP handler; their baseline is (E)."""
 NO_CACHE_DIVISOR: Final = 10
 """The cache-off reference row does ``calls // 10`` calls per run (each one hops to a thread)."""
@@ -395,6 +395,7 @@ async def build_cases(rig: Rig) -> list[Case]:
     http_bare = StreamableHttp(rig.bare, policy, authenticate=fixed)
     http_audited = StreamableHttp(rig.secured, policy, authenticate=fixed)
     http_secured = StreamableHttp(rig.secured, policy, authenticate=security.authenticator)
+    http_authed = StreamableHttp(rig.bare, policy, authenticate=security.authenticator)
     return [
         Case("A", "(A) bare dispatcher: role_gate, no observer", _handle_call(rig.bare, conn_a)),
         Case("B", "(B) A + production gate (role + rate)", _handle_call(rig.gated, conn_b)),
@@ -439,6 +440,11 @@ async def build_cases(rig: Rig) -> list[Case]:
             "E",
             "(E) HTTP handler in-process, A's server",
             _asgi_call(http_bare, rig.raw_headers),
+        ),
+        Case(
+            "EA",
+            "(E') E + Authenticator, no gate or audit",
+            _asgi_call(http_authed, rig.raw_headers),
         ),
         Case(
             "F",
@@ -694,7 +700,7 @@ def report(outcome: Outcome, settings: Settings) -> int:
     )
     _print_table(cases)
     a, b, c, d, e, f, g = (by_key[k].us_per_call() for k in "ABCDEFG")
-    cpu = {k: by_key[k].best_us(by_key[k].cpu_ns) for k in "ACDEFG"}
+    cpu = {k: by_key[k].best_us(by_key[k].cpu_ns) for k in ("A", "C", "D", "E", "EA", "F", "G")}
     if a > 0:
         print(
             f"added per call, dispatcher: gate {b - a:+.2f} µs, audit {c - b:+.2f} µs, auth "
@@ -703,8 +709,10 @@ def report(outcome: Outcome, settings: Settings) -> int:
         )
     if e > 0:
         print(
-            f"added per call, HTTP handler: gate+audit {f - e:+.2f} µs, auth {g - f:+.2f} µs, "
-            f"all three {g - e:+.2f} µs (by CPU incl. the writer: {cpu['F'] - cpu['E']:+.2f} / "
+            f"added per call, HTTP handler: gate+audit {f - e:+.2f} µs without auth, "
+            f"{g - by_key['EA'].us_per_call():+.2f} µs with auth; auth alone (E' - E) "
+            f"{by_key['EA'].us_per_call() - e:+.2f} µs; all three {g - e:+.2f} µs (by CPU incl. "
+            f"the writer: {cpu['F'] - cpu['E']:+.2f} / {cpu['G'] - cpu['EA']:+.2f} / "
             f"{cpu['G'] - cpu['E']:+.2f} µs)"
         )
     comp = {k: by_key[k].us_per_call() for k in ("gate_role", "gate_prod", "auth_hit")}
@@ -747,12 +755,15 @@ def report(outcome: Outcome, settings: Settings) -> int:
         "issue 4 target: gate + audit add < 15% to a trivial call's server-side cost, i.e. to "
         "(E), one tools/call through the /api/mcp handler"
     )
-    print(_verdict("HEADLINE gate + audit, server-side (F vs E)", f, e))
-    print(_verdict("HEADLINE gate + audit + auth, server-side (G vs E)", g, e))
+    ea = by_key["EA"].us_per_call()
+    print(_verdict("HEADLINE gate + audit, without auth (F vs E)", f, e))
+    print(_verdict("HEADLINE gate + audit, with auth (G vs E')", g, ea))
+    print(_verdict("stricter: gate + audit + auth itself, vs no auth (G vs E)", g, e))
     print(_verdict("stricter reference, vs the bare dispatcher: gate + audit (C vs A)", c, a))
     print(_verdict("stricter reference, vs the bare dispatcher: + auth (D vs A)", d, a))
     for label, key, base in (
         ("F vs E", "F", "E"),
+        ("G vs E'", "G", "EA"),
         ("G vs E", "G", "E"),
         ("C vs A", "C", "A"),
         ("D vs A", "D", "A"),
