@@ -33,12 +33,13 @@ that parsed as ``Bearer cmk_…`` and verified are ever stored), so a hit is one
 parsing, no hashing (~1 µs in all, against ~4.7 µs when every hit also parsed the header,
 hashed the token with SHA-256 and ``stat``-ed the revocation marker). Revocation still takes
 effect immediately, in every process: each hit compares the store's
-:meth:`~coremetry.auth.IdentityStore.revocation_stamp` (16 bytes read from a shared mapping of
-the data dir's revocation marker: no system call, no SQL) with the one taken before the entry
-was verified, and any revocation anywhere since then turns the hit into a miss, which reads the
-database. Expiry (``expires_at``) and the cache lifetime are checked on every hit too.
-``cache_ttl_s=0`` turns the cache off. The cache holds at most ``cache_max_entries`` header
-values (the oldest goes first); like the request headers themselves, they stay in memory only.
+:meth:`~coremetry.auth.IdentityStore.revocation_stamp` (the data dir's revocation marker,
+re-read at most every 5 ms; a revocation anywhere returns only once every process has re-read
+it) with the one taken before the entry was verified, and any revocation anywhere since then
+turns the hit into a miss, which reads the database. Expiry (``expires_at``) and the cache
+lifetime are checked on every hit too. ``cache_ttl_s=0`` turns the cache off. The cache holds
+at most ``cache_max_entries`` header values (the oldest goes first); like the request headers
+themselves, they stay in memory only.
 
 Logging: refusals are logged with their ``reason`` (DEBUG when nothing was presented, INFO
 otherwise); a token, a cookie or a header value is never logged.

@@ -25,36 +25,37 @@ owns it; another subsystem that shares ``coremetry.db`` must add its migrations 
 numbered list (or keep its own file), or the two will misread each other's versions.
 
 Revocation is immediate across processes. The database is the truth; in addition, the data
-dir holds the revocation marker ``<data_dir>/token-revocations``, a file of exactly
-:data:`REVOCATION_MARKER_SIZE` (16) bytes that every revocation, in any process, overwrites
-**in place** with 16 fresh random bytes (``os.pwrite`` after the database commit; never a
-replace or a rename). Each store maps the marker read-only (``mmap``, ``MAP_SHARED``) when it
-opens, so :meth:`IdentityStore.revocation_stamp` is a 16-byte copy out of the page cache: no
-system call, no SQL, no lock, and the GIL is never released. The page cache is shared by every
-process that maps or writes the file (Linux and other unified-buffer-cache kernels), so a
-revocation is visible to every server the moment ``revoke_token`` returns. In-memory caches of
-verified tokens (the authenticator's) compare the stamp on every request. A read that races a
-write may see a mix of old and new bytes; that differs from the old value, so it only costs a
-cache miss.
+dir holds the revocation marker ``<data_dir>/token-revocations``, a small file that every
+revocation, in any process, replaces (write a temporary file, ``os.replace`` it into place)
+with :data:`REVOCATION_MARKER_SIZE` fresh random bytes after the database commit.
+:meth:`IdentityStore.revocation_stamp` is the marker's content, re-read at most once per
+:data:`REVOCATION_CHECK_INTERVAL_S` (5 ms; between reads it is a clock reading and a
+comparison: no system call, and the GIL is kept, which matters because the audit writer's
+thread would otherwise take it on every request). ``revoke_token`` returns only
+:data:`REVOCATION_SETTLE_S` (twice that interval) after writing the marker, so every server
+that authenticates a request after ``revoke_token`` (or ``coremetry token revoke``) returned
+has read the new content: its caches of verified tokens (the authenticator's) compare the
+stamp on every request and refuse the revoked token on the very next one. A revocation by the
+server's own process changes its stamp at once.
 
 Why random bytes rather than a counter or a clock: two processes revoking at once could write
 the same counter value or the same ``time_ns``, and a cache that recorded that value between
-the two writes would miss the second revocation; 128 random bits never repeat in practice.
+the two writes would miss the second revocation; 128 random bits never repeat in practice. Any
+change at the path counts: content, deletion, replacement by hand, a marker left by an older
+Coremetry (the content is compared whatever its size).
 
-Failure modes, all failing safe or bounded:
+Failure modes, all failing safe:
 
-- The marker cannot be created, opened or mapped (read-only data dir, a directory in its place):
-  a warning is logged and every :meth:`~IdentityStore.revocation_stamp` call returns a value
-  never seen before, so caches never hit (every request reads the database).
-- A marker of another size (written by an older Coremetry, which created an empty file and
-  replaced it with a text timestamp on each revocation) is migrated when a store opens: replaced
-  once by a 16-byte file, under the database's write lock so two processes opening at once
-  agree on one file.
-- A marker deleted or replaced by hand (or by an older Coremetry) while a server runs leaves
-  that server mapping the old file. :meth:`IdentityStore.verify_token` (every cache miss) checks
-  with one ``stat`` that the mapped file is still the one at the path and maps the new one if
-  not, so such a server sees revocations again within one cache lifetime. Do not delete or
-  truncate the marker while servers run (truncating a mapped file makes reads fault).
+- The marker cannot be read for another reason than its absence (a directory in its place,
+  no permission): every :meth:`~IdentityStore.revocation_stamp` call re-reads it and returns a
+  value never seen before, so caches never hit (every request reads the database), until the
+  path is readable again. A warning is logged once.
+- A revocation cannot write the marker (read-only data dir): the revocation stands (the
+  database is the truth; other processes see it when their cached entries expire, within
+  their cache lifetime), and this process's stamps never repeat from then on (its own caches
+  stop hitting).
+- Nothing is ``mmap``-ed: deleting, truncating or replacing the marker while servers run
+  cannot crash them.
 
 Timestamps are unix seconds (``*_at: int``); durations are seconds (``*_s``).
 """
@@ -64,12 +65,10 @@ import hashlib
 import itertools
 import logging
 import math
-import mmap
 import os
 import re
 import secrets
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -98,10 +97,17 @@ DB_FILENAME: Final = "coremetry.db"
 """The embedded database inside the data dir."""
 
 REVOCATIONS_FILENAME: Final = "token-revocations"
-"""Marker file overwritten in place on every revocation (see the module docstring)."""
+"""Marker file replaced on every revocation (see the module docstring)."""
 
 REVOCATION_MARKER_SIZE: Final = 16
-"""Size of the revocation marker, in bytes (random bytes; see the module docstring)."""
+"""Random bytes a revocation writes into the marker (see the module docstring)."""
+
+REVOCATION_CHECK_INTERVAL_S: Final = 0.005
+"""A store re-reads the revocation marker at most once per this many seconds."""
+
+REVOCATION_SETTLE_S: Final = 2 * REVOCATION_CHECK_INTERVAL_S
+"""How long ``revoke_token`` waits after writing the marker, in seconds: by then every process
+re-reads it before trusting a cached token again (see the module docstring)."""
 
 BUSY_TIMEOUT_S: Final = 5.0
 """How long a statement waits for another process's write lock, in seconds."""
@@ -127,7 +133,8 @@ FIRST_ADMIN_TOKEN_NAME: Final = "first-admin"
 RevocationStamp = bytes
 """An opaque value that changes whenever a token is revoked (compare with ``==`` only).
 
-The marker's 16 bytes, or a 17-byte value unique to each call when the marker is unusable.
+``b"f"`` + the marker's content, ``b"a"`` while there is no marker, or ``b"u"`` + a number
+unique to each call when the marker is unreadable or this process failed to write it.
 """
 
 _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
@@ -273,21 +280,14 @@ class IdentityStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._marker_path = os.fspath(data_dir / REVOCATIONS_FILENAME)
-        # The mapped marker and the (st_dev, st_ino) of the file it maps; None when unusable.
-        # Replaced, never closed, by _attach_marker: a reader on another thread may hold the
-        # old object, which unmaps when the last reference goes.
-        self._marker: mmap.mmap | None = None
-        self._marker_file: tuple[int, int] | None = None
+        # The last stamp read from the marker and the time.monotonic() taken just before the
+        # read; None forces the next revocation_stamp() to read (one pair, swapped atomically).
+        self._stamp: tuple[RevocationStamp, float] | None = None
         self._unusable_stamps = itertools.count()
         # Set when this process failed to signal one of its own revocations: its caches may
-        # hold entries stamped before it, so the stamp must never be the marker's again.
+        # hold entries stamped before it, so its stamps must never repeat again.
         self._marker_disabled = False
         self._marker_warned = False
-        # (st_dev, st_ino, st_size, st_mtime_ns) of what was at the path when mapping it last
-        # failed: a cache miss retries only once that changes (a migration takes the database's
-        # write lock, which every request of an unusable marker should not).
-        self._unusable_seen: tuple[int, int, int, int] | None = None
-        self._attach_marker()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -297,15 +297,14 @@ class IdentityStore:
         return self._data_dir
 
     def close(self) -> None:
-        """Close the connection and drop the marker's mapping; the store is unusable afterwards.
+        """Close the connection; the store is unusable afterwards.
 
-        Idempotent. :meth:`revocation_stamp` still answers afterwards (as for an unusable
+        Idempotent. :meth:`revocation_stamp` still answers afterwards (as for an unreadable
         marker: never the same value twice).
         """
         with self._lock:
             self._connection.close()
-        self._marker = None
-        self._marker_file = None
+        self._marker_disabled = True
 
     def __enter__(self) -> Self:
         return self
@@ -548,22 +547,23 @@ class IdentityStore:
         return self._select_tokens("WHERE name = ?", (name,))[0]
 
     def _signal_revocation(self) -> None:
-        # In place, so every process's mapping of this file sees it (a new file would leave
-        # them mapping the old inode). A failure does not undo the revocation (the database is
-        # the truth): caches elsewhere then see it when their entries expire, and this process's
-        # own caches stop hitting (it drops its mapping: fail safe).
-        value = secrets.token_bytes(REVOCATION_MARKER_SIZE)
+        # A complete temporary file renamed into place: a reader sees the old content or the
+        # new, never a mix. A failure does not undo the revocation (the database is the truth):
+        # other processes see it when their cached entries expire, and this process's stamps
+        # never repeat from then on (its own caches stop hitting: fail safe).
+        temporary = os.fspath(
+            self._data_dir / f".{REVOCATIONS_FILENAME}.{os.getpid()}.{secrets.token_hex(4)}"
+        )
         try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
-                fd = os.open(self._marker_path, os.O_WRONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                self._create_marker(value)
-            else:
-                try:
-                    os.pwrite(fd, value, 0)
-                finally:
-                    os.close(fd)
+                os.write(fd, secrets.token_bytes(REVOCATION_MARKER_SIZE))
+            finally:
+                os.close(fd)
+            os.replace(temporary, self._marker_path)
         except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
             _log.warning(
                 "could not update the token revocation marker %s: %s; other processes see"
                 " this revocation when their cached tokens expire",
@@ -571,139 +571,54 @@ class IdentityStore:
                 exc,
             )
             self._marker_disabled = True
-            self._marker = None
-            self._marker_file = None
-            return
-        # If the file written is not the one mapped here (deleted or replaced by hand), map it
-        # now, or this process's own caches would miss its own revocation.
-        self._check_marker()
-
-    def _temporary_marker_path(self) -> str:
-        name = f".{REVOCATIONS_FILENAME}.{os.getpid()}.{secrets.token_hex(4)}"
-        return os.fspath(self._data_dir / name)
-
-    def _create_marker(self, value: bytes) -> None:
-        # Write a complete temporary file, then link it into place: the marker never exists
-        # with fewer than REVOCATION_MARKER_SIZE bytes, and an existing one is never replaced.
-        temporary = self._temporary_marker_path()
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            try:
-                os.pwrite(fd, value, 0)
-            finally:
-                os.close(fd)
-            try:
-                os.link(temporary, self._marker_path)
-            except FileExistsError:
-                # Another process made one meanwhile: it is as good as ours, but this
-                # revocation must still reach it.
-                fd = os.open(self._marker_path, os.O_WRONLY | os.O_CLOEXEC)
-                try:
-                    os.pwrite(fd, value, 0)
-                finally:
-                    os.close(fd)
-        finally:
-            os.unlink(temporary)
-
-    def _replace_marker(self) -> None:
-        # Migration of a marker of the wrong size, under the database's write lock so that two
-        # processes opening the data dir at once cannot each map a file the other replaced.
-        with self._transaction():
-            with contextlib.suppress(FileNotFoundError):
-                if os.stat(self._marker_path).st_size == REVOCATION_MARKER_SIZE:
-                    return  # another process migrated it meanwhile
-            temporary = self._temporary_marker_path()
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            try:
-                try:
-                    os.pwrite(fd, secrets.token_bytes(REVOCATION_MARKER_SIZE), 0)
-                finally:
-                    os.close(fd)
-                os.replace(temporary, self._marker_path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-                raise
-
-    def _map_marker(self) -> tuple[mmap.mmap, tuple[int, int]] | None:
-        # None when the file at the path has the wrong size (the caller migrates it).
-        try:
-            fd = os.open(self._marker_path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            self._create_marker(secrets.token_bytes(REVOCATION_MARKER_SIZE))
-            fd = os.open(self._marker_path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size != REVOCATION_MARKER_SIZE:
-                return None
-            mapped = mmap.mmap(fd, REVOCATION_MARKER_SIZE, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
-        return mapped, (info.st_dev, info.st_ino)
-
-    def _attach_marker(self) -> None:
-        # Map the marker at the path (creating or migrating it first); on failure, leave the
-        # store without a mapping (revocation_stamp fails safe) and say so once.
-        try:
-            mapped = self._map_marker()
-            if mapped is None:
-                self._replace_marker()
-                mapped = self._map_marker()
-            if mapped is None:
-                raise OSError(f"not a regular file of {REVOCATION_MARKER_SIZE} bytes")
-        except (OSError, ValueError, sqlite3.Error) as exc:
-            # Retried on every cache miss: warn once, then quietly.
-            _log.log(
-                logging.DEBUG if self._marker_warned else logging.WARNING,
-                "token revocation marker %s unusable (%s): cached service tokens are checked"
-                " against the database on every request instead",
-                self._marker_path,
-                exc,
-            )
-            self._marker_warned = True
-            self._marker, self._marker_file = None, None
-            return
-        self._marker, self._marker_file = mapped
-
-    def _check_marker(self) -> None:
-        # One stat: is the mapped file still the one at the path? (See the module docstring.)
-        if self._marker_disabled:
-            return
-        try:
-            info = os.stat(self._marker_path)
-        except OSError:
-            seen = None
-        else:
-            seen = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-        if self._marker is not None:
-            if (
-                seen is not None
-                and seen[2] == REVOCATION_MARKER_SIZE
-                and seen[:2] == self._marker_file
-            ):
-                return
-        elif seen is not None and seen == self._unusable_seen:
-            return  # unusable, and unchanged since the last attempt
-        self._attach_marker()
-        self._unusable_seen = seen if self._marker is None else None
+        self._stamp = None  # this process sees its own revocation at once
+        # Every other process re-reads the marker at least once per REVOCATION_CHECK_INTERVAL_S
+        # before trusting a cached token: after this wait, none trusts one stamped before it.
+        threading.Event().wait(REVOCATION_SETTLE_S)
 
     def revocation_stamp(self) -> RevocationStamp:
         """A value that changes whenever any process revokes a token.
 
-        Cheap enough to call on every request (~0.1 µs): a copy of the marker's 16 mapped
-        bytes; no system call, no SQL, no lock, and the GIL is kept. A revocation in any process
-        changes it before that process's ``revoke_token`` returns (module docstring). When the
-        marker is unusable, every call returns a different value (17 bytes, so never a
-        marker's), and caches keyed on it stop hitting (fail safe).
+        Cheap enough to call on every request: the marker's content, read at most once per
+        :data:`REVOCATION_CHECK_INTERVAL_S` (5 ms); in between, a ``time.monotonic()`` and a
+        comparison (no system call; the GIL is kept). Every process has re-read it by the time
+        a ``revoke_token`` anywhere returns (module docstring). When the marker cannot be read
+        (other than absent), or this process failed to write one of its revocations, every call
+        returns a different value, and caches keyed on it stop hitting (fail safe).
 
         Returns:
             An opaque value to compare with ``==`` to an earlier one (equal: no revocation in
             between).
         """
-        marker = self._marker
-        if marker is not None:
-            return marker[:REVOCATION_MARKER_SIZE]
-        return next(self._unusable_stamps).to_bytes(REVOCATION_MARKER_SIZE + 1, "big")
+        if self._marker_disabled:
+            return b"u" + str(next(self._unusable_stamps)).encode()
+        now = time.monotonic()
+        last = self._stamp
+        if last is not None and now - last[1] < REVOCATION_CHECK_INTERVAL_S:
+            return last[0]
+        try:
+            fd = os.open(self._marker_path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                content = os.read(fd, 4 * REVOCATION_MARKER_SIZE)
+            finally:
+                os.close(fd)
+        except FileNotFoundError:
+            stamp = b"a"
+        except OSError as exc:
+            if not self._marker_warned:
+                self._marker_warned = True
+                _log.warning(
+                    "token revocation marker %s unreadable (%s): cached service tokens are"
+                    " checked against the database on every request instead",
+                    self._marker_path,
+                    exc,
+                )
+            self._stamp = None
+            return b"u" + str(next(self._unusable_stamps)).encode()
+        else:
+            stamp = b"f" + content
+        self._stamp = (stamp, now)
+        return stamp
 
     def verify_token(self, token: str) -> Claims:
         """Check a service token. Blocks for one indexed read (plus a write at most once a minute).
@@ -726,7 +641,6 @@ class IdentityStore:
         """
         if not TOKEN_PATTERN.fullmatch(token):
             raise InvalidToken("not shaped like a service token")
-        self._check_marker()
         with self._lock:
             row = self._connection.execute(
                 "SELECT name, role, created_at, expires_at, last_used_at, revoked_at"
