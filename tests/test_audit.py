@@ -10,8 +10,10 @@ file in ``tmp_path`` and bound every wait with ``trio.fail_after``. Nothing asse
 import hashlib
 import json
 import logging
+import os
 import re
 import sqlite3
+import sys
 import time
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
@@ -366,6 +368,28 @@ async def test_writes_and_tail_newest_first(tmp_path: Path) -> None:
     assert [e.at_unix_nano for e in alice] == [now + 8, now + 6, now + 4, now + 2, now]
     assert audit.tail(0) == []
     assert audit.tail(5, sub="nobody") == []
+
+
+async def test_cli_tail_prints_the_newest_records_oldest_first(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    audit = AuditLog(data_dir / DB_FILENAME, batch_size=3)
+    now = time.time_ns()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(audit.run_writer)
+            for i in range(5):
+                audit.observe(record(started_at_unix_nano=now + i, sub="alice"))
+            await audit.aclose()
+        done = await trio.run_process(
+            [sys.executable, "-m", "coremetry", "audit", "tail", "-n", "3"],
+            capture_stdout=True,
+            capture_stderr=True,
+            env={**os.environ, "COREMETRY_DATA_DIR": str(data_dir)},
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    times = [json.loads(line)["at_unix_nano"] for line in done.stdout.decode().splitlines()]
+    assert times == [now + 2, now + 3, now + 4]  # the 3 newest, the newest last (as tail)
 
 
 async def test_tail_of_a_missing_database_is_empty(tmp_path: Path) -> None:

@@ -175,6 +175,7 @@ def test_revoking_the_token_ends_a_running_stdio_session(tmp_path: Path) -> None
     out, err = proc.communicate(timeout=LIMIT_S)  # the session ends by itself
     assert out == ""  # nothing answered after the revocation
     assert "no longer valid" in err
+    assert proc.returncode == 2  # as when it refuses to start: the client can tell why
     assert token not in err
 
 

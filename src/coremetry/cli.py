@@ -13,7 +13,7 @@ Subcommands:
 - ``coremetry user add NAME --role R [--password-stdin]`` / ``user list`` — login users.
 - ``coremetry token create --name N --role R [--expires-in 30d]`` (prints the token alone on
   stdout, once) / ``token list`` / ``token revoke NAME`` — service tokens.
-- ``coremetry audit tail [-n N] [--sub SUB]`` — the newest audit records.
+- ``coremetry audit tail [-n N] [--sub SUB]`` — the newest audit records, oldest first.
 - ``coremetry ingest FILE… [--format …]`` — import telemetry files into the configured
   telemetry store (:mod:`coremetry.ingest.cli`).
 - ``coremetry demo load [--data-dir DIR] [--force]`` — load the shipped demo telemetry, shifted
@@ -144,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="read the audit log")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
     audit_tail = audit_sub.add_parser(
-        "tail", help="the newest records, newest first", parents=[common]
+        "tail", help="the newest records, oldest first (the newest last, as tail)", parents=[common]
     )
     audit_tail.add_argument("-n", type=int, default=50, help="how many (default 50)")
     audit_tail.add_argument("--sub", help="only this identity")
@@ -342,7 +342,16 @@ def _run_stdio(build_mcp: Callable[[TelemetryStore], Server], config: Config) ->
         except AuthError:
             print("coremetry: COREMETRY_TOKEN is not a valid token", file=sys.stderr)
             return 2
-        trio.run(_stdio, build_mcp, claims.to_caller(), security, token, config)
+        still_valid_at_end = trio.run(
+            _stdio, build_mcp, claims.to_caller(), security, token, config
+        )
+        if not still_valid_at_end:
+            print(
+                "coremetry: COREMETRY_TOKEN is no longer valid (revoked or expired); the session"
+                " ended",
+                file=sys.stderr,
+            )
+            return 2
         return 0
     finally:
         security.close()
@@ -354,23 +363,33 @@ async def _stdio(
     security: Security,
     token: str,
     config: Config,
-) -> None:
+) -> bool:
     """Serve stdio; SIGINT/SIGTERM stop reading and let calls in flight answer first.
 
     The token is verified again before each message (the authenticator caches and checks
     revocation in memory), so a revoked token or an expired JWT ends the session at once.
+
+    Returns:
+        ``False`` when the session ended because the token stopped being valid (the CLI then
+        exits with status 2, as when it refuses to start), else ``True``.
     """
     from coremetry.server import open_telemetry_store, watch_signals
     from coremetry.transports.stdio import serve_stdio
 
     headers = {"authorization": f"Bearer {token}"}
 
+    ended_invalid = False
+
     async def still_valid() -> bool:
+        nonlocal ended_invalid
         try:
             again = await security.authenticator(_HeaderMap(headers))
         except Exception:
+            ended_invalid = True
             return False
-        return again.subject == caller.subject and again.role == caller.role
+        valid = again.subject == caller.subject and again.role == caller.role
+        ended_invalid = not valid
+        return valid
 
     stop = trio.Event()
     grace_s = config.http.graceful_shutdown_s
@@ -383,6 +402,7 @@ async def _stdio(
         with trio.CancelScope(shield=True):
             await security.audit.aclose()
         nursery.cancel_scope.cancel()
+    return not ended_invalid
 
 
 class _HeaderMap:
@@ -483,7 +503,7 @@ def _admin(args: argparse.Namespace, config: Config) -> int:
     try:
         if args.command == "audit":
             entries = AuditLog.from_config(config).tail(int(args.n), sub=args.sub)
-            for entry in entries:
+            for entry in reversed(entries):  # tail() is newest first; print as `tail` does
                 sys.stdout.write(msgspec.json.encode(entry).decode() + "\n")
             sys.stdout.flush()
             return 0
