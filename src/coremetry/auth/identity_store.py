@@ -28,15 +28,17 @@ Revocation is immediate across processes. The database is the truth; in addition
 dir holds the revocation marker ``<data_dir>/token-revocations``, a small file that every
 revocation, in any process, replaces (write a temporary file, ``os.replace`` it into place)
 with :data:`REVOCATION_MARKER_SIZE` fresh random bytes after the database commit.
-:meth:`IdentityStore.revocation_stamp` is the marker's content, re-read at most once per
-:data:`REVOCATION_CHECK_INTERVAL_S` (5 ms; between reads it is a clock reading and a
-comparison: no system call, and the GIL is kept, which matters because the audit writer's
-thread would otherwise take it on every request). ``revoke_token`` returns only
-:data:`REVOCATION_SETTLE_S` (twice that interval) after writing the marker, so every server
-that authenticates a request after ``revoke_token`` (or ``coremetry token revoke``) returned
-has read the new content: its caches of verified tokens (the authenticator's) compare the
-stamp on every request and refuse the revoked token on the very next one. A revocation by the
-server's own process changes its stamp at once.
+Each store re-reads the marker at most once per :data:`REVOCATION_CHECK_INTERVAL_S` (5 ms;
+between reads :meth:`IdentityStore.revocation_stamp` is a clock reading and a comparison: no
+system call, and the GIL is kept, which matters because the audit writer's thread would
+otherwise take it on every request), and its stamp is a generation number that goes up every
+time the content it reads differs from the last (absence included), so a marker that returns
+to an earlier state — deleted again, restored from a copy — is still a change.
+``revoke_token`` returns only :data:`REVOCATION_SETTLE_S` (twice that interval) after writing
+the marker, so every server that authenticates a request after ``revoke_token`` (or
+``coremetry token revoke``) returned has read the new content: its caches of verified tokens
+(the authenticator's) compare the stamp on every request and refuse the revoked token on the
+very next one. A revocation by the server's own process changes its stamp at once.
 
 Why random bytes rather than a counter or a clock: two processes revoking at once could write
 the same counter value or the same ``time_ns``, and a cache that recorded that value between
@@ -62,7 +64,6 @@ Timestamps are unix seconds (``*_at: int``); durations are seconds (``*_s``).
 
 import contextlib
 import hashlib
-import itertools
 import logging
 import math
 import os
@@ -133,8 +134,9 @@ FIRST_ADMIN_TOKEN_NAME: Final = "first-admin"
 RevocationStamp = bytes
 """An opaque value that changes whenever a token is revoked (compare with ``==`` only).
 
-``b"f"`` + the marker's content, ``b"a"`` while there is no marker, or ``b"u"`` + a number
-unique to each call when the marker is unreadable or this process failed to write it.
+A generation number (8 bytes) that goes up every time the store sees the marker change
+(content, absence), and on every call while the marker is unreadable or this process failed
+to write it; it never repeats, so a marker returning to an earlier state is still a change.
 """
 
 _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
@@ -283,7 +285,11 @@ class IdentityStore:
         # The last stamp read from the marker and the time.monotonic() taken just before the
         # read; None forces the next revocation_stamp() to read (one pair, swapped atomically).
         self._stamp: tuple[RevocationStamp, float] | None = None
-        self._unusable_stamps = itertools.count()
+        # The marker's content as last read (None: absent) and how many times it was seen to
+        # change; the stamp is that count, so it never repeats (guarded by _stamp_lock).
+        self._marker_content: bytes | None = None
+        self._generation = 0
+        self._stamp_lock = threading.Lock()
         # Set when this process failed to signal one of its own revocations: its caches may
         # hold entries stamped before it, so its stamps must never repeat again.
         self._marker_disabled = False
@@ -591,7 +597,7 @@ class IdentityStore:
             between).
         """
         if self._marker_disabled:
-            return b"u" + str(next(self._unusable_stamps)).encode()
+            return self._unique_stamp()
         now = time.monotonic()
         last = self._stamp
         if last is not None and now - last[1] < REVOCATION_CHECK_INTERVAL_S:
@@ -599,11 +605,11 @@ class IdentityStore:
         try:
             fd = os.open(self._marker_path, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                content = os.read(fd, 4 * REVOCATION_MARKER_SIZE)
+                content: bytes | None = os.read(fd, 4 * REVOCATION_MARKER_SIZE)
             finally:
                 os.close(fd)
         except FileNotFoundError:
-            stamp = b"a"
+            content = None
         except OSError as exc:
             if not self._marker_warned:
                 self._marker_warned = True
@@ -614,11 +620,24 @@ class IdentityStore:
                     exc,
                 )
             self._stamp = None
-            return b"u" + str(next(self._unusable_stamps)).encode()
-        else:
-            stamp = b"f" + content
-        self._stamp = (stamp, now)
+            return self._unique_stamp()
+        with self._stamp_lock:
+            # A generation, not the content itself: a marker that returns to an earlier state
+            # (deleted again, restored from a copy) must not revive entries stamped back then.
+            if content != self._marker_content or self._generation == 0:
+                self._marker_content = content
+                self._generation += 1
+            stamp = self._generation.to_bytes(8, "big")
+            self._stamp = (stamp, now)
         return stamp
+
+    def _unique_stamp(self) -> RevocationStamp:
+        # A stamp no other call returns (and that no later content can match): caches stop
+        # hitting while the marker is unreadable or this process failed to signal a revocation.
+        with self._stamp_lock:
+            self._generation += 1
+            self._marker_content = b"\x00unreadable"  # the next readable content is a change
+            return self._generation.to_bytes(8, "big")
 
     def verify_token(self, token: str) -> Claims:
         """Check a service token. Blocks for one indexed read (plus a write at most once a minute).
