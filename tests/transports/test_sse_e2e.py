@@ -13,18 +13,15 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from types import TracebackType
-from typing import Self
 
 import httpx
 import msgspec
 import trio
+from _sdk_support import TapRead, TapWrite
 from conftest import check_emitted
 from hypercorn.trio import serve as hypercorn_serve
 from mcp import ClientSession, types
-from mcp.client._transport import ReadStream, WriteStream
 from mcp.client.sse import sse_client
-from mcp.shared.message import SessionMessage
 
 from coremetry.app import CoremetryApp
 from coremetry.config import Config, load_config
@@ -267,74 +264,6 @@ def error_code(response: httpx.Response) -> object:
 
 
 # ---- the official SDK client ---------------------------------------------------------------
-
-
-def _dump(message: SessionMessage) -> JsonObject:
-    return message.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
-
-
-class TapRead:
-    """The SDK's read stream, recording each message before the session sees it."""
-
-    def __init__(self, inner: ReadStream[SessionMessage | Exception], log: list[JsonObject]):
-        self._inner = inner
-        self._log = log
-
-    def _record(self, item: SessionMessage | Exception) -> SessionMessage | Exception:
-        if isinstance(item, SessionMessage):
-            self._log.append(_dump(item))
-        return item
-
-    async def receive(self) -> SessionMessage | Exception:
-        return self._record(await self._inner.receive())
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        return self._record(await self._inner.__anext__())
-
-    async def __aenter__(self) -> Self:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        return await self._inner.__aexit__(exc_type, exc_val, exc_tb)
-
-
-class TapWrite:
-    """The SDK's write stream, recording each message it hands to the transport."""
-
-    def __init__(self, inner: WriteStream[SessionMessage], log: list[JsonObject]):
-        self._inner = inner
-        self._log = log
-
-    async def send(self, item: SessionMessage, /) -> None:
-        self._log.append(_dump(item))
-        await self._inner.send(item)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> Self:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        return await self._inner.__aexit__(exc_type, exc_val, exc_tb)
 
 
 def only_text(content: list[types.ContentBlock]) -> str:
