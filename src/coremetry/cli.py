@@ -4,8 +4,9 @@ Subcommands:
 
 - ``coremetry serve [--host H] [--port P] [--data-dir DIR] [--config FILE] [--fixture]
   [--store sqlite|clickhouse] [--clickhouse-url URL]`` — the HTTP server (Streamable HTTP,
-  legacy SSE, WebSocket, ``/healthz``). Prints ``listening on
-  http://HOST:PORT`` to stderr once bound; SIGINT/SIGTERM drain gracefully.
+  legacy SSE, WebSocket, ``/healthz``). Once bound, prints ``data dir DIR (telemetry store:
+  WHERE)`` then ``listening on http://HOST:PORT`` to stderr (``--fixture``: the second line
+  only); SIGINT/SIGTERM drain gracefully.
 - ``coremetry stdio [--fixture] [--max-budget-s S]`` — MCP on stdin/stdout (for clients that
   launch a local process, e.g. Claude Desktop); the identity comes from the token in
   ``COREMETRY_TOKEN`` (a ``cmk_`` service token or a session JWT), and it refuses to start
@@ -279,6 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     install_signal_handlers=True,
                     security=security,
                     first_admin_token=first[0] if first is not None else None,
+                    # --fixture: stderr stays exactly the "listening on" line.
+                    name_data_dir=not getattr(args, "fixture", False),
                 )
             )
         finally:

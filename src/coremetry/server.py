@@ -175,6 +175,16 @@ def store_location(config: Config) -> str:
     return str(Path(config.data_dir).expanduser() / TELEMETRY_DB)
 
 
+def data_dir_line(config: Config) -> str:
+    """``data dir <dir> (telemetry store: <where>)``: what ``coremetry serve`` says at start.
+
+    ``<dir>`` is ``config.data_dir`` with ``~`` expanded and made absolute; ``<where>`` is
+    :func:`store_location`.
+    """
+    data_dir = Path(config.data_dir).expanduser().absolute()
+    return f"data dir {data_dir} (telemetry store: {store_location(config)})"
+
+
 def clickhouse_options(config: Config) -> "ClickHouseOptions":
     """The ClickHouse backend's options from ``config.clickhouse`` and ``config.store``.
 
@@ -314,6 +324,7 @@ async def serve(
     security: Security | None = None,
     first_admin_token: str | None = None,
     store: TelemetryStore | None = None,
+    preface: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the app until ``shutdown`` is set (or SIGINT/SIGTERM when handlers are installed).
@@ -331,6 +342,9 @@ async def serve(
         store: the telemetry store; with one, the OTLP/HTTP receiver (``/v1/traces``,
             ``/v1/logs``, ``/v1/metrics``) writes into it (unless ``ingest.enabled`` is off).
             The caller opens and closes it (:func:`open_telemetry_store`).
+        preface: with ``announce``, a line printed to stderr just before ``listening on``, in
+            the same write (a reader of the first chunk sees both); only once bound, so a
+            refused bind prints nothing but the error.
         task_status: receives the bound base URL (``http://127.0.0.1:PORT``).
 
     Raises:
@@ -367,7 +381,9 @@ async def serve(
             if first_admin_token is not None:
                 print(first_start_message(first_admin_token, url), flush=True)
             if announce:
-                print(f"listening on {url}", file=sys.stderr, flush=True)
+                lead = f"{preface}\n" if preface is not None else ""
+                sys.stderr.write(f"{lead}listening on {url}\n")
+                sys.stderr.flush()
             task_status.started(url)
             await stop.wait()
             app.shutting_down.set()
@@ -391,6 +407,7 @@ async def serve_with_store(
     first_admin_token: str | None = None,
     shutdown: trio.Event | None = None,
     announce: bool = True,
+    name_data_dir: bool = False,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """:func:`serve` with the telemetry store open: what ``coremetry serve`` runs.
@@ -400,7 +417,10 @@ async def serve_with_store(
     the problem detector beside it when ``detection.enabled``
     (:func:`coremetry.detection.service.serve_detection`, writing
     ``<data_dir>/problems.json``), and once the server has drained stops the detector and
-    closes the store. The other arguments are :func:`serve`'s.
+    closes the store. With ``name_data_dir`` (and ``announce``), the line before ``listening
+    on`` is ``data dir <dir> (telemetry store: <store_location(config)>)``, ``~`` expanded, so
+    a user sees which data dir, and so which identities and telemetry, this start uses. The
+    other arguments are :func:`serve`'s.
 
     Raises:
         StoreUnavailable: the store cannot be opened.
@@ -421,6 +441,7 @@ async def serve_with_store(
                 security=security,
                 first_admin_token=first_admin_token,
                 store=store,
+                preface=data_dir_line(config) if name_data_dir else None,
                 task_status=task_status,
             )
         finally:
