@@ -12,6 +12,7 @@ Imported as ``from _sdk_support import ...``: pytest puts ``tests/`` on ``sys.pa
 from types import TracebackType
 from typing import Self
 
+from mcp import types
 from mcp.client._transport import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 
@@ -99,3 +100,11 @@ class TapWrite(_Tap):
     async def send(self, item: SessionMessage, /) -> None:
         self._log.append(dump_message(item))
         await self._writer.send(item)
+
+
+def only_text(content: list[types.ContentBlock]) -> str:
+    """The text of a tool result's content that must be exactly one text block."""
+    assert len(content) == 1, content
+    item = content[0]
+    assert isinstance(item, types.TextContent), item
+    return item.text

@@ -17,16 +17,16 @@ from functools import partial
 import httpx
 import msgspec
 import trio
-from _sdk_support import TapRead, TapWrite
+from _sdk_support import TapRead, TapWrite, only_text
+from _wire_support import open_app_server
 from conftest import check_emitted
-from hypercorn.trio import serve as hypercorn_serve
 from mcp import ClientSession, types
 from mcp.client.sse import sse_client
 
 from coremetry.app import CoremetryApp
 from coremetry.config import Config, load_config
 from coremetry.mcp import CallContext, Caller, Server, Tool
-from coremetry.server import build_mcp_server, hypercorn_config, serve
+from coremetry.server import build_mcp_server, serve
 from coremetry.transports._http import Headers
 
 JsonObject = dict[str, object]
@@ -70,25 +70,6 @@ async def running(server: Server | None = None, **sse: float) -> AsyncIterator[R
         )
         try:
             yield Running(url, stop)
-        finally:
-            stop.set()
-
-
-@asynccontextmanager
-async def running_app(app: CoremetryApp) -> AsyncIterator[str]:
-    """A :class:`CoremetryApp` built by the test (e.g. with an authenticator) under hypercorn."""
-    stop = trio.Event()
-
-    async def trigger() -> None:
-        await stop.wait()
-        app.shutting_down.set()
-
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(
-            partial(hypercorn_serve, app, hypercorn_config(app.config), shutdown_trigger=trigger)
-        )
-        try:
-            yield binds[0]
         finally:
             stop.set()
 
@@ -264,13 +245,6 @@ def error_code(response: httpx.Response) -> object:
 
 
 # ---- the official SDK client ---------------------------------------------------------------
-
-
-def only_text(content: list[types.ContentBlock]) -> str:
-    assert len(content) == 1, content
-    item = content[0]
-    assert isinstance(item, types.TextContent), item
-    return item.text
 
 
 async def test_sdk_client_over_legacy_sse() -> None:
@@ -517,7 +491,7 @@ async def test_session_is_bound_to_the_identity_that_opened_it() -> None:
     alice = {"authorization": "Bearer alice"}
     mallory = {"authorization": "Bearer mallory"}
     with trio.fail_after(LIMIT_S):
-        async with running_app(app) as url, httpx.AsyncClient(base_url=url) as client:
+        async with open_app_server(app) as url, httpx.AsyncClient(base_url=url) as client:
             anonymous = await client.get(SSE_PATH, headers=SSE_ACCEPT)
             async with client.stream("GET", SSE_PATH, headers={**SSE_ACCEPT, **alice}) as resp:
                 events = Events(resp)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 import trio
 import trio.testing
+from _wire_support import RequestId, as_list, as_object, call, notification, request
 from conftest import check_emitted
 
 from coremetry.mcp import Caller, codes
@@ -20,7 +21,6 @@ from coremetry.server import build_mcp_server
 from coremetry.transports.stdio import serve_stdio
 
 JsonObject = dict[str, object]
-RequestId = int | str
 
 LIMIT_S = 30.0
 """Bound of every test (virtual seconds under ``autojump_clock``)."""
@@ -34,22 +34,6 @@ def encode(message: Mapping[str, object]) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 
 
-def request(
-    request_id: RequestId, method: str, params: Mapping[str, object] | None = None
-) -> JsonObject:
-    message: JsonObject = {"jsonrpc": "2.0", "id": request_id, "method": method}
-    if params is not None:
-        message["params"] = dict(params)
-    return message
-
-
-def notification(method: str, params: Mapping[str, object] | None = None) -> JsonObject:
-    message: JsonObject = {"jsonrpc": "2.0", "method": method}
-    if params is not None:
-        message["params"] = dict(params)
-    return message
-
-
 def initialize(request_id: RequestId = 0, revision: str = LATEST_HANDSHAKE) -> JsonObject:
     return request(
         request_id,
@@ -60,25 +44,6 @@ def initialize(request_id: RequestId = 0, revision: str = LATEST_HANDSHAKE) -> J
             "clientInfo": {"name": "stdio-unit-test", "version": "0"},
         },
     )
-
-
-def call(
-    request_id: RequestId, tool: str, arguments: Mapping[str, object], **meta: object
-) -> JsonObject:
-    params: JsonObject = {"name": tool, "arguments": dict(arguments)}
-    if meta:
-        params["_meta"] = dict(meta)
-    return request(request_id, "tools/call", params)
-
-
-def as_object(value: object) -> JsonObject:
-    assert isinstance(value, dict), f"not a JSON object: {value!r}"
-    return {str(k): v for k, v in value.items()}
-
-
-def as_list(value: object) -> list[object]:
-    assert isinstance(value, list), f"not a JSON array: {value!r}"
-    return list(value)
 
 
 def tool_text(reply: Mapping[str, object]) -> str:

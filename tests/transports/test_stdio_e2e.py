@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from _sdk_support import TapRead, TapWrite
+from _sdk_support import TapRead, TapWrite, only_text
+from _wire_support import as_object
 from conftest import check_emitted, stdio_identity
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
@@ -101,18 +102,6 @@ async def sdk_session(
         ):
             init = await session.initialize()
             yield Connected(session, init, wire, stderr_path)
-
-
-def as_object(value: object) -> JsonObject:
-    assert isinstance(value, dict), f"not a JSON object: {value!r}"
-    return {str(k): v for k, v in value.items()}
-
-
-def only_text(content: list[types.ContentBlock]) -> str:
-    assert len(content) == 1, content
-    item = content[0]
-    assert isinstance(item, types.TextContent), item
-    return item.text
 
 
 def tool_error_payload(result: types.CallToolResult) -> JsonObject:

@@ -23,6 +23,7 @@ import httpx
 import msgspec
 import pytest
 import trio
+from _wire_support import as_list, as_object
 from conftest import check_emitted
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, HTTPScope
 
@@ -120,16 +121,6 @@ def stateless(
     if method in ("tools/call", "prompts/get", "resources/read") and isinstance(name, str):
         headers["mcp-name"] = header_value(name)
     return rpc(method, request_id, body_params), headers
-
-
-def as_object(value: object) -> JsonObject:
-    assert isinstance(value, dict), f"not a JSON object: {value!r}"
-    return {str(k): v for k, v in value.items()}
-
-
-def as_list(value: object) -> list[object]:
-    assert isinstance(value, list), f"not a JSON array: {value!r}"
-    return list(value)
 
 
 def revision_for(body: object, headers: Mapping[str, str | None]) -> str:

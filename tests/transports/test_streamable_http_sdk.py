@@ -25,6 +25,8 @@ import httpx2
 import msgspec
 import pytest
 import trio
+from _sdk_support import only_text
+from _wire_support import as_object
 from conftest import check_emitted
 from mcp import Client, MCPError, types
 from mcp.client.streamable_http import streamable_http_client
@@ -231,18 +233,6 @@ def validate_wire(exchanges: list[Exchange]) -> None:
         for message in messages:
             answers = "result" in message and isinstance(method, str)
             check_emitted(message, revision, str(method) if answers else None)
-
-
-def as_object(value: object) -> JsonObject:
-    assert isinstance(value, dict), f"not a JSON object: {value!r}"
-    return {str(k): v for k, v in value.items()}
-
-
-def only_text(content: list[types.ContentBlock]) -> str:
-    assert len(content) == 1, content
-    item = content[0]
-    assert isinstance(item, types.TextContent), item
-    return item.text
 
 
 # ---- the modes -----------------------------------------------------------------------------

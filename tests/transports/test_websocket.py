@@ -22,8 +22,17 @@ from functools import partial
 
 import pytest
 import trio
+from _wire_support import (
+    RequestId,
+    as_list,
+    as_object,
+    call,
+    notification,
+    open_app_server,
+    request,
+)
+from _wire_support import upgrade_by_hand as raw_upgrade
 from conftest import check_emitted
-from hypercorn.trio import serve as hypercorn_serve
 from hypercorn.typing import (
     ASGIReceiveCallable,
     ASGIReceiveEvent,
@@ -44,13 +53,12 @@ from coremetry.config import Config, load_config
 from coremetry.mcp import CallContext, Caller, Connection, Server, Tool, codes
 from coremetry.mcp.dispatch import Outcome
 from coremetry.mcp.versions import LATEST_HANDSHAKE
-from coremetry.server import build_mcp_server, hypercorn_config, serve
+from coremetry.server import build_mcp_server, serve
 from coremetry.testing.fixture import NoArgs
 from coremetry.transports._http import Headers, HttpPolicy
 from coremetry.transports.websocket import WebSocketTransport
 
 JsonObject = dict[str, object]
-RequestId = int | str
 
 LIMIT_S = 30.0
 """Generous bound of every test: a hang fails, a slow machine does not."""
@@ -62,31 +70,6 @@ SMALL_LIMIT = 1024
 # ---- messages ------------------------------------------------------------------------------
 
 
-def request(
-    request_id: RequestId, method: str, params: Mapping[str, object] | None = None
-) -> JsonObject:
-    message: JsonObject = {"jsonrpc": "2.0", "id": request_id, "method": method}
-    if params is not None:
-        message["params"] = dict(params)
-    return message
-
-
-def notification(method: str, params: Mapping[str, object] | None = None) -> JsonObject:
-    message: JsonObject = {"jsonrpc": "2.0", "method": method}
-    if params is not None:
-        message["params"] = dict(params)
-    return message
-
-
-def call(
-    request_id: RequestId, tool: str, arguments: Mapping[str, object], **meta: object
-) -> JsonObject:
-    params: JsonObject = {"name": tool, "arguments": dict(arguments)}
-    if meta:
-        params["_meta"] = dict(meta)
-    return request(request_id, "tools/call", params)
-
-
 def echo(text: str) -> JsonObject:
     """``tools/call`` params of the fixture's ``echo``."""
     return {"name": "echo", "arguments": {"text": text}}
@@ -94,16 +77,6 @@ def echo(text: str) -> JsonObject:
 
 def cancel(request_id: RequestId) -> JsonObject:
     return notification("notifications/cancelled", {"requestId": request_id, "reason": "test"})
-
-
-def as_object(value: object) -> JsonObject:
-    assert isinstance(value, dict), f"not a JSON object: {value!r}"
-    return {str(k): v for k, v in value.items()}
-
-
-def as_list(value: object) -> list[object]:
-    assert isinstance(value, list), f"not a JSON array: {value!r}"
-    return list(value)
 
 
 def tool_text(reply: Mapping[str, object]) -> str:
@@ -263,38 +236,8 @@ async def upgrade_by_hand(url: str, headers: Mapping[str, str] | None = None) ->
     open (see :func:`connect`), and a raw request can send any ``Host``.
     """
     host_port = url.removeprefix("ws://").removesuffix(PATH)
-    host, port = host_port.rsplit(":", 1)
-    fields = {
-        "host": host_port,
-        "upgrade": "websocket",
-        "connection": "Upgrade",
-        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
-        "sec-websocket-version": "13",
-        "sec-websocket-protocol": "mcp",
-        **(headers or {}),
-    }
-    head = f"GET {PATH} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
-    stream = await trio.open_tcp_stream(host, int(port))
-    async with stream:
-        await stream.send_all(head.encode("latin-1") + b"\r\n")
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = await stream.receive_some()
-            assert chunk, f"the connection closed before a response: {data!r}"
-            data += chunk
-        response_head, _, body = data.partition(b"\r\n\r\n")
-        status_line, *lines = response_head.decode("latin-1").split("\r\n")
-        received: dict[str, str] = {}
-        for line in lines:
-            name, _, value = line.partition(":")
-            received[name.strip().lower()] = value.strip()
-        status = int(status_line.split(" ")[1])
-        assert status != 101, "the server upgraded the connection"
-        length = int(received.get("content-length", "0"))
-        while len(body) < length:
-            chunk = await stream.receive_some()
-            assert chunk, "the connection closed in the middle of the body"
-            body += chunk
+    status, received, body = await raw_upgrade(host_port, PATH, headers or {})
+    assert status != 101, "the server upgraded the connection"
     return Refusal(status, received, body)
 
 
@@ -367,20 +310,8 @@ class TappedApp(CoremetryApp):
 @asynccontextmanager
 async def app_server(app: CoremetryApp) -> AsyncIterator[str]:
     """Serve ``app`` with hypercorn for the block (as ``serve`` does); yield its WebSocket URL."""
-    stop = trio.Event()
-
-    async def trigger() -> None:
-        await stop.wait()
-        app.shutting_down.set()
-
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(
-            partial(hypercorn_serve, app, hypercorn_config(app.config), shutdown_trigger=trigger)
-        )
-        try:
-            yield ws_url(binds[0])
-        finally:
-            stop.set()
+    async with open_app_server(app) as base:
+        yield ws_url(base)
 
 
 @dataclass
