@@ -7,15 +7,18 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Final
 
 import httpx
+import msgspec
 import trio
 
 from coremetry.config import load_config
-from coremetry.demo import DemoState, LoadResult, demo_state
-from coremetry.demo.cli import describe_load
+from coremetry.demo import DemoAlreadyLoaded, DemoState, LoadResult, demo_state
+from coremetry.demo.cli import describe_load, describe_refusal
+from coremetry.store import Span, TelemetryBatch
 from coremetry.store.sqlite import open_sqlite_store
 
 from ._support import rows, trace_csvs
@@ -167,4 +170,59 @@ def test_already_loaded_advice_fits_the_backend(tmp_path: Path) -> None:
     assert advice.endswith(
         "; an empty ClickHouse database (clickhouse.database, or another server with "
         "--clickhouse-url) always works."
+    )
+
+
+async def test_force_refusal_advises_a_fresh_data_dir_with_the_embedded_store(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    mine = Span(
+        trace_id="ab" * 16,
+        span_id="cd" * 8,
+        name="mine",
+        service_name="my-service",
+        start_time_unix_nano=time.time_ns(),
+        end_time_unix_nano=time.time_ns() + 1000,
+    )
+    with trio.fail_after(LIMIT_S):
+        status, _, err = await run("demo", "load", "--data-dir", str(data_dir))
+        assert status == 0, err
+        async with open_sqlite_store(data_dir / "telemetry.db") as store:
+            await store.write(TelemetryBatch(spans=[mine]))
+            before = await store.statistics()
+        status, out, err = await run("demo", "load", "--force", "--data-dir", str(data_dir))
+        async with open_sqlite_store(data_dir / "telemetry.db") as store:
+            after = await store.statistics()
+    assert status == 1
+    assert out == ""
+    assert err.splitlines()[-1] == (
+        "coremetry: demo load failed: the store holds other telemetry besides the demo "
+        f"({before.span_count} spans, {before.log_count} log records, "
+        f"{before.metric_point_count} metric points), which a reload would delete with it; "
+        "load the demo into a fresh --data-dir instead"
+    )
+    # nothing was deleted (the file's size may move as SQLite checkpoints)
+    assert msgspec.structs.replace(after, size_bytes=0) == msgspec.structs.replace(
+        before, size_bytes=0
+    )
+
+
+def test_force_refusal_advice_fits_the_backend(tmp_path: Path) -> None:
+    refused = DemoAlreadyLoaded("the store holds other telemetry besides the demo (1 spans)")
+    embedded = load_config(environ={}, overrides={"data_dir": str(tmp_path)})
+    clickhouse = load_config(
+        environ={}, overrides={"data_dir": str(tmp_path), "store": {"backend": "clickhouse"}}
+    )
+    assert describe_refusal(refused, embedded) == (
+        "coremetry: demo load failed: the store holds other telemetry besides the demo "
+        "(1 spans); load the demo into a fresh --data-dir instead"
+    )
+    # ClickHouse data is in the database: a fresh data dir would load a second copy into it
+    advice = describe_refusal(refused, clickhouse)
+    assert "--data-dir" not in advice
+    assert "data dir" not in advice
+    assert advice.endswith(
+        "; load the demo into an empty ClickHouse database (clickhouse.database, or another "
+        "server with --clickhouse-url) instead"
     )

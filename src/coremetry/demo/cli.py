@@ -26,13 +26,14 @@ import trio
 from coremetry.config import Config
 
 if TYPE_CHECKING:  # the loader pulls in the decoders: imported only when a demo is loaded
-    from coremetry.demo.loader import DatasetLoad, LoadResult
+    from coremetry.demo.loader import DatasetLoad, DemoAlreadyLoaded, LoadResult
     from coremetry.demo.manifest import DataFile, Dataset
 
 __all__ = [
     "add_demo_parser",
     "data_dir_of",
     "describe_load",
+    "describe_refusal",
     "load_demo_for_config",
     "prepare_serve_demo",
     "run_demo",
@@ -124,20 +125,11 @@ def describe_load(result: LoadResult, config: Config) -> list[str]:
 
     store = store_location(config)
     if result.status == "already_loaded":
-        if config.store.backend == "clickhouse":
-            # A fresh data dir would load a second, differently shifted copy into the same
-            # database; an empty database is loaded into (the state sees the store empty).
-            fresh = (
-                "an empty ClickHouse database (clickhouse.database, or another server with "
-                "--clickhouse-url) always works."
-            )
-        else:
-            fresh = "a fresh --data-dir always works."
         return [
             f"the demo is already in {store} (loaded {_utc(result.state.started_unix_nano)}, "
             "when its last event was 'now'); nothing to do.",
             "  `coremetry demo load --force` loads it again to end now (only when the store "
-            f"holds nothing else); {fresh}",
+            f"holds nothing else); {_fresh_store(config)} always works.",
         ]
     verb = {"loaded": "loaded", "resumed": "finished loading", "reloaded": "reloaded"}[
         result.status
@@ -153,6 +145,33 @@ def describe_load(result: LoadResult, config: Config) -> list[str]:
                 f"    {load.faults} injected faults (shifted alike) in {result.faults_path}"
             )
     return lines
+
+
+def _fresh_store(config: Config) -> str:
+    """Where a second copy of the demo can always be loaded, for ``config``'s backend."""
+    if config.store.backend == "clickhouse":
+        # A fresh data dir would load a second, differently shifted copy into the same
+        # database; an empty database is loaded into (the state sees the store empty).
+        return (
+            "an empty ClickHouse database (clickhouse.database, or another server with "
+            "--clickhouse-url)"
+        )
+    return "a fresh --data-dir"
+
+
+def describe_refusal(exc: DemoAlreadyLoaded, config: Config) -> str:
+    """The message of ``coremetry demo load --force`` refusing to reload.
+
+    Args:
+        exc: the loader's refusal (what else the store holds).
+        config: the configuration it loaded with: the advice fits the backend — a fresh data
+            dir for the embedded store (the data is in it), an empty database for ClickHouse
+            (the data is in the database: a fresh data dir would load a second copy into it).
+
+    Returns:
+        One line, ``coremetry: demo load failed: …``, without a trailing newline.
+    """
+    return f"coremetry: demo load failed: {exc}; load the demo into {_fresh_store(config)} instead"
 
 
 async def load_demo_for_config(
@@ -196,11 +215,14 @@ def data_dir_of(config: Config) -> Path:
 
 def _load_and_describe(config: Config, *, force: bool, out: TextIO) -> int:
     """Load the demo as ``config`` says, print the summary on ``out``; the exit status."""
-    from coremetry.demo.loader import DemoError
+    from coremetry.demo.loader import DemoAlreadyLoaded, DemoError
     from coremetry.store.errors import StoreError
 
     try:
         result = trio.run(lambda: load_demo_for_config(config, force=force, progress=sys.stderr))
+    except DemoAlreadyLoaded as exc:
+        print(describe_refusal(exc, config), file=sys.stderr)
+        return 1
     except (DemoError, StoreError, OSError) as exc:
         print(f"coremetry: demo load failed: {exc}", file=sys.stderr)
         return 1

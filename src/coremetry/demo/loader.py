@@ -47,7 +47,9 @@ already written are recognised as duplicates and nothing is doubled.
 deleted first and the store cannot tell demo records from others, so this is done only when the
 store can hold nothing but the demo: none of its counts exceeds those recorded after the last
 load (retention may have removed part of it) and nothing in it is newer than that load's "now".
-Otherwise it raises :class:`DemoAlreadyLoaded` and asks for a fresh data dir.
+Otherwise it raises :class:`DemoAlreadyLoaded`, saying what else the store holds; where to load
+a second copy instead depends on the backend, so the caller advises
+(:func:`coremetry.demo.cli.describe_refusal`).
 """
 
 from __future__ import annotations
@@ -447,8 +449,8 @@ async def load_demo(
             raise DemoAlreadyLoaded(
                 "the store holds other telemetry besides the demo "
                 f"({stats.span_count} spans, {stats.log_count} log records, "
-                f"{stats.metric_point_count} metric points); reload the demo into a fresh "
-                "data dir (--data-dir) instead"
+                f"{stats.metric_point_count} metric points), which a reload would delete "
+                "with it"
             )
         await store.delete_before(_DELETE_EVERYTHING)
         state = None
