@@ -51,6 +51,7 @@ import httpx
 import jwt
 import pytest
 import trio
+from _wire_support import as_list, as_object, request, upgrade_by_hand
 from conftest import check_emitted
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
 
@@ -215,22 +216,8 @@ def may_use(role: str, min_role: str) -> bool:
     return rank(role) >= rank(min_role)
 
 
-def as_object(value: object) -> JsonObject:
-    assert isinstance(value, dict), f"not a JSON object: {value!r}"
-    return {str(k): v for k, v in value.items()}
-
-
-def as_list(value: object) -> list[object]:
-    assert isinstance(value, list), f"not a JSON array: {value!r}"
-    return list(value)
-
-
 def bearer(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
-
-
-def request(request_id: RequestId, method: str, params: Mapping[str, object]) -> JsonObject:
-    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": dict(params)}
 
 
 def initialize_params(revision: str) -> JsonObject:
@@ -912,38 +899,7 @@ async def raw_upgrade(base: str, path: str, headers: Mapping[str, str]) -> tuple
     Written by hand, not with trio-websocket, so a refused handshake leaves no stream open and
     an accepted one (101) is simply dropped.
     """
-    host_port = base.removeprefix("http://")
-    host, port = host_port.rsplit(":", 1)
-    fields = {
-        "host": host_port,
-        "upgrade": "websocket",
-        "connection": "Upgrade",
-        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
-        "sec-websocket-version": "13",
-        "sec-websocket-protocol": "mcp",
-        **headers,
-    }
-    request_head = f"GET {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
-    stream = await trio.open_tcp_stream(host, int(port))
-    async with stream:
-        await stream.send_all(request_head.encode("latin-1") + b"\r\n")
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = await stream.receive_some()
-            assert chunk, f"the connection closed before a response: {data!r}"
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        status_line, *lines = head.decode("latin-1").split("\r\n")
-        status = int(status_line.split(" ")[1])
-        fields_in: dict[str, str] = {}
-        for line in lines:
-            name, _, value = line.partition(":")
-            fields_in[name.strip().lower()] = value.strip()
-        length = int(fields_in.get("content-length", "0")) if status != 101 else 0
-        while len(body) < length:
-            chunk = await stream.receive_some()
-            assert chunk, "the connection closed in the middle of the body"
-            body += chunk
+    status, fields_in, body = await upgrade_by_hand(base.removeprefix("http://"), path, headers)
     return status, fields_in.get("www-authenticate", ""), body
 
 
