@@ -61,15 +61,17 @@ from hypercorn.typing import (
     ConnectionState,
     HTTPScope,
 )
-from msgspec import UNSET, Raw, Struct, UnsetType
 
 from coremetry.access import make_call_gate
 from coremetry.auth import Authenticator
 from coremetry.config import Config, RateLimitConfig
-from coremetry.mcp import CallContext, Caller, Connection, GateCall, Server, Tool, role_gate
+from coremetry.mcp import Caller, Connection, GateCall, Server, Tool, role_gate
 from coremetry.server import Security, open_security
 from coremetry.transports._http import Authenticate, Headers, HttpPolicy
 from coremetry.transports.streamable_http import StreamableHttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import EchoArgs, echo, handshake_connection, non_negative, positive, reply_problem
 
 TARGET_PCT: Final = 15.0
 """Issue 4: gate + audit may add at most this much to a trivial call's server-side cost."""
@@ -98,17 +100,6 @@ UNLIMITED_RATE: Final = RateLimitConfig(per_second=1e12, burst=1_000_000_000)
 # -- the tool under test ---------------------------------------------------------------------
 
 
-class EchoArgs(Struct, kw_only=True):
-    """Arguments of the benchmark's ``echo`` tool."""
-
-    text: str
-
-
-async def echo(args: EchoArgs, ctx: CallContext) -> str:
-    """Return the text unchanged (the cheapest possible handler)."""
-    return args.text
-
-
 def _server() -> Server:
     server = Server("coremetry-bench", "0")
     server.register_tool(
@@ -124,39 +115,6 @@ def _request(method: str, params: dict[str, object]) -> bytes:
 
 
 TOOLS_CALL: Final = _request("tools/call", {"name": "echo", "arguments": {"text": ECHO_TEXT}})
-
-
-# -- reply checking --------------------------------------------------------------------------
-
-
-class _ResultCheck(Struct):
-    is_error: bool = msgspec.field(default=False, name="isError")
-
-
-class _ReplyCheck(Struct):
-    jsonrpc: str
-    id: int | str | None = None
-    result: _ResultCheck | UnsetType = UNSET
-    error: Raw | UnsetType = UNSET
-
-
-def reply_problem(body: bytes | None) -> str | None:
-    """Why ``body`` is not a successful result reply (``None`` when it is one)."""
-    if body is None:
-        return "no reply"
-    try:
-        reply = msgspec.json.decode(body, type=_ReplyCheck)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        return f"undecodable reply ({exc}): {body[:200]!r}"
-    if not isinstance(reply.error, UnsetType):
-        return f"error reply: {body[:200]!r}"
-    if isinstance(reply.result, UnsetType):
-        return f"reply without result: {body[:200]!r}"
-    if reply.result.is_error:
-        return f"tool error result: {body[:200]!r}"
-    if reply.id != REQUEST_ID:
-        return f"reply id {reply.id!r} != {REQUEST_ID}: {body[:200]!r}"
-    return None
 
 
 # -- the rig: servers, security, connections -------------------------------------------------
@@ -213,27 +171,6 @@ async def build_rig(security: Security, token: str) -> Rig:
     secured = _server()
     security.install(secured)  # production: make_call_gate(limiter) + AuditLog.observe
     return Rig(security, token, headers, raw, caller, bare, gated, secured, first_auth_ns)
-
-
-async def handshake_connection(server: Server, caller: Caller) -> Connection:
-    """A connection that did ``initialize`` (2025-11-25) and ``notifications/initialized``."""
-    conn = Connection(caller=caller, transport="bench")
-    init = _request(
-        "initialize",
-        {
-            "protocolVersion": HANDSHAKE_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "bench", "version": "0"},
-        },
-    )
-    reply = await server.handle(init, conn)
-    problem = reply_problem(None if reply is None else reply.body)
-    if problem is not None:
-        raise RuntimeError(f"initialize failed: {problem}")
-    initialized = msgspec.json.encode({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    if await server.handle(initialized, conn) is not None:
-        raise RuntimeError("notifications/initialized was answered")
-    return conn
 
 
 # -- cases -----------------------------------------------------------------------------------
@@ -385,11 +322,11 @@ async def build_cases(rig: Rig) -> list[Case]:
     security = rig.security
     store, issuer = security.store, security.issuer
     no_cache = Authenticator(store, issuer, cache_ttl_s=0)
-    conn_a = await handshake_connection(rig.bare, rig.caller)
-    conn_b = await handshake_connection(rig.gated, rig.caller)
-    conn_c = await handshake_connection(rig.secured, rig.caller)
-    conn_d = await handshake_connection(rig.secured, rig.caller)
-    conn_nc = await handshake_connection(rig.secured, rig.caller)
+    conn_a = await handshake_connection(rig.bare, rig.caller, HANDSHAKE_VERSION, REQUEST_ID)
+    conn_b = await handshake_connection(rig.gated, rig.caller, HANDSHAKE_VERSION, REQUEST_ID)
+    conn_c = await handshake_connection(rig.secured, rig.caller, HANDSHAKE_VERSION, REQUEST_ID)
+    conn_d = await handshake_connection(rig.secured, rig.caller, HANDSHAKE_VERSION, REQUEST_ID)
+    conn_nc = await handshake_connection(rig.secured, rig.caller, HANDSHAKE_VERSION, REQUEST_ID)
     policy = HttpPolicy()
     fixed = _fixed_caller(rig.caller)
     http_bare = StreamableHttp(rig.bare, policy, authenticate=fixed)
@@ -478,13 +415,13 @@ class Settings:
 def _record_bad(case: Case, body: bytes | None, count: int = 1) -> None:
     case.bad += count
     if case.first_problem is None:
-        problem = reply_problem(body) if case.is_reply else None
+        problem = reply_problem(body, REQUEST_ID) if case.is_reply else None
         case.first_problem = problem or f"reply differs from the reference: {body!r:.200}"
 
 
 async def _warm_up(case: Case, calls: int, security: Security) -> None:
     body = await case.call()
-    problem = reply_problem(body) if case.is_reply else None
+    problem = reply_problem(body, REQUEST_ID) if case.is_reply else None
     if problem is not None or body is None:
         case.bad += 1
         case.first_problem = problem or "no reply"
@@ -577,7 +514,7 @@ async def measure_cold(rig: Rig, samples: int) -> ColdCost:
     read). ``second_auth_ns`` is the same Authenticator's next call (a hit), for comparison.
     """
     security = rig.security
-    conn = await handshake_connection(rig.secured, rig.caller)
+    conn = await handshake_connection(rig.secured, rig.caller, HANDSHAKE_VERSION, REQUEST_ID)
     cold = ColdCost()
     for _ in range(samples):
         fresh = Authenticator(security.store, security.issuer)
@@ -589,7 +526,7 @@ async def measure_cold(rig: Rig, samples: int) -> ColdCost:
         done = time.perf_counter_ns()
         await fresh(rig.headers)
         again = time.perf_counter_ns() - done
-        if reply_problem(None if reply is None else reply.body) is not None:
+        if reply_problem(None if reply is None else reply.body, REQUEST_ID) is not None:
             cold.bad += 1
         cold.auth_ns.append(authed - start)
         cold.call_ns.append(done - start)
@@ -826,48 +763,32 @@ def write_json(path: Path, outcome: Outcome, settings: Settings) -> None:
     path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the benchmark under trio, print the report."""
     parser = argparse.ArgumentParser(
         description="Gate + audit (+ auth) overhead per tools/call, against the server-side cost "
         "of a trivial call (the HTTP handler in-process) and against the bare dispatcher."
     )
+    parser.add_argument("--calls", type=positive, default=DEFAULT_CALLS, help="calls per timed run")
     parser.add_argument(
-        "--calls", type=_positive, default=DEFAULT_CALLS, help="calls per timed run"
-    )
-    parser.add_argument(
-        "--repeat", type=_positive, default=DEFAULT_REPEAT, help="timed runs per case"
+        "--repeat", type=positive, default=DEFAULT_REPEAT, help="timed runs per case"
     )
     parser.add_argument(
         "--flush-every",
-        type=_positive,
+        type=positive,
         default=DEFAULT_FLUSH_EVERY,
         help="audited cases wait for the audit writer every K calls, clock stopped",
     )
     parser.add_argument(
         "--cold-samples",
-        type=_positive,
+        type=positive,
         default=DEFAULT_COLD_SAMPLES,
         help="fresh authenticators timed for the cold (cache-miss) cost",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument(
         "--yield-every",
-        type=_non_negative,
+        type=non_negative,
         default=DEFAULT_YIELD_EVERY,
         help="checkpoint to the trio scheduler every K calls (0: never; see bench/README.md)",
     )

@@ -28,10 +28,13 @@ from typing import Final
 
 import msgspec
 import trio
-from msgspec import UNSET, Raw, Struct, UnsetType
+from msgspec import Struct
 
-from coremetry.mcp import CallContext, Caller, Connection, GateCall, Server, Tool, role_gate
+from coremetry.mcp import Caller, Connection, GateCall, Server, Tool, role_gate
 from coremetry.mcp.wire import CallToolResult, ResultResponse, TextContent
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import EchoArgs, echo, handshake_connection, non_negative, positive, reply_problem
 
 TARGET_US: Final = 25.0
 """Informational target for case (1), handshake-era tools/call, in µs per call."""
@@ -51,17 +54,6 @@ BENCH_CALLER: Final = Caller(subject="bench", role="viewer")
 
 
 # -- the tool under test ---------------------------------------------------------------------
-
-
-class EchoArgs(Struct, kw_only=True):
-    """Arguments of the benchmark's ``echo`` tool."""
-
-    text: str
-
-
-async def echo(args: EchoArgs, ctx: CallContext) -> str:
-    """Return the text unchanged (the cheapest possible handler)."""
-    return args.text
 
 
 async def open_gate(call: GateCall) -> None:
@@ -108,39 +100,6 @@ async def floor_scoped_call(data: bytes) -> bytes:
         request = _FLOOR_DECODER.decode(data)
         await _floor_handler(request.params.arguments.text)
     return _FLOOR_ENCODER.encode(_CANNED)
-
-
-# -- reply checking --------------------------------------------------------------------------
-
-
-class _ResultCheck(Struct):
-    is_error: bool = msgspec.field(default=False, name="isError")
-
-
-class _ReplyCheck(Struct):
-    jsonrpc: str
-    id: int | str | None = None
-    result: _ResultCheck | UnsetType = UNSET
-    error: Raw | UnsetType = UNSET
-
-
-def reply_problem(body: bytes | None) -> str | None:
-    """Why ``body`` is not a successful result reply (``None`` when it is one)."""
-    if body is None:
-        return "no reply"
-    try:
-        reply = msgspec.json.decode(body, type=_ReplyCheck)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        return f"undecodable reply ({exc}): {body[:200]!r}"
-    if not isinstance(reply.error, UnsetType):
-        return f"error reply: {body[:200]!r}"
-    if isinstance(reply.result, UnsetType):
-        return f"reply without result: {body[:200]!r}"
-    if reply.result.is_error:
-        return f"tool error result: {body[:200]!r}"
-    if reply.id != REQUEST_ID:
-        return f"reply id {reply.id!r} != {REQUEST_ID}: {body[:200]!r}"
-    return None
 
 
 # -- cases -----------------------------------------------------------------------------------
@@ -198,28 +157,6 @@ def _server(*, gate: bool = False) -> Server:
     return server
 
 
-async def _handshake_connection(server: Server) -> Connection:
-    conn = Connection(caller=BENCH_CALLER, transport="bench")
-    init = _request(
-        "initialize",
-        {
-            "protocolVersion": HANDSHAKE_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "bench", "version": "0"},
-        },
-    )
-    reply = await server.handle(init, conn)
-    problem = reply_problem(None if reply is None else reply.body)
-    if problem is not None:
-        raise RuntimeError(f"initialize failed: {problem}")
-    initialized = msgspec.json.encode({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    if await server.handle(initialized, conn) is not None:
-        raise RuntimeError("notifications/initialized was answered")
-    if conn.protocol_version != HANDSHAKE_VERSION or not conn.initialized:
-        raise RuntimeError(f"connection not initialized at {HANDSHAKE_VERSION}")
-    return conn
-
-
 def _handle_call(server: Server, data: bytes, conn: Connection) -> CallFn:
     async def call() -> bytes | None:
         reply = await server.handle(data, conn)
@@ -251,8 +188,8 @@ async def build_cases() -> list[Case]:
 
     server = _server()
     gated = _server(gate=True)
-    conn = await _handshake_connection(server)
-    gated_conn = await _handshake_connection(gated)
+    conn = await handshake_connection(server, BENCH_CALLER, HANDSHAKE_VERSION, REQUEST_ID)
+    gated_conn = await handshake_connection(gated, BENCH_CALLER, HANDSHAKE_VERSION, REQUEST_ID)
     stateless_conn = Connection(caller=BENCH_CALLER, transport="bench")
 
     async def floor() -> bytes:
@@ -292,13 +229,13 @@ async def build_cases() -> list[Case]:
 def _record_bad(case: Case, body: bytes | None, count: int = 1) -> None:
     case.bad += count
     if case.first_problem is None:
-        problem = reply_problem(body) if case.is_reply else None
+        problem = reply_problem(body, REQUEST_ID) if case.is_reply else None
         case.first_problem = problem or f"reply differs from the reference: {body!r:.200}"
 
 
 async def _warm_up(case: Case, calls: int) -> None:
     body = await case.call()
-    problem = reply_problem(body) if case.is_reply else None
+    problem = reply_problem(body, REQUEST_ID) if case.is_reply else None
     if problem is not None or body is None:
         case.bad += 1
         case.first_problem = problem or "no reply"
@@ -425,35 +362,19 @@ def write_json(path: Path, cases: list[Case], calls: int, repeat: int, yield_eve
     path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the benchmark under trio, print the report."""
     parser = argparse.ArgumentParser(
         description="Dispatch cost per MCP request through coremetry.mcp.Server.handle."
     )
+    parser.add_argument("--calls", type=positive, default=DEFAULT_CALLS, help="calls per timed run")
     parser.add_argument(
-        "--calls", type=_positive, default=DEFAULT_CALLS, help="calls per timed run"
-    )
-    parser.add_argument(
-        "--repeat", type=_positive, default=DEFAULT_REPEAT, help="timed runs per case"
+        "--repeat", type=positive, default=DEFAULT_REPEAT, help="timed runs per case"
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument(
         "--yield-every",
-        type=_non_negative,
+        type=non_negative,
         default=DEFAULT_YIELD_EVERY,
         help="checkpoint to the trio scheduler every K calls (0: never; see bench/README.md)",
     )
