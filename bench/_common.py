@@ -1,7 +1,9 @@
-"""Scaffolding shared by the bench scripts: argument types, the echo tool, reply checks, /proc.
+"""Scaffolding shared by the bench scripts: argument types, the reply check, /proc readings.
 
-Nothing here is timed on its own; each script keeps what it measures. Imported the way the
-scripts import their siblings (``sys.path.insert(0, <bench dir>)`` then ``import _common``).
+Nothing here is timed; each script keeps what it measures. Imported the way the scripts import
+their siblings (``sys.path.insert(0, <bench dir>)``, then ``from _common import ...``). Standard
+library and msgspec only, so a client-side script's own RSS stays what it was; what needs the
+coremetry server is in ``_mcp_common``.
 """
 
 import argparse
@@ -11,8 +13,6 @@ from typing import Final
 
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
-
-from coremetry.mcp import CallContext, Caller, Connection, Server
 
 # -- command-line argument types -------------------------------------------------------------
 
@@ -39,20 +39,6 @@ def non_negative(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative: {text}")
     return value
-
-
-# -- the tool under test ---------------------------------------------------------------------
-
-
-class EchoArgs(Struct, kw_only=True):
-    """Arguments of the benchmark's ``echo`` tool."""
-
-    text: str
-
-
-async def echo(args: EchoArgs, ctx: CallContext) -> str:
-    """Return the text unchanged (the cheapest possible handler)."""
-    return args.text
 
 
 # -- reply checking --------------------------------------------------------------------------
@@ -95,40 +81,6 @@ def reply_problem(body: bytes | None, request_id: int) -> str | None:
     if reply.id != request_id:
         return f"reply id {reply.id!r} != {request_id}: {body[:200]!r}"
     return None
-
-
-async def handshake_connection(
-    server: Server, caller: Caller, version: str, request_id: int
-) -> Connection:
-    """A connection that did ``initialize`` at ``version`` and ``notifications/initialized``.
-
-    Raises:
-        RuntimeError: The server refused the handshake, answered the notification, or left
-            the connection uninitialized or at another version.
-    """
-    conn = Connection(caller=caller, transport="bench")
-    init = msgspec.json.encode(
-        {
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": version,
-                "capabilities": {},
-                "clientInfo": {"name": "bench", "version": "0"},
-            },
-        }
-    )
-    reply = await server.handle(init, conn)
-    problem = reply_problem(None if reply is None else reply.body, request_id)
-    if problem is not None:
-        raise RuntimeError(f"initialize failed: {problem}")
-    initialized = msgspec.json.encode({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    if await server.handle(initialized, conn) is not None:
-        raise RuntimeError("notifications/initialized was answered")
-    if conn.protocol_version != version or not conn.initialized:
-        raise RuntimeError(f"connection not initialized at {version}")
-    return conn
 
 
 # -- /proc -----------------------------------------------------------------------------------

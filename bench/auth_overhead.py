@@ -71,7 +71,8 @@ from coremetry.transports._http import Authenticate, Headers, HttpPolicy
 from coremetry.transports.streamable_http import StreamableHttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import EchoArgs, echo, handshake_connection, non_negative, positive, reply_problem
+from _common import non_negative, positive, reply_problem
+from _mcp_common import EchoArgs, echo, handshake_connection
 
 TARGET_PCT: Final = 15.0
 """Issue 4: gate + audit may add at most this much to a trivial call's server-side cost."""

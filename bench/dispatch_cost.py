@@ -34,7 +34,8 @@ from coremetry.mcp import Caller, Connection, GateCall, Server, Tool, role_gate
 from coremetry.mcp.wire import CallToolResult, ResultResponse, TextContent
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import EchoArgs, echo, handshake_connection, non_negative, positive, reply_problem
+from _common import non_negative, positive, reply_problem
+from _mcp_common import EchoArgs, echo, handshake_connection
 
 TARGET_US: Final = 25.0
 """Informational target for case (1), handshake-era tools/call, in µs per call."""

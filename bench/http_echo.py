@@ -48,6 +48,9 @@ import msgspec
 import trio
 from msgspec import UNSET, Raw, Struct, UnsetType
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import cpu_seconds, positive
+
 BENCH_DIR: Final = Path(__file__).resolve().parent
 MCP_PATH: Final = "/api/mcp"
 HOST: Final = "127.0.0.1"
@@ -198,20 +201,6 @@ class RunningServer:
         """The last lines of the server's stderr."""
         text = self.log_path.read_text(encoding="utf-8", errors="replace")
         return "\n".join(text.splitlines()[-lines:])
-
-
-_CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads) so far, in seconds."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    except OSError:
-        return 0.0
-    fields = text.rpartition(")")[2].split()
-    # After "pid (comm)": state is fields[0], utime is field 14 of the line -> fields[11].
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
 def free_port() -> int:
@@ -806,13 +795,6 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text}")
-    return value
-
-
 def parse_args(argv: list[str] | None) -> Settings:
     """The command line as :class:`Settings`."""
     parser = argparse.ArgumentParser(
@@ -832,7 +814,7 @@ def parse_args(argv: list[str] | None) -> Settings:
         help="comma-separated concurrent connections (default 1,16,64)",
     )
     parser.add_argument(
-        "--repeat", type=_positive, default=1, help="runs per point; the best req/s counts"
+        "--repeat", type=positive, default=1, help="runs per point; the best req/s counts"
     )
     parser.add_argument("--server-cpu", default="0", help="core for the servers (default 0)")
     parser.add_argument("--client-cpu", default="1", help="core for wrk (default 1)")

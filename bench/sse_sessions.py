@@ -52,6 +52,9 @@ import msgspec
 import trio
 from msgspec import UNSET, Raw, Struct, UnsetType
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import cpu_seconds, non_negative, positive
+
 PROTOCOL_VERSION: Final = "2024-11-05"
 SSE_PATH: Final = b"/api/mcp/sse"
 MESSAGES_PREFIX: Final = b"/api/mcp/messages?sessionId="
@@ -743,19 +746,6 @@ class RunningServer:
         return "\n".join(text.splitlines()[-lines:])
 
 
-_CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far, in seconds."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    except OSError:
-        return 0.0
-    fields = text.rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-
-
 def rss_kib(pid: int) -> int:
     """``VmRSS`` of a process, in KiB (0 when unknown)."""
     try:
@@ -1217,20 +1207,6 @@ def write_json(path: Path, opts: Options, results: Results, problems: Problems) 
 # -- main ------------------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
-    return value
-
-
 def _counts(text: str) -> tuple[int, ...]:
     try:
         values = sorted({int(part) for part in text.split(",") if part.strip()})
@@ -1252,28 +1228,28 @@ def parse_options(argv: list[str] | None) -> tuple[Options, Path | None]:
     )
     parser.add_argument(
         "--burst-sessions",
-        type=_non_negative,
+        type=non_negative,
         default=DEFAULT_BURST_SESSIONS,
         help="sessions in the burst (0: no burst)",
     )
-    parser.add_argument("--burst-repeat", type=_positive, default=5, help="bursts (best counts)")
+    parser.add_argument("--burst-repeat", type=positive, default=5, help="bursts (best counts)")
     parser.add_argument(
-        "--latency-calls", type=_positive, default=500, help="sequential calls per latency probe"
+        "--latency-calls", type=positive, default=500, help="sequential calls per latency probe"
     )
     parser.add_argument(
-        "--latency-warmup", type=_non_negative, default=30, help="untimed calls first"
+        "--latency-warmup", type=non_negative, default=30, help="untimed calls first"
     )
     parser.add_argument(
         "--latency-block",
-        type=_positive,
+        type=positive,
         default=1,
         help="calls per block when interleaving with the reference server",
     )
     parser.add_argument(
-        "--post-connections", type=_positive, default=16, help="keep-alive POST sockets"
+        "--post-connections", type=positive, default=16, help="keep-alive POST sockets"
     )
     parser.add_argument(
-        "--open-concurrency", type=_positive, default=64, help="sessions being opened at once"
+        "--open-concurrency", type=positive, default=64, help="sessions being opened at once"
     )
     parser.add_argument(
         "--settle-s", type=float, default=1.0, help="wait before each RSS reading (seconds)"
@@ -1281,8 +1257,8 @@ def parse_options(argv: list[str] | None) -> tuple[Options, Path | None]:
     parser.add_argument(
         "--keepalive-s", type=float, default=600.0, help="the server's SSE keep-alive interval"
     )
-    parser.add_argument("--server-cpu", type=_non_negative, default=0)
-    parser.add_argument("--client-cpu", type=_non_negative, default=1)
+    parser.add_argument("--server-cpu", type=non_negative, default=0)
+    parser.add_argument("--client-cpu", type=non_negative, default=1)
     parser.add_argument(
         "--server-command",
         default=f"{sys.executable} -m coremetry serve --fixture",
