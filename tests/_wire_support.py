@@ -4,11 +4,14 @@ Imported as ``from _wire_support import ...``: pytest puts ``tests/`` on ``sys.p
 no ``tests/__init__.py``), the way ``conftest`` is imported.
 """
 
+import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 
 import trio
+from conftest import check_emitted
 from hypercorn.trio import serve as hypercorn_serve
 
 from coremetry.app import CoremetryApp
@@ -62,6 +65,88 @@ def as_list(value: object) -> list[object]:
     """``value`` as a JSON array; asserts it is one."""
     assert isinstance(value, list), f"not a JSON array: {value!r}"
     return list(value)
+
+
+# ---- server-sent events -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SseItem:
+    """One SSE block: an event (``event``/``data``) or a comment (``event`` is ``None``)."""
+
+    event: str | None
+    data: str
+
+
+class SseReader:
+    """Parses the blocks of one SSE response as its body arrives.
+
+    A subclass supplies the body through :meth:`next_chunk`. Each event must be exactly an
+    ``event:`` line and one ``data:`` line; a block of ``:`` lines is a comment.
+
+    Args:
+        revision: The MCP revision ``message`` events are validated against by default.
+        check_line_breaks: Also assert no line holds ``\\r``, NEL, LS or PS (characters
+            another line splitter would break the line at).
+    """
+
+    def __init__(self, revision: str, *, check_line_breaks: bool = False) -> None:
+        self._revision = revision
+        self._check_line_breaks = check_line_breaks
+        self._buffer = b""
+
+    async def next_chunk(self) -> bytes | None:
+        """The next piece of the response body, ``None`` once it has ended."""
+        raise NotImplementedError
+
+    async def next_item(self) -> SseItem | None:
+        """The next SSE block, or ``None`` once the response has ended (nothing left over)."""
+        while b"\n\n" not in self._buffer:
+            chunk = await self.next_chunk()
+            if chunk is None:
+                assert self._buffer == b"", self._buffer
+                return None
+            self._buffer += chunk
+        block, self._buffer = self._buffer.split(b"\n\n", 1)
+        text = block.decode("utf-8")
+        lines = text.split("\n")
+        if all(line.startswith(":") for line in lines):
+            return SseItem(None, "\n".join(line[1:].strip() for line in lines))
+        fields = [line.split(": ", 1) for line in lines]
+        assert [name for name, _ in fields] == ["event", "data"], text  # one safe data line
+        if self._check_line_breaks:
+            for line in lines:
+                assert not set(line) & {"\r", "\x85", "\u2028", "\u2029"}, line
+        return SseItem(fields[0][1], fields[1][1])
+
+    async def next_event(self) -> SseItem:
+        """The next event, skipping comments; asserts the stream has not ended."""
+        while True:
+            item = await self.next_item()
+            assert item is not None, "the stream ended"
+            if item.event is not None:
+                return item
+
+    async def next_message(self, method: str | None, revision: str | None = None) -> JsonObject:
+        """The next ``message`` event, validated as the answer to ``method`` (or not).
+
+        Args:
+            method: The method of the request it answers; ``None`` for anything else.
+            revision: The schema revision; the reader's own when ``None``.
+        """
+        item = await self.next_event()
+        assert item.event == "message", item
+        message = json.loads(item.data)
+        check_emitted(message, revision or self._revision, method)
+        assert isinstance(message, dict)
+        return message
+
+    async def rest(self) -> list[SseItem]:
+        """Every block until the response ends."""
+        items: list[SseItem] = []
+        while (item := await self.next_item()) is not None:
+            items.append(item)
+        return items
 
 
 # ---- sockets -------------------------------------------------------------------------------

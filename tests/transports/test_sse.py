@@ -18,6 +18,8 @@ import msgspec
 import pytest
 import trio
 import trio.testing
+from _wire_support import SseItem as Item
+from _wire_support import SseReader
 from conftest import check_emitted
 from hypercorn.typing import (
     ASGIReceiveCallable,
@@ -151,18 +153,11 @@ async def request(
     return response
 
 
-@dataclass(frozen=True)
-class Item:
-    """One SSE block: an event (``event``/``data``) or a comment (``event`` is ``None``)."""
-
-    event: str | None
-    data: str
-
-
-class Stream:
+class Stream(SseReader):
     """One ``GET /api/mcp/sse`` running in a task, seen from the client's side."""
 
     def __init__(self) -> None:
+        super().__init__(REVISION, check_line_breaks=True)
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.ended = False
@@ -176,7 +171,6 @@ class Stream:
         self._requested = False
         self._gone = trio.Event()
         self._chunks_send, self._chunks = trio.open_memory_channel[bytes](math.inf)
-        self._buffer = b""
 
     async def receive(self) -> ASGIReceiveEvent:
         if not self._requested:
@@ -211,48 +205,11 @@ class Stream:
     def header(self, name: bytes) -> bytes | None:
         return next((v for k, v in self.headers if k.lower() == name), None)
 
-    async def next_item(self) -> Item | None:
-        """The next SSE block, or ``None`` once the response has ended."""
-        while b"\n\n" not in self._buffer:
-            try:
-                self._buffer += await self._chunks.receive()
-            except trio.EndOfChannel:
-                assert self._buffer == b"", self._buffer
-                return None
-        block, self._buffer = self._buffer.split(b"\n\n", 1)
-        text = block.decode("utf-8")
-        lines = text.split("\n")
-        if all(line.startswith(":") for line in lines):
-            return Item(None, "\n".join(line[1:].strip() for line in lines))
-        fields = [line.split(": ", 1) for line in lines]
-        assert [name for name, _ in fields] == ["event", "data"], text  # one safe data line
-        for line in lines:  # no line splitter would break it either
-            assert not set(line) & {"\r", "\x85", "\u2028", "\u2029"}, line
-        return Item(fields[0][1], fields[1][1])
-
-    async def next_event(self) -> Item:
-        """The next event, skipping comments."""
-        while True:
-            item = await self.next_item()
-            assert item is not None, "the stream ended"
-            if item.event is not None:
-                return item
-
-    async def next_message(self, method: str | None) -> JsonObject:
-        """The next ``message`` event, validated as the answer to ``method`` (or not)."""
-        item = await self.next_event()
-        assert item.event == "message", item
-        message = json.loads(item.data)
-        check_emitted(message, REVISION, method)
-        assert isinstance(message, dict)
-        return message
-
-    async def rest(self) -> list[Item]:
-        """Every block until the response ends."""
-        items: list[Item] = []
-        while (item := await self.next_item()) is not None:
-            items.append(item)
-        return items
+    async def next_chunk(self) -> bytes | None:
+        try:
+            return await self._chunks.receive()
+        except trio.EndOfChannel:
+            return None
 
 
 @dataclass

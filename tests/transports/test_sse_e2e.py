@@ -18,7 +18,8 @@ import httpx
 import msgspec
 import trio
 from _sdk_support import TapRead, TapWrite, only_text
-from _wire_support import open_app_server
+from _wire_support import SseItem as Item
+from _wire_support import SseReader, open_app_server
 from conftest import check_emitted
 from mcp import ClientSession, types
 from mcp.client.sse import sse_client
@@ -125,58 +126,19 @@ def tracked_server() -> tuple[Server, Tracker]:
 # ---- SSE over httpx ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Item:
-    """One SSE block: an event, or a comment (``event`` is ``None``)."""
-
-    event: str | None
-    data: str
-
-
-class Events:
-    """Parses the blocks of one SSE response as they arrive."""
+class Events(SseReader):
+    """Parses the blocks of one SSE response (httpx) as they arrive."""
 
     def __init__(self, response: httpx.Response) -> None:
+        super().__init__(REVISION)
         self.response = response
         self._chunks = response.aiter_bytes()
-        self._buffer = b""
 
-    async def next_item(self) -> Item | None:
-        """The next block, or ``None`` once the server ended the stream."""
-        while b"\n\n" not in self._buffer:
-            try:
-                self._buffer += await self._chunks.__anext__()
-            except StopAsyncIteration:
-                assert self._buffer == b"", self._buffer
-                return None
-        block, self._buffer = self._buffer.split(b"\n\n", 1)
-        lines = block.decode("utf-8").split("\n")
-        if all(line.startswith(":") for line in lines):
-            return Item(None, "\n".join(line[1:].strip() for line in lines))
-        fields = [line.split(": ", 1) for line in lines]
-        assert [name for name, _ in fields] == ["event", "data"], lines
-        return Item(fields[0][1], fields[1][1])
-
-    async def next_event(self) -> Item:
-        while True:
-            item = await self.next_item()
-            assert item is not None, "the stream ended"
-            if item.event is not None:
-                return item
-
-    async def next_message(self, method: str | None, revision: str = REVISION) -> JsonObject:
-        item = await self.next_event()
-        assert item.event == "message", item
-        message = json.loads(item.data)
-        check_emitted(message, revision, method)
-        assert isinstance(message, dict)
-        return message
-
-    async def rest(self) -> list[Item]:
-        items: list[Item] = []
-        while (item := await self.next_item()) is not None:
-            items.append(item)
-        return items
+    async def next_chunk(self) -> bytes | None:
+        try:
+            return await self._chunks.__anext__()
+        except StopAsyncIteration:
+            return None
 
 
 @dataclass
