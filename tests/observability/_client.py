@@ -9,82 +9,23 @@ is checked to carry the same JSON as text and as ``structuredContent``.
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Final
 
 import httpx2
+from _sdk_support import Exchange, TapTransport, revision_of
 from conftest import check_emitted
 from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
 
-from coremetry.mcp.versions import ALL_VERSIONS, DEFAULT_WITHOUT_HEADER, STATELESS_VERSIONS
-
 JsonObject = dict[str, object]
 CLIENT_TIMEOUT_S: Final = 120.0
-
-
-@dataclass
-class Exchange:
-    request_headers: httpx2.Headers
-    request_body: bytes
-    status: int = 0
-    content_type: str = ""
-    body: bytearray = field(default_factory=bytearray)
-
-
-class _TapStream(httpx2.AsyncByteStream):
-    def __init__(self, inner: httpx2.AsyncByteStream, exchange: Exchange) -> None:
-        self._inner = inner
-        self._exchange = exchange
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._inner:
-            self._exchange.body.extend(chunk)
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class Tap(httpx2.AsyncBaseTransport):
-    """Records every POST exchange's request and response bodies."""
-
-    def __init__(self) -> None:
-        self._inner = httpx2.AsyncHTTPTransport()
-        self.exchanges: list[Exchange] = []
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        exchange = Exchange(request.headers, await request.aread())
-        response = await self._inner.handle_async_request(request)
-        if request.method != "POST":
-            return response
-        self.exchanges.append(exchange)
-        exchange.status = response.status_code
-        exchange.content_type = response.headers.get("content-type", "")
-        if not exchange.content_type.startswith("text/event-stream"):
-            exchange.body.extend(await response.aread())
-            await response.aclose()
-            return httpx2.Response(
-                response.status_code,
-                headers=response.headers,
-                content=bytes(exchange.body),
-                extensions=response.extensions,
-                request=request,
-            )
-        stream = response.stream
-        assert isinstance(stream, httpx2.AsyncByteStream)
-        response.stream = _TapStream(stream, exchange)
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 def _messages(exchange: Exchange) -> list[JsonObject]:
     body = bytes(exchange.body)
     if not body:
         return []
-    if exchange.content_type.startswith("text/event-stream"):
+    if exchange.response_headers.get("content-type", "").startswith("text/event-stream"):
         found: list[JsonObject] = []
         for block in body.decode().split("\n\n"):
             for line in block.split("\n"):
@@ -96,23 +37,6 @@ def _messages(exchange: Exchange) -> list[JsonObject]:
     return [decoded]
 
 
-def _revision(exchange: Exchange, request: object) -> str:
-    if isinstance(request, dict):
-        params = request.get("params")
-        meta = params.get("_meta") if isinstance(params, dict) else None
-        if isinstance(meta, dict):
-            version = meta.get("io.modelcontextprotocol/protocolVersion")
-            if version in STATELESS_VERSIONS:
-                return str(version)
-        if request.get("method") == "initialize":
-            for message in _messages(exchange):
-                result = message.get("result")
-                if isinstance(result, dict) and result.get("protocolVersion") in ALL_VERSIONS:
-                    return str(result["protocolVersion"])
-    header = exchange.request_headers.get("mcp-protocol-version")
-    return str(header) if header in ALL_VERSIONS else DEFAULT_WITHOUT_HEADER
-
-
 def validate(exchanges: list[Exchange]) -> int:
     """Validate every message the server sent; returns how many were checked."""
     checked = 0
@@ -120,7 +44,7 @@ def validate(exchanges: list[Exchange]) -> int:
         assert exchange.status < 500, (exchange.status, bytes(exchange.body))
         request: object = json.loads(exchange.request_body) if exchange.request_body else None
         method = request.get("method") if isinstance(request, dict) else None
-        revision = _revision(exchange, request)
+        revision = revision_of(exchange, request, _messages(exchange))
         for message in _messages(exchange):
             answers = "result" in message and isinstance(method, str)
             check_emitted(message, revision, str(method) if answers else None)
@@ -140,7 +64,7 @@ def validate(exchanges: list[Exchange]) -> int:
 @asynccontextmanager
 async def mcp_client(url: str, token: str, mode: str = "legacy") -> AsyncIterator[Client]:
     """An SDK client on ``url`` with ``Authorization: Bearer token``; validates on exit."""
-    tap = Tap()
+    tap = TapTransport(methods=frozenset({"POST"}))
     http = httpx2.AsyncClient(
         transport=tap,
         headers={"authorization": f"Bearer {token}"},

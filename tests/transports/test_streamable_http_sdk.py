@@ -17,7 +17,7 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Final, cast
 
@@ -25,7 +25,7 @@ import httpx2
 import msgspec
 import pytest
 import trio
-from _sdk_support import only_text
+from _sdk_support import Exchange, TapTransport, only_text, revision_of
 from _wire_support import as_object
 from conftest import check_emitted
 from mcp import Client, MCPError, types
@@ -35,10 +35,7 @@ from coremetry import __version__
 from coremetry.config import load_config
 from coremetry.mcp import CallContext, Server, Tool
 from coremetry.mcp.versions import (
-    ALL_VERSIONS,
-    DEFAULT_WITHOUT_HEADER,
     LATEST_HANDSHAKE,
-    STATELESS_VERSIONS,
 )
 from coremetry.server import build_mcp_server, serve
 
@@ -78,75 +75,6 @@ async def start_server(nursery: trio.Nursery, mcp: Server | None = None) -> str:
 
 
 @dataclass
-class Exchange:
-    """One HTTP exchange as the SDK's httpx2 client saw it."""
-
-    method: str
-    request_headers: httpx2.Headers
-    request_body: bytes
-    status: int = 0
-    response_headers: httpx2.Headers = field(default_factory=httpx2.Headers)
-    body: bytearray = field(default_factory=bytearray)
-    complete: bool = False
-    """The whole body was received (an SSE answer the client abandoned is not complete)."""
-
-
-class TapStream(httpx2.AsyncByteStream):
-    """A response body stream that copies every chunk into ``sink`` as the SDK reads it."""
-
-    def __init__(self, inner: httpx2.AsyncByteStream, exchange: Exchange) -> None:
-        self._inner = inner
-        self._exchange = exchange
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._inner:
-            self._exchange.body.extend(chunk)
-            yield chunk
-        self._exchange.complete = True
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class TapTransport(httpx2.AsyncBaseTransport):
-    """Records every request and response body that passes through.
-
-    Bodies that are not event streams are read here in full (the SDK does not read every one,
-    e.g. the body of the 405 answering its GET), so each is validated; event streams are
-    copied as the SDK reads them.
-    """
-
-    def __init__(self) -> None:
-        self._inner = httpx2.AsyncHTTPTransport()
-        self.exchanges: list[Exchange] = []
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        exchange = Exchange(request.method, request.headers, await request.aread())
-        self.exchanges.append(exchange)
-        response = await self._inner.handle_async_request(request)
-        exchange.status = response.status_code
-        exchange.response_headers = response.headers
-        if not response.headers.get("content-type", "").startswith("text/event-stream"):
-            exchange.body.extend(await response.aread())
-            exchange.complete = True
-            await response.aclose()
-            return httpx2.Response(
-                response.status_code,
-                headers=response.headers,
-                content=bytes(exchange.body),
-                extensions=response.extensions,
-                request=request,
-            )
-        stream = response.stream
-        assert isinstance(stream, httpx2.AsyncByteStream)
-        response.stream = TapStream(stream, exchange)
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-@dataclass
 class Connected:
     client: Client
     tap: TapTransport
@@ -183,26 +111,6 @@ def parse_sse(body: bytes) -> list[JsonObject]:
             messages.append(as_object(json.loads(data[0])))
     assert text == "" or text.endswith("\n\n"), "the stream ends on an event boundary"
     return messages
-
-
-def revision_of(exchange: Exchange, request: object, response: list[JsonObject]) -> str:
-    """The revision the server served an exchange at."""
-    if isinstance(request, dict):
-        params = request.get("params")
-        meta = params.get("_meta") if isinstance(params, dict) else None
-        if isinstance(meta, dict):
-            version = meta.get("io.modelcontextprotocol/protocolVersion")
-            if version in STATELESS_VERSIONS:
-                return str(version)
-        if request.get("method") == "initialize":
-            for message in response:
-                result = message.get("result")
-                if isinstance(result, dict) and result.get("protocolVersion") in ALL_VERSIONS:
-                    return str(result["protocolVersion"])
-    header = exchange.request_headers.get("mcp-protocol-version")
-    if header in ALL_VERSIONS:
-        return str(header)
-    return DEFAULT_WITHOUT_HEADER
 
 
 def validate_wire(exchanges: list[Exchange]) -> None:
