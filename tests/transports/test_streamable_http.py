@@ -1656,3 +1656,95 @@ async def test_shutdown_ends_listen_streams(nursery: trio.Nursery) -> None:
         url = await start_server(nursery, http={"graceful_shutdown_s": 20.0}, shutdown=stop)
         answer = await listen_through_shutdown(url, stop)
     check_clean_end(answer)
+
+
+# ---- an unknown method is 404 in 2026-07-28 whatever its params ----------------------------
+
+UNREADABLE_META: Final[Mapping[str, object]] = {
+    "negative-timeout": stateless_meta(**{"coremetry/timeout_ms": -5}),
+    "object-progress-token": stateless_meta(progressToken={}),
+    "unknown-log-level": stateless_meta(**{"io.modelcontextprotocol/logLevel": "loud"}),
+    "capabilities-not-an-object": stateless_meta(
+        **{"io.modelcontextprotocol/clientCapabilities": 3}
+    ),
+    "version-not-a-string": {"io.modelcontextprotocol/protocolVersion": 20260728},
+    "meta-a-list": [STATELESS],
+    "meta-null": None,
+}
+
+
+def with_meta(method: str, meta: object) -> tuple[JsonObject, dict[str, str]]:
+    """A 2026-07-28 request (the headers a conforming client sends) whose ``_meta`` is ``meta``."""
+    _, headers = stateless(method, "u-1")
+    return {"jsonrpc": "2.0", "id": "u-1", "method": method, "params": {"_meta": meta}}, headers
+
+
+@pytest.mark.parametrize("meta", list(UNREADABLE_META), ids=list(UNREADABLE_META))
+@pytest.mark.parametrize("method", ["totally/bogus", "ping", "initialize"])
+async def test_unknown_method_with_an_undecodable_meta_is_404_in_2026_07_28(
+    nursery: trio.Nursery, method: str, meta: str
+) -> None:
+    with trio.fail_after(LIMIT_S):
+        url = await start_server(nursery)
+        body, headers = with_meta(method, UNREADABLE_META[meta])
+        async with http_client() as client:
+            answer = await post(client, url, body, headers, revision=STATELESS)
+    assert answer.status == 404
+    assert answer.content_type == "application/json"
+    assert answer.only()["id"] == "u-1"
+    assert answer.error_code() == -32601
+
+
+INCOMPLETE_PARAMS: Final[Mapping[str, JsonObject | None]] = {
+    "no-params": None,
+    "no-meta": {},
+    "empty-meta": {"_meta": {}},
+    "meta-without-capabilities": {"_meta": {"io.modelcontextprotocol/protocolVersion": STATELESS}},
+}
+
+
+@pytest.mark.parametrize("params", list(INCOMPLETE_PARAMS), ids=list(INCOMPLETE_PARAMS))
+@pytest.mark.parametrize("method", ["totally/bogus", "ping", "initialize", "logging/setLevel"])
+async def test_unknown_method_without_the_required_meta_is_404_in_2026_07_28(
+    nursery: trio.Nursery, method: str, params: str
+) -> None:
+    # A method 2026-07-28 removed was checked for _meta's required keys first: 400 -32602.
+    with trio.fail_after(LIMIT_S):
+        url = await start_server(nursery)
+        _, headers = stateless(method, "u-2")
+        body = rpc(method, "u-2", INCOMPLETE_PARAMS[params])
+        async with http_client() as client:
+            answer = await post(client, url, body, headers, revision=STATELESS)
+    assert answer.status == 404
+    assert answer.content_type == "application/json"
+    assert answer.only()["id"] == "u-2"
+    assert answer.error_code() == -32601
+
+
+@pytest.mark.parametrize("params", ["no-params", "no-meta", "meta-without-capabilities"])
+async def test_known_method_without_the_required_meta_stays_400_invalid_params(
+    nursery: trio.Nursery, params: str
+) -> None:
+    with trio.fail_after(LIMIT_S):
+        url = await start_server(nursery)
+        _, headers = stateless("tools/list", "u-3")
+        body = rpc("tools/list", "u-3", INCOMPLETE_PARAMS[params])
+        async with http_client() as client:
+            answer = await post(client, url, body, headers, revision=STATELESS)
+    assert answer.status == 400
+    assert answer.only()["id"] == "u-3"
+    assert answer.error_code() == -32602
+
+
+@pytest.mark.parametrize("meta", list(UNREADABLE_META), ids=list(UNREADABLE_META))
+async def test_known_method_with_an_undecodable_meta_stays_invalid_params(
+    nursery: trio.Nursery, meta: str
+) -> None:
+    with trio.fail_after(LIMIT_S):
+        url = await start_server(nursery)
+        body, headers = with_meta("tools/list", UNREADABLE_META[meta])
+        async with http_client() as client:
+            answer = await post(client, url, body, headers, revision=STATELESS)
+    assert answer.status == 200
+    assert answer.only()["id"] == "u-1"
+    assert answer.error_code() == -32602

@@ -27,8 +27,8 @@ Guarantees:
   protocol version (or that arrives on a connection pinned to 2026-07-28) is served statelessly —
   ``server/discover``, ``resultType`` on every result, ``ttlMs``/``cacheScope`` on lists and
   reads, ``-32022``/``-32602`` for a bad or missing ``_meta`` (HTTP 400), removed methods
-  ``-32601`` (HTTP 404). Otherwise the handshake era applies: ``initialize`` negotiates the
-  revision of the connection.
+  ``-32601`` (HTTP 404) whatever their ``_meta``. Otherwise the handshake era applies:
+  ``initialize`` negotiates the revision of the connection.
 
 Call observer (the audit hook):
 
@@ -1334,13 +1334,18 @@ class Server:
         meta = decoded.meta if not isinstance(decoded.meta, UnsetType) else RequestMeta()
         stateless = self._is_stateless(meta, conn) or method == "server/discover"
         if stateless:
-            version = self._check_stateless(meta, method)
             if not route.stateless:
+                # A method the stateless era removed is not found whatever its _meta: checked
+                # before _meta's required keys (a missing one was a 400 -32602 here).
+                revision = meta.protocol_version
+                if isinstance(revision, UnsetType):
+                    revision = conn.protocol_version or ""
                 raise ProtocolError(
                     codes.METHOD_NOT_FOUND,
-                    f"Method not found: {method} is not part of protocol revision {version}",
+                    f"Method not found: {method} is not part of protocol revision {revision}",
                     http_status=404,
                 )
+            version = self._check_stateless(meta, method)
         else:
             version = conn.protocol_version or LATEST_HANDSHAKE
             if method == "initialize" and in_batch:

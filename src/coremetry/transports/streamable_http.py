@@ -10,7 +10,9 @@ Both eras on one endpoint (``shared/reference/mcp-spec.md`` §2; 2025-11-25 and 
   ``MCP-Protocol-Version`` must equal it, ``Mcp-Method`` must equal ``method`` and ``Mcp-Name``
   must equal ``params.name`` (``tools/call``, ``prompts/get``) or ``params.uri``
   (``resources/read``); a mismatch is HTTP 400 + ``-32020``. Header values may be
-  ``=?base64?…?=`` encoded. Unknown methods are HTTP 404 + ``-32601`` (the core decides).
+  ``=?base64?…?=`` encoded. Unknown methods (and those the revision removed: ``ping``,
+  ``initialize``…) are HTTP 404 + ``-32601`` whatever their params, ``_meta`` missing or
+  undecodable included; bad params of a known method keep their status (the core decides).
 - No ``Mcp-Session-Id`` is minted or required. ``GET``/``DELETE``/``PUT`` -> 405 with ``Allow``.
 - Notifications and client responses -> 202 with an empty body.
 - The answer is ``application/json``, or ``text/event-stream`` when the client accepts it and
