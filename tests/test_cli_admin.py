@@ -115,11 +115,11 @@ async def test_first_start_prints_an_admin_token_that_unlocks_the_server(tmp_pat
         assert process.stderr is not None
         try:
             err = bytearray()
-            while b"\n" not in err:
+            while (announced := re.search(rb"listening on (http://\S+)\n", err)) is None:
                 chunk = await process.stderr.receive_some(4096)
                 assert chunk, bytes(err)
                 err.extend(chunk)
-            url = err.decode().split()[-1]
+            url = announced.group(1).decode()
             out = bytearray()
             while b"Claude Desktop" not in out:
                 chunk = await process.stdout.receive_some(4096)
