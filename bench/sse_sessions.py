@@ -3,9 +3,11 @@
 Run: ``python bench/sse_sessions.py [--sessions 100,1000,5000] [--burst-sessions 3000]
 [--json PATH]`` (needs ``taskset`` and two CPU cores; see ``bench/README.md``).
 
-Two identical servers (``python -m coremetry serve --fixture --port 0``, keep-alive comments
-every 600 s) are started pinned to one core (``taskset -c 0``): the server under test and a
-*reference* that never holds a session. This process, pinned to the other core, is the client.
+Two identical servers (``python -m coremetry conformance-fixture --port 0``: the whole app with
+the fixture entries, loopback only, without authentication, as ``http_echo.py`` uses;
+keep-alive comments every 600 s) are started pinned to one core (``taskset -c 0``): the server
+under test and a *reference* that never holds a session. This process, pinned to the other
+core, is the client.
 It speaks HTTP/1.1 by hand on raw trio sockets, the lightest client there is: one socket per
 session for ``GET /api/mcp/sse`` (chunked ``text/event-stream``: the ``endpoint`` event, then
 ``message`` events) and a small keep-alive pool of sockets per server for the ``POST``s to the
@@ -1261,7 +1263,8 @@ def parse_options(argv: list[str] | None) -> tuple[Options, Path | None]:
     parser.add_argument("--client-cpu", type=non_negative, default=1)
     parser.add_argument(
         "--server-command",
-        default=f"{sys.executable} -m coremetry serve --fixture",
+        # Not `serve --fixture`: since authentication, serve refuses unauthenticated sessions.
+        default=f"{sys.executable} -m coremetry conformance-fixture",
         help="how to start the server (shell-quoted; '--port 0' is appended)",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
