@@ -106,6 +106,10 @@ class ChdbHttpServer:
     held: list[Running] = field(default_factory=list)
     statements: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    engine: threading.Lock = field(default_factory=threading.Lock)
+    """Taken around every statement on chDB: one engine in this process, and statements run
+    at once from several handler threads (a cancelled read still running beside the next one)
+    mixed their output — a client then failed to decode a block."""
     held_event: threading.Event = field(default_factory=threading.Event)
 
     def kill(self, query_id: str) -> None:
@@ -179,8 +183,9 @@ class ChdbHttpServer:
         try:
             # The stand-in's own handle on the engine, behind its lock: its statements take
             # turns (the backend's private entry point: raw SQL, text parameters, a format).
-            result = self.client._backend._run(sql, fmt, params)
-            data: bytes = result.bytes()
+            with self.engine:
+                result = self.client._backend._run(sql, fmt, params)
+                data: bytes = result.bytes()
             return data
         except Exception as exc:
             text = str(exc)
