@@ -531,9 +531,11 @@ class IdentityStore:
         ]
 
     def revoke_token(self, name: str) -> TokenInfo:
-        """Revoke a service token, with immediate effect in every process. Blocks for a write.
+        """Revoke a service token, with immediate effect in every process.
 
-        Revoking an already revoked token is allowed and keeps the first ``revoked_at``.
+        Blocks for a write, then :data:`REVOCATION_SETTLE_S` (10 ms) after replacing the
+        revocation marker, so that every process has re-read it when this returns (module
+        docstring). Revoking an already revoked token is allowed and keeps the first ``revoked_at``.
 
         Returns:
             The token's state after the revocation.
@@ -585,12 +587,14 @@ class IdentityStore:
     def revocation_stamp(self) -> RevocationStamp:
         """A value that changes whenever any process revokes a token.
 
-        Cheap enough to call on every request: the marker's content, read at most once per
+        Cheap enough to call on every request: the marker is read at most once per
         :data:`REVOCATION_CHECK_INTERVAL_S` (5 ms); in between, a ``time.monotonic()`` and a
-        comparison (no system call; the GIL is kept). Every process has re-read it by the time
-        a ``revoke_token`` anywhere returns (module docstring). When the marker cannot be read
+        comparison (no system call; the GIL is kept). The value is a generation number (8
+        bytes) that goes up whenever the content read differs from the last (absence
+        included), so it never repeats. Every process has re-read the marker by the time a
+        ``revoke_token`` anywhere returns (module docstring). When the marker cannot be read
         (other than absent), or this process failed to write one of its revocations, every call
-        returns a different value, and caches keyed on it stop hitting (fail safe).
+        returns a new value, and caches keyed on it stop hitting (fail safe).
 
         Returns:
             An opaque value to compare with ``==`` to an earlier one (equal: no revocation in
