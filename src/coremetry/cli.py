@@ -59,8 +59,9 @@ from coremetry.demo.cli import add_demo_parser, prepare_serve_demo, run_demo
 from coremetry.detection.cli import add_detect_parser, run_detect
 from coremetry.detection.problem_store import PROBLEMS_FILE
 from coremetry.ingest.cli import add_ingest_parser, run_ingest
-from coremetry.mcp import ROLES, Caller, Server
+from coremetry.mcp import Server
 from coremetry.observability.cli import add_tools_parser, run_tools
+from coremetry.roles import ROLES, Caller
 from coremetry.server import Security, open_security
 from coremetry.store import TelemetryStore
 from coremetry.store.errors import StoreError

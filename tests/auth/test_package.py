@@ -1,4 +1,4 @@
-"""The package contract: a sorted, complete ``__all__``, and auth never imports the transports."""
+"""The package contract: a sorted, complete ``__all__``; auth never imports transports or mcp."""
 
 import ast
 import importlib
@@ -9,7 +9,7 @@ import pytest
 
 import coremetry.auth
 from coremetry.auth import Claims
-from coremetry.mcp import ROLES, Caller, role_satisfies
+from coremetry.roles import ROLES, Caller, role_satisfies
 
 PACKAGE_DIR: Final = Path(coremetry.auth.__file__).resolve().parent
 MODULES: Final = sorted(PACKAGE_DIR.glob("*.py"))
@@ -36,7 +36,7 @@ def test_all_is_complete() -> None:
 
 
 @pytest.mark.parametrize("module", MODULES, ids=[m.stem for m in MODULES])
-def test_auth_never_imports_transports(module: Path) -> None:
+def test_auth_never_imports_transports_or_mcp(module: Path) -> None:
     tree = ast.parse(module.read_text(encoding="utf-8"))
     imported: list[str] = []
     for node in ast.walk(tree):
@@ -47,7 +47,9 @@ def test_auth_never_imports_transports(module: Path) -> None:
     forbidden = [
         name
         for name in imported
-        if name.startswith(("coremetry.transports", "quart", "hypercorn", "trio_websocket"))
+        if name.startswith(
+            ("coremetry.transports", "coremetry.mcp", "quart", "hypercorn", "trio_websocket")
+        )
     ]
     assert forbidden == []
 

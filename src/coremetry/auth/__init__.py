@@ -15,7 +15,8 @@ The pieces, and who calls them:
 - :class:`JwtIssuer`, :func:`load_or_create_secret`: session JWTs.
 - :class:`Claims` and the :class:`AuthError` tree (:mod:`coremetry.auth.principal`).
 
-This package imports the protocol core (for ``Caller`` and ``ROLES``) and never the transports.
+This package takes ``Caller`` and ``ROLES`` from :mod:`coremetry.roles` and never imports the
+protocol core (:mod:`coremetry.mcp`) or the transports.
 """
 
 from .authenticator import SESSION_COOKIE as SESSION_COOKIE

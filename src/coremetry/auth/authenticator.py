@@ -1,7 +1,7 @@
 """Resolve the caller of an HTTP request or WebSocket handshake from its headers.
 
 :class:`Authenticator` is what the HTTP transports call (their ``Authenticate`` hook): headers in,
-:class:`~coremetry.mcp.Caller` out, or an :class:`~coremetry.auth.AuthError` that the transport
+:class:`~coremetry.roles.Caller` out, or an :class:`~coremetry.auth.AuthError` that the transport
 turns into ``401`` with ``WWW-Authenticate: Bearer realm="coremetry"`` (plus
 ``error="invalid_token"`` when :attr:`~coremetry.auth.AuthError.token_sent` is true).
 
@@ -54,7 +54,7 @@ from typing import Final, Literal, Protocol
 import msgspec
 import trio
 
-from coremetry.mcp import Caller
+from coremetry.roles import Caller
 
 from .identity_store import TOKEN_PREFIX, IdentityStore, RevocationStamp
 from .jwt_verifier import JwtIssuer
@@ -139,7 +139,7 @@ class _CacheEntry(msgspec.Struct, frozen=True):
 
 
 class Authenticator:
-    """The ``Authenticate`` hook of the HTTP transports: headers to :class:`~coremetry.mcp.Caller`.
+    """The HTTP transports' ``Authenticate`` hook: headers to :class:`~coremetry.roles.Caller`.
 
     Args:
         store: verifies service tokens (called through ``trio.to_thread``).

@@ -80,7 +80,7 @@ from typing import Final, Self
 
 import msgspec
 
-from coremetry.mcp import ROLES
+from coremetry.roles import ROLES
 
 from .passwords import (
     DEFAULT_PARAMS,

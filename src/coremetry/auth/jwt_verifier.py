@@ -38,7 +38,7 @@ from typing import Final
 import jwt
 import msgspec
 
-from coremetry.mcp import ROLES
+from coremetry.roles import ROLES
 
 from .principal import Claims, ExpiredToken, InvalidToken
 

@@ -2,7 +2,7 @@
 
 :class:`Claims` is the auth layer's domain type (``shared/DESIGN.md`` §5): what a verified JWT or
 service token says about its bearer. Transports turn it into the protocol core's
-:class:`~coremetry.mcp.Caller` with :meth:`Claims.to_caller`, so the core never imports auth.
+:class:`~coremetry.roles.Caller` with :meth:`Claims.to_caller`, so the core never imports auth.
 
 Error tree::
 
@@ -27,7 +27,7 @@ from typing import ClassVar, Literal
 
 import msgspec
 
-from coremetry.mcp import Caller
+from coremetry.roles import Caller
 
 CredentialKind = Literal["jwt", "service_token"]
 """How a bearer authenticated: a session JWT (login) or a ``cmk_`` service token."""
@@ -40,7 +40,7 @@ class Claims(msgspec.Struct, frozen=True, kw_only=True):
         sub: the stable identity: a user name for a JWT, ``"token:<name>"`` for a service token
             (``:`` never occurs in a user name, so the two can never collide). Rate budgets and
             the audit log are keyed on it.
-        role: one of :data:`coremetry.mcp.ROLES` (``viewer``, ``editor``, ``admin``).
+        role: one of :data:`coremetry.roles.ROLES` (``viewer``, ``editor``, ``admin``).
         token_name: the service token's name; ``""`` for a JWT.
         issued_at: when the credential was issued, unix seconds.
         expires_at: when it stops being valid, unix seconds; ``None`` for a service token

@@ -66,7 +66,7 @@ from coremetry.ingest.otlp import (
     decode_traces_json,
     decode_traces_protobuf,
 )
-from coremetry.mcp import role_satisfies
+from coremetry.roles import role_satisfies
 from coremetry.store.errors import StoreError
 from coremetry.store.interface import TelemetryStore
 from coremetry.transports._http import (

@@ -9,7 +9,8 @@ Contract (``shared/DESIGN.md`` §3):
   names the role the entry needs. Any other exception out of the gate becomes ``-32000``; when
   it carries ``retry_after_ms`` (e.g. :class:`RateLimited`) that goes to ``data.retry_after_ms``.
 - Roles are ordered ``viewer < editor < admin``. An entry's ``min_role`` of ``""`` means any
-  authenticated identity (the viewer floor).
+  authenticated identity (the viewer floor). ``Caller``, ``ROLES`` and ``role_satisfies`` live
+  in :mod:`coremetry.roles` (re-exported here) so the auth layer never imports this package.
 
 Error tree::
 
@@ -23,54 +24,12 @@ from typing import Final, Literal
 
 from msgspec import Struct
 
-ROLES: Final[tuple[str, ...]] = ("viewer", "editor", "admin")
-"""Known roles, least privileged first; the index is the rank."""
+from coremetry.roles import ROLES as ROLES
+from coremetry.roles import Caller as Caller
+from coremetry.roles import role_rank as role_rank
+from coremetry.roles import role_satisfies as role_satisfies
 
 CallKind = Literal["tool", "resource", "prompt"]
-
-
-def role_rank(role: str) -> int:
-    """Rank a role name.
-
-    Args:
-        role: a role name; ``""`` (the viewer floor) ranks as ``viewer``.
-
-    Returns:
-        0 for viewer/"", 1 for editor, 2 for admin, and -1 for an unknown role, which therefore
-        satisfies nothing.
-    """
-    if role == "":
-        return 0
-    try:
-        return ROLES.index(role)
-    except ValueError:
-        return -1
-
-
-def role_satisfies(have: str, need: str) -> bool:
-    """Tell whether a caller with role ``have`` may use an entry whose ``min_role`` is ``need``.
-
-    An unknown ``need`` is satisfied by nobody (fail closed); an unknown ``have`` satisfies
-    nothing.
-    """
-    rank_have = role_rank(have)
-    rank_need = role_rank(need)
-    return rank_have >= 0 and rank_need >= 0 and rank_have >= rank_need
-
-
-class Caller(Struct, frozen=True, kw_only=True):
-    """Who is calling, as the protocol core sees it.
-
-    Built by the transport from its authentication result (the auth layer's claims), so the core
-    never imports auth. ``subject`` is the stable identity (a user name or a token's owner);
-    ``role`` one of :data:`ROLES`; ``kind`` how it authenticated (``"jwt"``,
-    ``"service_token"``, ``"local"``); ``token_name`` the service token's name, if any.
-    """
-
-    subject: str
-    role: str
-    kind: str = ""
-    token_name: str = ""
 
 
 ANONYMOUS_VIEWER: Final = Caller(subject="anonymous", role="viewer", kind="none")

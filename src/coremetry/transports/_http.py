@@ -20,7 +20,8 @@ from typing import Final
 
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 
-from coremetry.mcp import ANONYMOUS_VIEWER, Caller, codes, wire
+from coremetry.mcp import ANONYMOUS_VIEWER, codes, wire
+from coremetry.roles import Caller
 
 JSON_TYPE: Final = b"application/json"
 SSE_TYPE: Final = b"text/event-stream"

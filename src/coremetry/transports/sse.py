@@ -42,8 +42,9 @@ from urllib.parse import parse_qs
 import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 
-from coremetry.mcp import Caller, Connection, Server, codes, serve_connection
+from coremetry.mcp import Connection, Server, codes, serve_connection
 from coremetry.mcp.wire import JsonObject
+from coremetry.roles import Caller
 
 from ._http import (
     SSE_HEADERS,

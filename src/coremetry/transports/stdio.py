@@ -19,8 +19,9 @@ from typing import Final
 
 import trio
 
-from coremetry.mcp import Caller, Connection, Server, codes, serve_connection
+from coremetry.mcp import Connection, Server, codes, serve_connection
 from coremetry.mcp.wire import ENCODER, ErrorObject, ErrorResponse, line_safe
+from coremetry.roles import Caller
 
 log = logging.getLogger("coremetry.stdio")
 
