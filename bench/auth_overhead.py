@@ -65,9 +65,9 @@ from hypercorn.typing import (
 from coremetry.access import make_call_gate
 from coremetry.auth import Authenticator
 from coremetry.config import Config, RateLimitConfig
+from coremetry.http_edge import Authenticate, Headers, HttpPolicy
 from coremetry.mcp import Caller, Connection, GateCall, Server, Tool, role_gate
 from coremetry.server import Security, open_security
-from coremetry.transports._http import Authenticate, Headers, HttpPolicy
 from coremetry.transports.streamable_http import StreamableHttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

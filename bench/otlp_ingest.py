@@ -51,13 +51,13 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 import coremetry.demo
+from coremetry.http_edge import Headers, HttpPolicy
 from coremetry.ingest.otlp import decode_traces_protobuf
 from coremetry.ingest.receiver import OtlpReceiver
 from coremetry.ingest.zipkin import decode_zipkin
 from coremetry.mcp import Caller
 from coremetry.store import Span
 from coremetry.store.sqlite import open_sqlite_store
-from coremetry.transports._http import Headers, HttpPolicy
 
 TARGET_SPANS_PER_S: Final = 30_000
 SOURCE: Final = (

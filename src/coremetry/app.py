@@ -35,11 +35,11 @@ from quart_trio import QuartTrio
 from coremetry import __version__
 from coremetry.auth import LoginService
 from coremetry.config import Config
+from coremetry.http_edge import Authenticate, HttpPolicy, anonymous
 from coremetry.ingest.receiver import OTLP_PATHS, OtlpReceiver
 from coremetry.mcp import Server
 from coremetry.rest import LOGIN_PATH, LoginEndpoint, RestTools
 from coremetry.store import TelemetryStore
-from coremetry.transports._http import Authenticate, HttpPolicy, anonymous
 from coremetry.transports.sse import LegacySse
 from coremetry.transports.streamable_http import StreamableHttp
 from coremetry.transports.websocket import WebSocketTransport

@@ -571,9 +571,9 @@ def _admin_store(args: argparse.Namespace, data_dir: Path) -> int:
 
 
 def _conformance_fixture(args: argparse.Namespace) -> int:
+    from coremetry.http_edge import is_loopback_host
     from coremetry.server import serve
     from coremetry.testing.conformance import build_conformance_server
-    from coremetry.transports._http import is_loopback_host
 
     host = str(args.host)
     if not is_loopback_host(host):

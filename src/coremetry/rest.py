@@ -30,9 +30,7 @@ import msgspec
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 
 from coremetry.auth import SESSION_COOKIE, LoginFailed, LoginService, LoginThrottled
-from coremetry.mcp import Connection, PendingBatch, PendingCall, Server, codes, versions
-from coremetry.mcp.wire import JsonObject
-from coremetry.transports._http import (
+from coremetry.http_edge import (
     AUTH_CHALLENGE,
     Authenticate,
     BodyTooLarge,
@@ -46,6 +44,8 @@ from coremetry.transports._http import (
     read_body,
     send_response,
 )
+from coremetry.mcp import Connection, PendingBatch, PendingCall, Server, codes, versions
+from coremetry.mcp.wire import JsonObject
 
 TOOLS_PATH: Final = "/api/tools"
 """``GET`` lists the caller's tools; ``POST {TOOLS_PATH}/<name>`` calls one."""

@@ -8,7 +8,7 @@ from typing import Final
 import msgspec
 
 from coremetry.auth import ScryptParams
-from coremetry.transports._http import Headers
+from coremetry.http_edge import Headers
 
 CHEAP_PARAMS: Final = ScryptParams(n=16, r=1, p=1)
 """Milliseconds instead of a third of a second per hash; the algorithm is the same."""

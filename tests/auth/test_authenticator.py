@@ -19,13 +19,13 @@ from coremetry.auth import (
     open_identity_store,
 )
 from coremetry.auth.principal import AuthError
-from coremetry.mcp import Caller
-from coremetry.transports._http import (
+from coremetry.http_edge import (
     AUTH_CHALLENGE,
     INVALID_TOKEN_CHALLENGE,
     Authenticate,
     challenge_for,
 )
+from coremetry.mcp import Caller
 
 from ._support import CHEAP_PARAMS, OTHER_SECRET, SECRET, FakeClock, forge, good_payload, headers
 

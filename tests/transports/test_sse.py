@@ -30,9 +30,9 @@ from hypercorn.typing import (
     HTTPScope,
 )
 
+from coremetry.http_edge import SSE_HEADERS, Headers, HttpPolicy
 from coremetry.mcp import CallContext, Caller, Server, Tool
 from coremetry.server import build_mcp_server
-from coremetry.transports._http import SSE_HEADERS, Headers, HttpPolicy
 from coremetry.transports.sse import INBOX_SIZE, MESSAGES_PATH, SSE_PATH, LegacySse
 
 JsonObject = dict[str, object]

@@ -26,9 +26,9 @@ from mcp.client.sse import sse_client
 
 from coremetry.app import CoremetryApp
 from coremetry.config import Config, load_config
+from coremetry.http_edge import Headers
 from coremetry.mcp import CallContext, Caller, Server, Tool
 from coremetry.server import build_mcp_server, serve
-from coremetry.transports._http import Headers
 
 JsonObject = dict[str, object]
 

@@ -2,9 +2,9 @@
 
 from hypercorn.typing import ASGIReceiveEvent, ASGISendEvent, ConnectionState, HTTPScope
 
+from coremetry.http_edge import Headers, HttpPolicy
 from coremetry.mcp import Caller
 from coremetry.server import build_mcp_server
-from coremetry.transports._http import Headers, HttpPolicy
 from coremetry.transports.streamable_http import StreamableHttp
 
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'

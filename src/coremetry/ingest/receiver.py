@@ -6,8 +6,8 @@ listener, behind the same admission and authentication as every other endpoint:
 ==========================================  ====================================================
 request                                     answer
 ==========================================  ====================================================
-``Origin``/``Host`` refused, ``OPTIONS``,   as every endpoint (:func:`~coremetry.transports.
-other methods                               _http.admit`): 403 / 421, CORS preflight, 405
+``Origin``/``Host`` refused, ``OPTIONS``,   as every endpoint (:func:`~coremetry.http_edge.admit`):
+other methods                               403 / 421, CORS preflight, 405
 no or bad credential                        401 + ``WWW-Authenticate: Bearer realm="coremetry"``
                                             (``error="invalid_token"`` when one was sent)
 role below ``ingest.min_role``              403 (default ``editor``: a viewer cannot write)
@@ -54,6 +54,18 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from coremetry.http_edge import (
+    Authenticate,
+    BodyTooLarge,
+    ClientGone,
+    Headers,
+    HttpPolicy,
+    admit,
+    anonymous,
+    challenge_for,
+    read_body,
+    send_response,
+)
 from coremetry.ingest import _otlp_json as wire
 from coremetry.ingest.decoded import Decoded, Signal
 from coremetry.ingest.errors import MalformedInput
@@ -69,18 +81,6 @@ from coremetry.ingest.otlp import (
 from coremetry.roles import role_satisfies
 from coremetry.store.errors import StoreError
 from coremetry.store.interface import TelemetryStore
-from coremetry.transports._http import (
-    Authenticate,
-    BodyTooLarge,
-    ClientGone,
-    Headers,
-    HttpPolicy,
-    admit,
-    anonymous,
-    challenge_for,
-    read_body,
-    send_response,
-)
 
 __all__ = ["OTLP_PATHS", "OtlpReceiver"]
 

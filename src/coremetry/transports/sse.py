@@ -42,11 +42,7 @@ from urllib.parse import parse_qs
 import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 
-from coremetry.mcp import Connection, Server, codes, serve_connection
-from coremetry.mcp.wire import JsonObject
-from coremetry.roles import Caller
-
-from ._http import (
+from coremetry.http_edge import (
     SSE_HEADERS,
     Authenticate,
     BodyTooLarge,
@@ -64,6 +60,9 @@ from ._http import (
     send_response,
     sse_event,
 )
+from coremetry.mcp import Connection, Server, codes, serve_connection
+from coremetry.mcp.wire import JsonObject
+from coremetry.roles import Caller
 
 SSE_PATH: Final = "/api/mcp/sse"
 """Where a client opens a session (``GET``)."""
@@ -174,7 +173,7 @@ class LegacySse:
     async def _admit(
         self, scope: HTTPScope, send: ASGISendCallable, headers: Headers, method: str, allow: bytes
     ) -> list[tuple[bytes, bytes]] | None:
-        """Origin, Host, preflight and method checks (:func:`~._http.admit`)."""
+        """Origin, Host, preflight and method checks (:func:`~coremetry.http_edge.admit`)."""
         return await admit(scope, send, headers, self.policy, method=method, allow=allow)
 
     async def _caller(

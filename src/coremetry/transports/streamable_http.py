@@ -43,18 +43,7 @@ import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 from msgspec import UNSET, UnsetType
 
-from coremetry.mcp import (
-    Connection,
-    PendingBatch,
-    PendingCall,
-    Reply,
-    Server,
-    codes,
-    versions,
-)
-from coremetry.mcp.wire import JsonObject, RequestId
-
-from ._http import (
+from coremetry.http_edge import (
     SSE_HEADERS,
     Authenticate,
     BodyTooLarge,
@@ -71,6 +60,16 @@ from ._http import (
     send_response,
     sse_event,
 )
+from coremetry.mcp import (
+    Connection,
+    PendingBatch,
+    PendingCall,
+    Reply,
+    Server,
+    codes,
+    versions,
+)
+from coremetry.mcp.wire import JsonObject, RequestId
 
 ALLOWED_METHODS: Final = b"POST, OPTIONS"
 

@@ -6,7 +6,7 @@ hook as every HTTP transport.
 Handshake (before anything is upgraded, in this order):
 
 - ``Origin`` present and not allowed -> HTTP 403; ``Host`` not allowed -> HTTP 421 (the rules of
-  :class:`~coremetry.transports._http.HttpPolicy`); the ``Authenticate`` hook raising -> HTTP 401
+  :class:`~coremetry.http_edge.HttpPolicy`); the ``Authenticate`` hook raising -> HTTP 401
   with ``WWW-Authenticate: Bearer``; the server draining, or ``max_connections`` sockets already
   open -> HTTP 503 with ``Retry-After``.
 - Refusals are real HTTP responses with a JSON-RPC error body (``id: null``), sent through the
@@ -58,9 +58,15 @@ from typing import Final
 import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, WebsocketScope
 
+from coremetry.http_edge import (
+    Authenticate,
+    Headers,
+    HttpPolicy,
+    anonymous,
+    challenge_for,
+    jsonrpc_error_body,
+)
 from coremetry.mcp import Connection, Server, codes, serve_connection
-
-from ._http import Authenticate, Headers, HttpPolicy, anonymous, challenge_for, jsonrpc_error_body
 
 log = logging.getLogger("coremetry.transports.websocket")
 

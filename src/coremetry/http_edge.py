@@ -1,4 +1,4 @@
-r"""Shared HTTP plumbing for the MCP transports: headers, policy checks, bodies, responses, SSE.
+r"""The HTTP edge every route shares (MCP transports, REST, OTLP): headers, policy, bodies, SSE.
 
 Policy (``shared/reference/mcp-spec.md`` §2; ``shared/reference/field-failures.md`` B03, B13,
 B15):
