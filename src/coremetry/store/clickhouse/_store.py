@@ -87,7 +87,7 @@ from coremetry.store.interface import (
     WriteResult,
 )
 from coremetry.store.model import LogRecord, MetricPoint, MetricType, Span, TelemetryBatch
-from coremetry.store.sqlite._codec import validate_batch
+from coremetry.store.validation import validate_batch
 
 from ._codec import (
     LOG_SELECT,

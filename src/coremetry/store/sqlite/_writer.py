@@ -16,6 +16,7 @@ import msgspec
 
 from coremetry.store.interface import RetentionResult, WriteResult
 from coremetry.store.model import Attributes, MetricPoint, TelemetryBatch
+from coremetry.store.validation import validate_batch
 
 from ._codec import (
     LogRow,
@@ -24,7 +25,6 @@ from ._codec import (
     encode_attributes,
     encode_json,
     fingerprint,
-    validate_batch,
 )
 
 __all__ = ["Writer"]
