@@ -60,15 +60,9 @@ from coremetry.config import Config, load_config
 from coremetry.detection.problem_store import PROBLEMS_FILE
 from coremetry.mcp import Server
 from coremetry.mcp.versions import LATEST_HANDSHAKE, V2024_11_05, V2025_11_25, V2026_07_28
-from coremetry.server import (
-    TELEMETRY_DB,
-    Security,
-    build_mcp_server,
-    open_security,
-    open_telemetry_store,
-    serve_with_store,
-)
+from coremetry.server import Security, build_mcp_server, open_security, serve_with_store
 from coremetry.store import TelemetryStore, TimeRange, TraceQuery
+from coremetry.store.open import TELEMETRY_DB, open_telemetry_store
 
 JsonObject = dict[str, object]
 RequestId = int | str

@@ -62,9 +62,10 @@ from coremetry.ingest.cli import add_ingest_parser, run_ingest
 from coremetry.mcp import Server
 from coremetry.observability.cli import add_tools_parser, run_tools
 from coremetry.roles import ROLES, Caller
-from coremetry.server import Security, open_security
+from coremetry.server import Security, open_security, watch_signals
 from coremetry.store import TelemetryStore
 from coremetry.store.errors import StoreError
+from coremetry.store.open import open_telemetry_store
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -377,7 +378,6 @@ async def _stdio(
         ``False`` when the session ended because the token stopped being valid (the CLI then
         exits with status 2, as when it refuses to start), else ``True``.
     """
-    from coremetry.server import open_telemetry_store, watch_signals
     from coremetry.transports.stdio import serve_stdio
 
     headers = {"authorization": f"Bearer {token}"}

@@ -11,10 +11,8 @@ import shutil
 import signal
 import sys
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import msgspec
 import trio
@@ -35,9 +33,7 @@ from coremetry.auth import (
 from coremetry.config import Config
 from coremetry.mcp import CallContext, Resource, Server, versions
 from coremetry.store import TelemetryStore
-
-if TYPE_CHECKING:
-    from coremetry.store.clickhouse import ClickHouseOptions
+from coremetry.store.open import open_telemetry_store, store_location
 
 INSTRUCTIONS = (
     "Coremetry exposes a system's telemetry (traces, logs, metrics, detected problems, deploys). "
@@ -123,58 +119,6 @@ def build_mcp_server(
     return server
 
 
-TELEMETRY_DB = "telemetry.db"
-"""The embedded store's file name inside the data dir."""
-
-
-def open_telemetry_store(config: Config) -> AbstractAsyncContextManager[TelemetryStore]:
-    """Open the configured telemetry store (``store.backend``).
-
-    ``sqlite`` (default): embedded SQLite at ``<data_dir>/telemetry.db``, settings from
-    ``config.store`` (retention, its interval, query threads). ``clickhouse``: the Collector
-    exporter's tables as ``config.clickhouse`` says (:func:`clickhouse_options`), with
-    ``store.query_threads``. Use as ``async with open_telemetry_store(config) as store:``; the
-    store closes on exit.
-
-    Raises:
-        StoreUnavailable: (on entry) the database cannot be opened, migrated or reached.
-        StoreSchemaError: (on entry) ClickHouse lacks a table or column (all are named).
-        ValueError: (on entry) a store setting is out of range, or the ``clickhouse`` extra is
-            not installed.
-    """
-    if config.store.backend == "clickhouse":
-        try:
-            from coremetry.store.clickhouse import open_clickhouse_store
-        except ImportError as exc:
-            raise ValueError(
-                "store.backend = clickhouse needs the clickhouse extra "
-                f"(pip install 'coremetry[clickhouse]'): {exc}"
-            ) from None
-        return open_clickhouse_store(clickhouse_options(config))
-    from coremetry.store.sqlite import open_sqlite_store
-
-    return open_sqlite_store(
-        Path(config.data_dir).expanduser() / TELEMETRY_DB,
-        retention_days=config.store.retention_days,
-        retention_interval_s=config.store.retention_interval_s,
-        query_threads=config.store.query_threads,
-    )
-
-
-def store_location(config: Config) -> str:
-    """The telemetry store ``config`` selects, as the CLI's messages name it.
-
-    ``<data_dir>/telemetry.db`` for the embedded store (``store.backend = "sqlite"``, ``~``
-    expanded); ``ClickHouse at <url> (database <name>)`` for ``store.backend = "clickhouse"``
-    (the URL never holds a password: :class:`~coremetry.config.ClickHouseConfig`). The same
-    choice as :func:`open_telemetry_store`.
-    """
-    if config.store.backend == "clickhouse":
-        section = config.clickhouse
-        return f"ClickHouse at {section.url} (database {section.database})"
-    return str(Path(config.data_dir).expanduser() / TELEMETRY_DB)
-
-
 def data_dir_line(config: Config) -> str:
     """``data dir <dir> (telemetry store: <where>)``: what ``coremetry serve`` says at start.
 
@@ -183,44 +127,6 @@ def data_dir_line(config: Config) -> str:
     """
     data_dir = Path(config.data_dir).expanduser().absolute()
     return f"data dir {data_dir} (telemetry store: {store_location(config)})"
-
-
-def clickhouse_options(config: Config) -> "ClickHouseOptions":
-    """The ClickHouse backend's options from ``config.clickhouse`` and ``config.store``.
-
-    The password is ``clickhouse.password`` (e.g. from ``COREMETRY_CLICKHOUSE_PASSWORD``) or the
-    first line of ``clickhouse.password_file``.
-
-    Raises:
-        ValueError: the password file cannot be read (names it).
-    """
-    from coremetry.store.clickhouse import ClickHouseOptions, TableNames
-
-    section = config.clickhouse
-    password = section.password
-    if section.password_file:
-        path = Path(section.password_file).expanduser()
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise ValueError(
-                f"clickhouse.password_file {str(path)!r} cannot be read: {exc.strerror}"
-            ) from None
-        password = lines[0] if lines else ""
-    return ClickHouseOptions(
-        url=section.url,
-        username=section.username,
-        password=password,
-        tables=TableNames(
-            database=section.database,
-            traces=section.traces_table_name,
-            logs=section.logs_table_name,
-            metrics=section.metrics_table_name,
-        ),
-        query_threads=config.store.query_threads,
-        connect_timeout_s=section.connect_timeout_s,
-        create_tables=section.create_tables,
-    )
 
 
 class Security:

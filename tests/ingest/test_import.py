@@ -22,8 +22,9 @@ import trio
 
 from coremetry.cli import main
 from coremetry.config import load_config
-from coremetry.server import build_mcp_server, open_telemetry_store, serve
+from coremetry.server import build_mcp_server, serve
 from coremetry.store import MetricQuery, StoreStatistics, TimeRange
+from coremetry.store.open import open_telemetry_store
 
 from ._support import (
     JAEGER_FILE,

@@ -39,7 +39,7 @@ from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 
 from coremetry.config import Config, load_config
-from coremetry.server import Security, build_mcp_server, open_security, open_telemetry_store, serve
+from coremetry.server import Security, build_mcp_server, open_security, serve
 from coremetry.store import (
     LogQuery,
     MetricQuery,
@@ -49,6 +49,7 @@ from coremetry.store import (
     TelemetryStore,
     TimeRange,
 )
+from coremetry.store.open import open_telemetry_store
 
 from ._support import OTLP_DIR, otlp_counts
 

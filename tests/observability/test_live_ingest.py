@@ -29,8 +29,9 @@ import trio
 from mcp import types
 
 from coremetry.config import load_config
-from coremetry.server import build_mcp_server, open_security, open_telemetry_store, serve
+from coremetry.server import build_mcp_server, open_security, serve
 from coremetry.store import Span, TelemetryBatch, TelemetryStore
+from coremetry.store.open import open_telemetry_store
 
 from ._client import mcp_client, structured
 

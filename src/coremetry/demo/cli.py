@@ -19,15 +19,15 @@ import argparse
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 import trio
 
 from coremetry.config import Config
-
-if TYPE_CHECKING:  # the loader pulls in the decoders: imported only when a demo is loaded
-    from coremetry.demo.loader import DatasetLoad, DemoAlreadyLoaded, LoadResult
-    from coremetry.demo.manifest import DataFile, Dataset
+from coremetry.demo.loader import DatasetLoad, DemoAlreadyLoaded, DemoError, LoadResult, load_demo
+from coremetry.demo.manifest import DataFile, Dataset
+from coremetry.store.errors import StoreError
+from coremetry.store.open import open_telemetry_store, store_location
 
 __all__ = [
     "add_demo_parser",
@@ -117,12 +117,10 @@ def describe_load(result: LoadResult, config: Config) -> list[str]:
     Args:
         result: what :func:`~coremetry.demo.loader.load_demo` did.
         config: the configuration it loaded with; the store is named as
-            :func:`coremetry.server.store_location` names it, and the advice when the demo is
+            :func:`coremetry.store.open.store_location` names it, and the advice when the demo is
             already loaded fits the backend (the data is in the data dir for the embedded
             store, in the database for ClickHouse).
     """
-    from coremetry.server import store_location
-
     store = store_location(config)
     if result.status == "already_loaded":
         return [
@@ -189,9 +187,6 @@ async def load_demo_for_config(
         StoreError: the store cannot be opened or written.
         ValueError: a store setting out of range (names it).
     """
-    from coremetry.demo.loader import load_demo
-    from coremetry.server import open_telemetry_store
-
     data_dir = data_dir_of(config)
 
     def on_file(dataset: Dataset, data_file: DataFile) -> None:
@@ -215,9 +210,6 @@ def data_dir_of(config: Config) -> Path:
 
 def _load_and_describe(config: Config, *, force: bool, out: TextIO) -> int:
     """Load the demo as ``config`` says, print the summary on ``out``; the exit status."""
-    from coremetry.demo.loader import DemoAlreadyLoaded, DemoError
-    from coremetry.store.errors import StoreError
-
     try:
         result = trio.run(lambda: load_demo_for_config(config, force=force, progress=sys.stderr))
     except DemoAlreadyLoaded as exc:

@@ -60,17 +60,15 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final, Literal
 
 import msgspec
 import trio
 
 from coremetry.demo.manifest import DataFile, Dataset, Manifest, read_data_file, read_manifest
+from coremetry.ingest import Decoded, ImportOptions, IngestError, decode_file
 from coremetry.store.interface import StoreStatistics, TelemetryStore, WriteResult
 from coremetry.store.model import LogRecord, MetricPoint, Span, StatusCode, TelemetryBatch
-
-if TYPE_CHECKING:  # the decoders (protobuf, ...) load only when a demo is loaded
-    from coremetry.ingest import Decoded
 
 __all__ = [
     "DEMO_DIR",
@@ -242,8 +240,6 @@ def decode_data_file(data_file: DataFile) -> Decoded:
     Raises:
         DemoDataBroken: the file is missing or does not decode.
     """
-    from coremetry.ingest import ImportOptions, IngestError, decode_file
-
     try:
         data = gzip.decompress(read_data_file(data_file.path))
         return decode_file(data, data_file.format, ImportOptions())

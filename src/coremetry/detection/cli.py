@@ -2,7 +2,7 @@
 
 ``coremetry detect [--range 12h] [--end now|latest|RFC3339] [--step 60s] [--json] [--no-save]
 [--data-dir DIR] [--config FILE] [--store sqlite|clickhouse] [--clickhouse-url URL]`` opens the
-configured telemetry store (:func:`coremetry.server.open_telemetry_store`:
+configured telemetry store (:func:`coremetry.store.open.open_telemetry_store`:
 ``<data_dir>/telemetry.db`` by default, or ClickHouse with ``store.backend = clickhouse``),
 judges the range ``[end - range, end)`` (:func:`coremetry.detection.runner.detect_in_store`),
 prints a first line naming the range and the store (``<start> .. <end> in <store>: N series
@@ -22,15 +22,16 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import msgspec
 import trio
 
 from coremetry.config import Config
-
-if TYPE_CHECKING:
-    from coremetry.detection.runner import DetectionRun
+from coremetry.detection.problem_store import PROBLEMS_FILE, ProblemFileError, save_problems
+from coremetry.detection.runner import DetectionOptions, DetectionRun, detect_in_store
+from coremetry.store import StoreError, TimeRange
+from coremetry.store.open import open_telemetry_store, store_location
 
 __all__ = ["add_detect_parser", "parse_duration_ns", "run_detect"]
 
@@ -106,9 +107,6 @@ def _utc(unix_nano: int) -> str:
 
 
 async def _detect(config: Config, span_ns: int, end_ns: int | None, step_ns: int) -> DetectionRun:
-    from coremetry.detection.runner import DetectionOptions, detect_in_store
-    from coremetry.server import open_telemetry_store
-    from coremetry.store import TimeRange
 
     # The configured store (store.backend), as every command opens it.
     async with open_telemetry_store(config) as store:
@@ -121,10 +119,6 @@ async def _detect(config: Config, span_ns: int, end_ns: int | None, step_ns: int
 
 def run_detect(args: argparse.Namespace, config: Config) -> int:
     """Run ``coremetry detect`` with parsed arguments; return the exit status."""
-    from coremetry.detection.problem_store import PROBLEMS_FILE, ProblemFileError, save_problems
-    from coremetry.server import store_location
-    from coremetry.store import StoreError
-
     try:
         span_ns = parse_duration_ns(str(args.range), "--range")
         step_ns = parse_duration_ns(str(args.step), "--step")

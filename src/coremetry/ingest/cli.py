@@ -35,13 +35,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Never, TextIO
 
 from coremetry.config import Config
+from coremetry.ingest._convert import ItemRejected
+from coremetry.ingest.csv_series import parse_timestamp
+from coremetry.ingest.decoded import Signal
+from coremetry.ingest.formats import FORMATS, FileFormat, ImportOptions
+from coremetry.ingest.importer import FileSummary, import_file
+from coremetry.store.errors import StoreError
+from coremetry.store.model import UNKNOWN_SERVICE
+from coremetry.store.open import open_telemetry_store, store_location
 
-if TYPE_CHECKING:  # imported lazily at run time: `coremetry --help` need not load protobuf
+if TYPE_CHECKING:  # tqdm is imported when a bar is shown (a large input on a terminal)
     from tqdm import tqdm
 
-    from coremetry.ingest.decoded import Signal
-    from coremetry.ingest.formats import FileFormat, ImportOptions
-    from coremetry.ingest.importer import FileSummary
 
 __all__ = ["add_ingest_parser", "run_ingest"]
 
@@ -63,8 +68,6 @@ def add_ingest_parser(
     Returns:
         The ``ingest`` parser (``coremetry.cli`` adds the store options to it).
     """
-    from coremetry.ingest.formats import FORMATS
-
     ingest = sub.add_parser(
         "ingest",
         help="import telemetry files (OTLP JSON, Zipkin, Jaeger, Prometheus, CSV) into the store",
@@ -130,11 +133,6 @@ def run_ingest(args: argparse.Namespace, config: Config, out: TextIO | None = No
     """
     import trio
 
-    from coremetry.ingest._convert import ItemRejected
-    from coremetry.ingest.csv_series import parse_timestamp
-    from coremetry.ingest.formats import ImportOptions
-    from coremetry.store.model import UNKNOWN_SERVICE
-
     stream = out if out is not None else sys.stdout
     try:
         labels = _labels(list(args.label))
@@ -167,9 +165,6 @@ async def _ingest(
     quiet: bool,
     out: TextIO,
 ) -> int:
-    from coremetry.ingest.importer import import_file
-    from coremetry.server import open_telemetry_store, store_location
-    from coremetry.store.errors import StoreError
 
     status = 0
     location = store_location(config)

@@ -21,7 +21,7 @@ from coremetry.cli import main
 from coremetry.config import ConfigError, load_config, render_config
 from coremetry.mcp import classify_tool_error
 from coremetry.observability.registration import register_store_errors
-from coremetry.server import build_mcp_server, clickhouse_options, serve
+from coremetry.server import build_mcp_server, serve
 from coremetry.store import (
     LogQuery,
     QueryRejected,
@@ -36,6 +36,7 @@ from coremetry.store import (
 )
 from coremetry.store.clickhouse import exporter_ddl, open_clickhouse_store
 from coremetry.store.clickhouse._runtime import map_error
+from coremetry.store.open import clickhouse_options
 
 from ._chdb_http import ChdbHttpServer
 from ._support import ENGINE, fresh_options, open_fresh_store
