@@ -36,11 +36,12 @@ Guarantees and limits:
 
 import math
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import msgspec
 import trio
 
+from coremetry.config import RateLimitConfig
 from coremetry.mcp import (
     ROLES,
     CallGate,
@@ -50,9 +51,6 @@ from coremetry.mcp import (
     denied,
     role_satisfies,
 )
-
-if TYPE_CHECKING:
-    from coremetry.config import RateLimitConfig
 
 _EPSILON: Final = 1e-9
 """Tolerance for float rounding when a refill lands exactly on a whole token (e.g. after

@@ -55,15 +55,13 @@ from collections import deque
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import msgspec
 import trio
 
+from coremetry.config import Config
 from coremetry.mcp import CallContext, CallRecord, Resource, Server
-
-if TYPE_CHECKING:
-    from coremetry.config import Config
 
 log = logging.getLogger("coremetry.audit")
 

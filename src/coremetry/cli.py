@@ -53,19 +53,30 @@ import msgspec
 import trio
 
 from coremetry import __version__
-from coremetry.auth import TOKEN_PREFIX
+from coremetry.audit import AuditLog
+from coremetry.auth import TOKEN_PREFIX, AuthError, UnknownName, open_identity_store
 from coremetry.config import Config, ConfigError, load_config, render_config
 from coremetry.demo.cli import add_demo_parser, prepare_serve_demo, run_demo
 from coremetry.detection.cli import add_detect_parser, run_detect
 from coremetry.detection.problem_store import PROBLEMS_FILE
+from coremetry.http_edge import is_loopback_host
 from coremetry.ingest.cli import add_ingest_parser, run_ingest
 from coremetry.mcp import Server
 from coremetry.observability.cli import add_tools_parser, run_tools
 from coremetry.roles import ROLES, Caller
-from coremetry.server import Security, open_security, watch_signals
+from coremetry.server import (
+    Security,
+    build_mcp_server,
+    open_security,
+    serve,
+    serve_with_store,
+    watch_signals,
+)
 from coremetry.store import TelemetryStore
 from coremetry.store.errors import StoreError
 from coremetry.store.open import open_telemetry_store
+from coremetry.testing.conformance import build_conformance_server
+from coremetry.transports.stdio import serve_stdio
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -252,7 +263,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve" and args.demo and (status := prepare_serve_demo(config)):
         return status
     _setup_logging(str(args.log_level))
-    from coremetry.server import build_mcp_server, serve_with_store
 
     build_mcp = partial(
         build_mcp_server,
@@ -327,8 +337,6 @@ def _run_stdio(build_mcp: Callable[[TelemetryStore], Server], config: Config) ->
 
     The telemetry store is opened inside the loop (as for ``serve``), so the tools read it.
     """
-    from coremetry.auth import AuthError
-
     token = os.environ.get("COREMETRY_TOKEN", "").strip()
     if not token:
         print(
@@ -378,8 +386,6 @@ async def _stdio(
         ``False`` when the session ended because the token stopped being valid (the CLI then
         exits with status 2, as when it refuses to start), else ``True``.
     """
-    from coremetry.transports.stdio import serve_stdio
-
     headers = {"authorization": f"Bearer {token}"}
 
     ended_invalid = False
@@ -501,8 +507,6 @@ def _when(unix_s: int | None) -> str:
 
 def _admin(args: argparse.Namespace, config: Config) -> int:
     """``coremetry user|token|audit …``: administration against the data dir."""
-    from coremetry.audit import AuditLog
-
     data_dir = Path(config.data_dir).expanduser()
     try:
         if args.command == "audit":
@@ -524,8 +528,6 @@ def _admin(args: argparse.Namespace, config: Config) -> int:
 
 def _admin_store(args: argparse.Namespace, data_dir: Path) -> int:
     """``coremetry user|token …`` against the identity store."""
-    from coremetry.auth import UnknownName, open_identity_store
-
     with open_identity_store(data_dir) as store:
         try:
             if args.command == "user" and args.user_command == "add":
@@ -571,9 +573,6 @@ def _admin_store(args: argparse.Namespace, data_dir: Path) -> int:
 
 
 def _conformance_fixture(args: argparse.Namespace) -> int:
-    from coremetry.http_edge import is_loopback_host
-    from coremetry.server import serve
-    from coremetry.testing.conformance import build_conformance_server
 
     host = str(args.host)
     if not is_loopback_host(host):

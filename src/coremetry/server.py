@@ -21,6 +21,7 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from coremetry import __version__
 from coremetry.access import RateLimiter, make_call_gate
+from coremetry.app import CoremetryApp
 from coremetry.audit import AuditLog, register_audit_resource
 from coremetry.auth import (
     Authenticator,
@@ -31,9 +32,12 @@ from coremetry.auth import (
     open_identity_store,
 )
 from coremetry.config import Config
+from coremetry.detection.service import serve_detection
 from coremetry.mcp import CallContext, Resource, Server, versions
+from coremetry.observability import register_observability
 from coremetry.store import TelemetryStore
 from coremetry.store.open import open_telemetry_store, store_location
+from coremetry.testing.fixture import register_fixture
 
 INSTRUCTIONS = (
     "Coremetry exposes a system's telemetry (traces, logs, metrics, detected problems, deploys). "
@@ -107,12 +111,8 @@ def build_mcp_server(
         )
     )
     if fixture:
-        from coremetry.testing.fixture import register_fixture
-
         register_fixture(server)
     if store is not None:
-        from coremetry.observability import register_observability
-
         register_observability(
             server, store, budget_bytes=output_budget_bytes, problems_path=problems_path
         )
@@ -256,8 +256,6 @@ async def serve(
     Raises:
         OSError: the address cannot be bound.
     """
-    from coremetry.app import CoremetryApp
-
     if security is not None:
         security.install(mcp)
         app = CoremetryApp(
@@ -334,8 +332,6 @@ async def serve_with_store(
     """
     async with open_telemetry_store(config) as store, trio.open_nursery() as nursery:
         if config.detection.enabled:
-            from coremetry.detection.service import serve_detection
-
             await nursery.start(partial(serve_detection, store, config.data_dir, config.detection))
         try:
             await serve(
