@@ -15,6 +15,7 @@ import trio.testing
 
 from coremetry.access import RateLimiter, make_call_gate, retry_after_ms
 from coremetry.config import load_config
+from coremetry.conformance_fixture.fixture import register_fixture
 from coremetry.mcp import (
     CallContext,
     Caller,
@@ -26,7 +27,6 @@ from coremetry.mcp import (
     codes,
     role_satisfies,
 )
-from coremetry.testing.fixture import register_fixture
 
 JsonObj = dict[str, object]
 REVISION: Final = "2025-11-25"

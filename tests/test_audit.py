@@ -36,6 +36,7 @@ from coremetry.audit import (
     register_audit_resource,
 )
 from coremetry.config import load_config
+from coremetry.conformance_fixture.fixture import register_fixture
 from coremetry.mcp import (
     CALL_OUTCOMES,
     Caller,
@@ -46,7 +47,6 @@ from coremetry.mcp import (
     Server,
 )
 from coremetry.mcp.dispatch import LAZY_DIGEST_MAX_BYTES, CallArguments
-from coremetry.testing.fixture import register_fixture
 
 JsonObj = dict[str, object]
 REVISION: Final = "2025-11-25"

@@ -56,6 +56,7 @@ from coremetry import __version__
 from coremetry.audit import AuditLog
 from coremetry.auth import TOKEN_PREFIX, AuthError, UnknownName, open_identity_store
 from coremetry.config import Config, ConfigError, load_config, render_config
+from coremetry.conformance_fixture.conformance import build_conformance_server
 from coremetry.demo.cli import add_demo_parser, prepare_serve_demo, run_demo
 from coremetry.detection.cli import add_detect_parser, run_detect
 from coremetry.detection.problem_store import PROBLEMS_FILE
@@ -75,7 +76,6 @@ from coremetry.server import (
 from coremetry.store import TelemetryStore
 from coremetry.store.errors import StoreError
 from coremetry.store.open import open_telemetry_store
-from coremetry.testing.conformance import build_conformance_server
 from coremetry.transports.stdio import serve_stdio
 
 

@@ -32,12 +32,12 @@ from coremetry.auth import (
     open_identity_store,
 )
 from coremetry.config import Config
+from coremetry.conformance_fixture.fixture import register_fixture
 from coremetry.detection.service import serve_detection
 from coremetry.mcp import CallContext, Resource, Server, versions
 from coremetry.observability import register_observability
 from coremetry.store import TelemetryStore
 from coremetry.store.open import open_telemetry_store, store_location
-from coremetry.testing.fixture import register_fixture
 
 INSTRUCTIONS = (
     "Coremetry exposes a system's telemetry (traces, logs, metrics, detected problems, deploys). "
@@ -63,7 +63,8 @@ def build_mcp_server(
     """Build the dispatcher with the production registry.
 
     Args:
-        fixture: also register the test fixture entries (:mod:`coremetry.testing.fixture`).
+        fixture: also register the test fixture entries
+            (:mod:`coremetry.conformance_fixture.fixture`).
         max_budget_s: the server maximum for any call's deadline, in seconds.
         page_size: items per page of the list methods.
         list_ttl_ms: ``ttlMs`` of 2026-07-28 list results, in milliseconds.

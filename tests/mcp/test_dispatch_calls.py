@@ -31,8 +31,8 @@ from test_dispatch_support import (
     tool_text,
 )
 
+from coremetry.conformance_fixture.fixture import register_fixture
 from coremetry.mcp import Caller, Connection, PendingCall, Reply, Server, serve_connection, versions
-from coremetry.testing.fixture import register_fixture
 
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602

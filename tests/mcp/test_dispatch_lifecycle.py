@@ -19,8 +19,8 @@ from test_dispatch_support import (
     result_of,
 )
 
+from coremetry.conformance_fixture.fixture import register_fixture
 from coremetry.mcp import Server, versions
-from coremetry.testing.fixture import register_fixture
 
 INVALID_PARAMS = -32602
 METHOD_NOT_FOUND = -32601

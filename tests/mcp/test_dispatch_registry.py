@@ -26,6 +26,7 @@ from test_dispatch_support import (
     tool_text,
 )
 
+from coremetry.conformance_fixture.fixture import register_fixture
 from coremetry.mcp import (
     CallContext,
     GateCall,
@@ -41,7 +42,6 @@ from coremetry.mcp import (
     role_gate,
 )
 from coremetry.server import build_mcp_server
-from coremetry.testing.fixture import register_fixture
 
 INVALID_PARAMS = -32602
 RATE_LIMITED = -32000

@@ -465,7 +465,7 @@ async def test_eof_with_several_in_flight_calls_answers_them_all(
 async def test_sleep_ms_with_progress_token_succeeds(
     autojump_clock: trio.testing.MockClock, ms: int
 ) -> None:
-    """BUG (src/coremetry/testing/fixture.py ``_sleep``): for ms in 100..140 the float sum of
+    """BUG (conformance_fixture/fixture.py ``_sleep``): for ms in 100..140 the float sum of
     0.01 s steps falls short of the total by ~1e-17 s, one extra step reports the same rounded
     progress again, ``report_progress`` raises ValueError and the call answers ``internal``."""
     with trio.fail_after(LIMIT_S):

@@ -29,10 +29,10 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, ASGISendEven
 
 import coremetry.app
 from coremetry.config import load_config
+from coremetry.conformance_fixture.fixture import GREET_NAMES
 from coremetry.mcp import CallContext, Server, Tool
 from coremetry.mcp.versions import ALL_VERSIONS, DEFAULT_WITHOUT_HEADER, STATELESS_VERSIONS
 from coremetry.server import build_mcp_server, serve
-from coremetry.testing.fixture import GREET_NAMES
 from coremetry.transports.streamable_http import StreamableHttp
 
 JsonObject = dict[str, object]

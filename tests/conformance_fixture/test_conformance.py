@@ -1,4 +1,4 @@
-"""In-process tests of the conformance fixture (:mod:`coremetry.testing.conformance`).
+"""In-process tests of the conformance fixture (:mod:`~coremetry.conformance_fixture.conformance`).
 
 They drive :class:`~coremetry.mcp.Server` directly, as a sessionless HTTP transport would: one
 :class:`~coremetry.mcp.Connection` per request. Handshake-era client input (sampling,
@@ -17,6 +17,13 @@ import pytest
 import trio
 from conftest import check_emitted, validate_definition
 
+from coremetry.conformance_fixture.conformance import (
+    JSON_SCHEMA_2020_12_INPUT,
+    SEP1034_PROPERTIES,
+    SEP1330_PROPERTIES,
+    NoArgs,
+    build_conformance_server,
+)
 from coremetry.mcp import (
     CallContext,
     Connection,
@@ -27,13 +34,6 @@ from coremetry.mcp import (
     codes,
 )
 from coremetry.mcp.wire import ListChangedCapability
-from coremetry.testing.conformance import (
-    JSON_SCHEMA_2020_12_INPUT,
-    SEP1034_PROPERTIES,
-    SEP1330_PROPERTIES,
-    NoArgs,
-    build_conformance_server,
-)
 
 JsonObject = dict[str, object]
 

@@ -5,7 +5,7 @@ Names, arguments and exact outputs follow the suite's reference fixture
 scenario sources of ``@modelcontextprotocol/conformance`` 0.2.0-alpha.12 (digest in
 ``shared/reference/conformance.md`` §3). Served without authentication on loopback only; never
 registered by ``coremetry serve``. Besides the suite's entries it carries our transport
-fixture (``echo``, ``sleep_ms``, ``big_output``; :mod:`coremetry.testing.fixture`).
+fixture (``echo``, ``sleep_ms``, ``big_output``; :mod:`~coremetry.conformance_fixture.fixture`).
 
 Client input (sampling, elicitation, roots) works in both eras with one handler:
 
@@ -32,6 +32,7 @@ import msgspec
 import trio
 
 from coremetry import __version__
+from coremetry.conformance_fixture.fixture import register_fixture
 from coremetry.mcp import (
     BadArgs,
     CallContext,
@@ -64,7 +65,6 @@ from coremetry.mcp.wire import (
     TextContent,
     TextResourceContents,
 )
-from coremetry.testing.fixture import register_fixture
 
 # A 1x1 transparent PNG and a tiny silent WAV (44-byte header + 2 samples).
 PNG_1X1: Final = base64.b64decode(
