@@ -5,6 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from coremetry.analysis.trace_analysis import analyse_trace
 from coremetry.mcp import BadArgs
 from coremetry.observability.budget import (
     MIN_BUDGET_BYTES,
@@ -20,7 +21,6 @@ from coremetry.observability.budget import (
     shrink_value,
 )
 from coremetry.observability.tools import span_row
-from coremetry.observability.trace_analysis import analyse_trace
 
 from ._support import SMARTTHINGS, spans_of
 

@@ -13,7 +13,7 @@ from collections import defaultdict
 import msgspec
 import pytest
 
-from coremetry.observability.trace_analysis import PathSegment, SpanNode, analyse_trace
+from coremetry.analysis.trace_analysis import PathSegment, SpanNode, analyse_trace
 from coremetry.store import Span, SpanKind
 
 from ._support import SKEW, SMARTTHINGS, spans_of

@@ -6,8 +6,6 @@ protocol core's registry types, nothing of HTTP (``shared/DESIGN.md`` §2). Modu
 
 - :mod:`.ranges`: time windows in (``range``/``start``/``end``) and times out (RFC 3339);
 - :mod:`.budget`: the output budget every result passes through, and opaque cursors;
-- :mod:`.trace_analysis`: re-exports :mod:`coremetry.analysis.trace_analysis` (trace tree,
-  self time, clock skew, critical path; pure, shared with the detector);
 - :mod:`.origin`: the likely origin of slowness (whose critical-path time grew);
 - :mod:`.problems`: the detector's stored problems and anomalies, rendered;
 - :mod:`.tools`: the tool handlers and their argument Structs;
@@ -28,8 +26,6 @@ from .registration import TOOL_NAMES as TOOL_NAMES
 from .registration import register_observability as register_observability
 from .registration import register_store_errors as register_store_errors
 from .tools import ObservabilityTools as ObservabilityTools
-from .trace_analysis import TraceAnalysis as TraceAnalysis
-from .trace_analysis import analyse_trace as analyse_trace
 
 __all__ = [
     "DEFAULT_BUDGET_BYTES",
@@ -39,9 +35,7 @@ __all__ = [
     "ProblemSource",
     "Shaped",
     "TOOL_NAMES",
-    "TraceAnalysis",
     "Trimmable",
-    "analyse_trace",
     "fit",
     "register_observability",
     "register_store_errors",

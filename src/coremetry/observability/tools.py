@@ -26,6 +26,7 @@ from typing import Annotated, ClassVar, Final, Literal
 
 import msgspec
 
+from coremetry.analysis import SpanNode, TraceAnalysis, analyse_trace, interval_union_ns
 from coremetry.mcp import BadArgs, CallContext, NotFound
 from coremetry.store import (
     MAX_LIMIT,
@@ -82,7 +83,6 @@ from .ranges import (
     resolve_range,
     rfc3339,
 )
-from .trace_analysis import SpanNode, TraceAnalysis, analyse_trace, interval_union_ns
 
 __all__ = [
     "SEVERITIES",
