@@ -1,6 +1,6 @@
 """The shipped demo files hold exactly the records of the upstream Nezha CSVs and Zipkin files.
 
-Counts and identities are computed here from ``../shared/data`` with the ``csv``/``json``
+Counts and identities are computed here from ``tests/data`` with the ``csv``/``json``
 modules, independently of the converter, and compared with the shipped gzip'd OTLP JSON (read
 with this file's own minimal msgspec Structs of the OTLP JSON mapping).
 """
