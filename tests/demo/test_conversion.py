@@ -381,6 +381,8 @@ def test_the_converter_reproduces_the_shipped_files(tmp_path: Path) -> None:
         text=True,
         check=False,
         timeout=300,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
     assert done.returncode == 0, done.stderr
     assert "spans 21669" in done.stdout

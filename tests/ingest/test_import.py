@@ -308,6 +308,7 @@ async def test_import_next_to_a_running_server(tmp_path: Path) -> None:
                 capture_stdout=True,
                 capture_stderr=True,
                 env=env,
+                start_new_session=True,
             )
             assert result.returncode == 0, result.stderr.decode()
             assert b"wrote 16 spans" in result.stdout

@@ -312,6 +312,7 @@ async def test_otlp_http_and_coremetry_ingest_write_through_clickhouse(
                 capture_stdout=True,
                 capture_stderr=True,
                 check=False,
+                start_new_session=True,
             )
             after = await store.statistics()
     assert sent.status_code == 200, sent.text
