@@ -66,7 +66,8 @@ def clickhouse(session: nox.Session) -> None:
 def conformance(session: nox.Session) -> None:
     """Official MCP conformance suite, 2025-11-25 and 2026-07-28, against the fixture server.
 
-    Needs ``../shared/tools/run-conformance.sh`` (it fetches Node 22 and the suite itself);
+    Runs ``tests/conformance/run-conformance.sh`` (needs ``npm``: it fetches Node 22 and the
+    pinned suite itself);
     arguments after ``--`` go to ``tests/conformance/run.py`` (e.g. ``--revision 2026-07-28``).
     """
     _install(session)

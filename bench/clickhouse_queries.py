@@ -145,7 +145,7 @@ async def generate(args: argparse.Namespace) -> None:
             big_traces=args.big_traces,
             batch=args.batch,
             seed=args.seed,
-            shared=args.shared,
+            nezha=args.nezha,
         )
     )
     if args.copies > 1:
@@ -424,7 +424,7 @@ def main() -> None:
     gen.add_argument("--big-traces", type=int, default=20)
     gen.add_argument("--batch", type=int, default=5000)
     gen.add_argument("--seed", type=int, default=1)
-    gen.add_argument("--shared", default=str(gen_telemetry.REPO.parent / "shared"))
+    gen.add_argument("--nezha", default=str(gen_telemetry.NEZHA))
     gen.add_argument("--no-sqlite", action="store_true", help="write the ClickHouse store only")
     rep = sub.add_parser("replicate", help="copy a ClickHouse-only seed N times inside chDB")
     rep.add_argument("dir")

@@ -1,4 +1,4 @@
-"""Score the anomaly detector on the Numenta Anomaly Benchmark files copied in shared/data/nab.
+"""Score the anomaly detector on the Numenta Anomaly Benchmark files carried in tests/data/nab.
 
 Run: ``python bench/detect_score.py [--nab DIR] [--set FIELD=VALUE ...] [--repeat R]``
 ``[--json PATH] [--quiet]``.
@@ -59,7 +59,7 @@ from coremetry.detection.evaluation import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_NAB = REPO.parent / "shared" / "data" / "nab"
+DEFAULT_NAB = REPO / "tests" / "data" / "nab"
 NO_ANOMALY_SERIES = "realAWSCloudwatch/ec2_cpu_utilization_c6585a.csv"
 
 

@@ -1,9 +1,9 @@
 """Generate a benchmark telemetry store shaped like the Nezha TrainTicket data.
 
 Run: ``python bench/gen_telemetry.py OUT.db [--spans 1000000] [--logs 1000000] [--hours 24]``
-(``--shared DIR`` if ``../shared`` is elsewhere; ``--seed``; ``--big-traces 20``).
+(``--nezha DIR`` for another copy of the Nezha data; ``--seed``; ``--big-traces 20``).
 
-Not uniform noise: every trace is a replay of a *real* Nezha trace (``shared/data/nezha``:
+Not uniform noise: every trace is a replay of a *real* Nezha trace (``tests/data/nezha``:
 339 traces, 21,669 spans of the TrainTicket microservices): its tree, services, operation
 names and each span's offset and duration, scaled by one log-normal factor per trace (so the
 duration distribution keeps its shape and its long tail) with a little per-span jitter, under
@@ -24,7 +24,7 @@ On top of the real shapes, what Nezha does not record:
 Records are written in time order (trace starts are drawn, sorted, then replayed), as an
 OTLP receiver gets them, so that the rows of one hour sit together on disk as they would.
 
-Log records are the Nezha TrainTicket log lines (``shared/data/nezha/.../log``: 2,169 lines,
+Log records are the Nezha TrainTicket log lines (``tests/data/nezha/.../log``: 2,169 lines,
 INFO/WARN/ERROR) of the same service, with their UUIDs, numbers and dates replaced by fresh
 ones so the vocabulary grows as in real logs, attached to generated spans of that service
 (trace and span ids set, time inside the span); ERROR spans prefer WARN/ERROR lines.
@@ -42,6 +42,7 @@ traces and a few sample ids for ``bench/store_queries.py``.
 import argparse
 import bisect
 import csv
+import gzip
 import json
 import math
 import random
@@ -75,6 +76,8 @@ SECOND: Final = 1_000_000_000
 MINUTE: Final = 60 * SECOND
 HOUR: Final = 60 * MINUTE
 REPO: Final = Path(__file__).resolve().parent.parent
+NEZHA: Final = REPO / "tests" / "data" / "nezha"
+"""The Nezha TrainTicket minutes the demo ships, carried in the repository (``--nezha``)."""
 POD_SUFFIX: Final = re.compile(r"-[0-9a-f]{8,10}-[0-9a-z]{5}$")
 LEVELS: Final = {"DEBUG": 5, "INFO": 9, "WARN": 13, "ERROR": 17}
 HISTOGRAM_BOUNDS: Final = [5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0]
@@ -102,8 +105,8 @@ def service_of(pod: str) -> str:
 
 def load_templates(nezha: Path) -> list[Template]:
     rows: list[dict[str, str]] = []
-    for path in sorted(nezha.glob("*/2023-01-30/trace/*.csv")):
-        with path.open(newline="") as f:
+    for path in sorted(nezha.glob("*/2023-01-30/trace/*.csv.gz")):
+        with gzip.open(path, "rt", newline="") as f:
             rows.extend(csv.DictReader(f))
     by_trace: dict[str, list[dict[str, str]]] = defaultdict(list)
     for row in rows:
@@ -135,8 +138,8 @@ def load_log_lines(nezha: Path) -> dict[str, list[tuple[str, str]]]:
     pattern = re.compile(
         r"^\S+\s+(?P<level>[A-Z]+)\s+(?P<logger>\S+)\s+TraceID: \S+ SpanID: \S+ (?P<msg>.*)$", re.S
     )
-    for path in sorted(nezha.glob("rca_data/2023-01-30/log/*.csv")):
-        with path.open(newline="") as f:
+    for path in sorted(nezha.glob("rca_data/2023-01-30/log/*.csv.gz")):
+        with gzip.open(path, "rt", newline="") as f:
             for row in csv.DictReader(f):
                 text = json.loads(row["Log"])["log"].strip()
                 match = pattern.match(text)
@@ -152,8 +155,8 @@ def load_log_lines(nezha: Path) -> dict[str, list[tuple[str, str]]]:
 def load_pod_metrics(nezha: Path) -> dict[str, list[tuple[float, float]]]:
     """Per pod: (cpu %, memory MiB) of each Nezha metric row."""
     out: dict[str, list[tuple[float, float]]] = {}
-    for path in sorted(nezha.glob("rca_data/2023-01-30/metric/ts-*_metric.csv")):
-        with path.open(newline="") as f:
+    for path in sorted(nezha.glob("rca_data/2023-01-30/metric/ts-*_metric.csv.gz")):
+        with gzip.open(path, "rt", newline="") as f:
             rows = list(csv.DictReader(f))
         out[service_of(rows[0]["PodName"])] = [
             (float(r["CpuUsageRate(%)"]), float(r["MemoryUsage(Mi)"])) for r in rows
@@ -175,7 +178,7 @@ def refresh(message: str, rng: random.Random) -> str:
 
 class Generator:
     def __init__(self, args: argparse.Namespace) -> None:
-        nezha = Path(args.shared) / "data" / "nezha"
+        nezha = Path(args.nezha)
         self.rng = random.Random(args.seed)
         self.templates = load_templates(nezha)
         self.log_lines = load_log_lines(nezha)
@@ -563,7 +566,7 @@ def main() -> None:
     parser.add_argument("--big-traces", type=int, default=20, help="traces of >= 1,000 spans")
     parser.add_argument("--batch", type=int, default=5000, help="records per write")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--shared", default=str(REPO.parent / "shared"))
+    parser.add_argument("--nezha", default=str(NEZHA), help="the Nezha data (CSVs gzip-compressed)")
     trio.run(generate, parser.parse_args())
 
 

@@ -141,7 +141,7 @@ def sizes(path: Path) -> dict[str, int]:
 async def write_throughput(path: Path, repeat_batches: int) -> tuple[float, float]:
     """Spans/s and log records/s, batches of 1,000, into a copy of the store."""
     gen = gen_telemetry.Generator(
-        argparse.Namespace(shared=str(gen_telemetry.REPO.parent / "shared"), seed=42, hours=24.0)
+        argparse.Namespace(nezha=str(gen_telemetry.NEZHA), seed=42, hours=24.0)
     )
     spans: list[Span] = []
     while len(spans) < repeat_batches * 1000:

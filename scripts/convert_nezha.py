@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Build the shipped demo data: the Nezha TrainTicket day as OTLP JSON, two Zipkin traces.
 
-Run from the repository root (it reads ``../shared/data`` and rewrites
+Run from the repository root (it reads the copies of the upstream files in ``tests/data/``,
+where each CSV is stored gzip-compressed as ``NAME.csv.gz``, and rewrites
 ``src/coremetry/demo/data/``)::
 
     python scripts/convert_nezha.py [--nezha DIR] [--zipkin DIR] [--out DIR]
@@ -191,8 +192,8 @@ Json: TypeAlias = dict[str, "Json"] | list["Json"] | str | int | float | bool | 
 """A JSON value as this script builds it."""
 
 REPO: Final = Path(__file__).resolve().parent.parent
-DEFAULT_NEZHA: Final = REPO.parent / "shared" / "data" / "nezha"
-DEFAULT_ZIPKIN: Final = REPO.parent / "shared" / "data" / "zipkin"
+DEFAULT_NEZHA: Final = REPO / "tests" / "data" / "nezha"
+DEFAULT_ZIPKIN: Final = REPO / "tests" / "data" / "zipkin"
 DEFAULT_OUT: Final = REPO / "src" / "coremetry" / "demo" / "data"
 
 DATE: Final = "2023-01-30"
@@ -325,6 +326,11 @@ def _double(value: float) -> Json:
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
+    """The rows of the upstream CSV ``path``, read from ``path`` or its gzip copy ``path.gz``."""
+    packed = path.with_name(path.name + ".gz")
+    if not path.exists() and packed.exists():
+        with gzip.open(packed, "rt", newline="", encoding="utf-8") as handle:
+            return list(csv.DictReader(handle))
     with path.open(newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
 
@@ -871,7 +877,12 @@ def _rfc3339(unix_nano: int) -> str:
 
 
 def _files(folder: Path, pattern: str) -> list[Path]:
-    found = sorted(folder.glob(pattern))
+    """The upstream files matching ``pattern``, by their upstream names.
+
+    A ``NAME.csv.gz`` copy is listed as ``NAME.csv``: the manifest records the upstream path.
+    """
+    packed = {p.with_name(p.name.removesuffix(".gz")) for p in folder.glob(pattern + ".gz")}
+    found = sorted({*folder.glob(pattern), *packed})
     if not found:
         raise ConversionError(f"{folder}: no {pattern} files")
     return found

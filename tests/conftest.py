@@ -1,9 +1,9 @@
 """Shared test fixtures: schema validation of everything the server emits.
 
 Every message a test sees from the server goes through :func:`check_emitted`, which validates it
-against ``shared/mcp-schema/<revision>/schema.json`` (the official schemas, vendored read-only
-next to the repository): the JSON-RPC envelope against ``JSONRPCMessage`` and, for a result, the
-``result`` against the method's own result definition.
+against ``tests/data/mcp-schema/<revision>/schema.json`` (the official schemas, carried verbatim;
+``tests/data/README.md`` lists every carried file): the JSON-RPC envelope against
+``JSONRPCMessage`` and, for a result, the ``result`` against the method's own result definition.
 """
 
 import json
@@ -22,8 +22,9 @@ JsonValue: TypeAlias = (
 )
 
 REPO: Final = Path(__file__).resolve().parent.parent
-SHARED: Final = Path(os.environ.get("COREMETRY_SHARED", REPO.parent / "shared"))
-SCHEMA_DIR: Final = SHARED / "mcp-schema"
+DATA: Final = REPO / "tests" / "data"
+"""The test data the repository carries (sources, commits and licences: its README.md)."""
+SCHEMA_DIR: Final = DATA / "mcp-schema"
 
 RESULT_DEFS: Final[Mapping[str, str]] = {
     "initialize": "InitializeResult",

@@ -386,6 +386,7 @@ async def test_cli_tail_prints_the_newest_records_oldest_first(tmp_path: Path) -
             capture_stderr=True,
             env={**os.environ, "COREMETRY_DATA_DIR": str(data_dir)},
             check=False,
+            start_new_session=True,
         )
     assert done.returncode == 0, done.stderr
     times = [json.loads(line)["at_unix_nano"] for line in done.stdout.decode().splitlines()]

@@ -174,6 +174,8 @@ def telemetry(tmp_path_factory: pytest.TempPathFactory) -> Telemetry:
             check=True,
             capture_output=True,
             timeout=LIMIT_S * 3,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
     problems = as_list(as_object(json.loads((data_dir / PROBLEMS_FILE).read_text()))["problems"])
     assert problems, "the detector found no problem in the demo data"
@@ -701,6 +703,7 @@ async def run_stdio(live: Live, token: str, calls: Sequence[Call]) -> StdioRun:
         capture_stderr=True,
         check=False,
         env=stdio_env(live, token),
+        start_new_session=True,
     )
     stderr = result.stderr.decode(errors="replace")
     assert result.returncode == 0, stderr

@@ -1,10 +1,13 @@
 """The administration commands and the first start, driven as a user would: the CLI."""
 
+import fcntl
 import json
 import os
 import re
+import select
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -17,18 +20,72 @@ from coremetry.cli import main
 LIMIT_S = 60
 
 
-def coremetry(data_dir: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def admin_env(data_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COREMETRY_")}
     env["COREMETRY_DATA_DIR"] = str(data_dir)
+    return env
+
+
+def coremetry(data_dir: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """Run ``coremetry ARGS`` as a script would: stdin from ``stdin``, no controlling terminal
+    (its own session), whether or not the tests run from one."""
     return subprocess.run(
         [sys.executable, "-m", "coremetry", *args],
         input=stdin,
         capture_output=True,
         text=True,
-        env=env,
+        env=admin_env(data_dir),
         timeout=LIMIT_S,
         check=False,
+        start_new_session=True,
     )
+
+
+def _take_terminal() -> None:
+    """In the child, in its new session (``start_new_session``): make stdin, the pty's end,
+    its controlling terminal."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def on_terminal(data_dir: Path, args: list[str], keys: bytes, after: bytes) -> tuple[int, str]:
+    """Run ``coremetry ARGS`` on a pseudo-terminal of its own, as a person at a terminal does:
+    wait until it has written ``after``, type ``keys``; return its exit status and everything
+    the terminal showed."""
+    main_fd, child_fd = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coremetry", *args],
+        stdin=child_fd,
+        stdout=child_fd,
+        stderr=child_fd,
+        env=admin_env(data_dir),
+        preexec_fn=_take_terminal,  # in the child, after setsid, before exec
+        start_new_session=True,
+    )
+    os.close(child_fd)
+    shown = b""
+    typed = False
+    deadline = time.monotonic() + LIMIT_S
+    try:
+        while time.monotonic() < deadline:
+            if not typed and shown.endswith(after):
+                os.write(main_fd, keys)
+                typed = True
+            ready, _, _ = select.select([main_fd], [], [], 1.0)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(main_fd, 4096)
+            except OSError:  # EIO: the child closed the terminal (it exited)
+                break
+            if not chunk:
+                break
+            shown += chunk
+        return proc.wait(timeout=LIMIT_S), shown.decode("utf-8", errors="replace")
+    finally:
+        os.close(main_fd)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_tokens_are_created_listed_used_and_revoked(tmp_path: Path) -> None:
@@ -48,6 +105,7 @@ def test_tokens_are_created_listed_used_and_revoked(tmp_path: Path) -> None:
         env={**os.environ, "COREMETRY_DATA_DIR": str(tmp_path), "COREMETRY_TOKEN": token},
         timeout=LIMIT_S,
         check=False,
+        start_new_session=True,
     )
     assert env_run.returncode == 0, env_run.stderr
     assert json.loads(env_run.stdout) == {"jsonrpc": "2.0", "id": 1, "result": {}}
@@ -62,6 +120,7 @@ def test_tokens_are_created_listed_used_and_revoked(tmp_path: Path) -> None:
         env={**os.environ, "COREMETRY_DATA_DIR": str(tmp_path), "COREMETRY_TOKEN": token},
         timeout=LIMIT_S,
         check=False,
+        start_new_session=True,
     )
     assert refused.returncode == 2
     assert refused.stdout == ""
@@ -110,6 +169,8 @@ async def test_first_start_prints_an_admin_token_that_unlocks_the_server(tmp_pat
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         assert process.stdout is not None
         assert process.stderr is not None
@@ -163,6 +224,7 @@ def test_revoking_the_token_ends_a_running_stdio_session(tmp_path: Path) -> None
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "COREMETRY_DATA_DIR": str(tmp_path), "COREMETRY_TOKEN": token},
+        start_new_session=True,
     )
     assert proc.stdin is not None
     assert proc.stdout is not None
@@ -186,8 +248,11 @@ def test_admin_commands_fail_cleanly(tmp_path: Path) -> None:
     assert huge.returncode == 2
     assert "at most 100 years" in huge.stderr
     no_tty = coremetry(tmp_path, "user", "add", "carol", "--role", "viewer")
-    assert no_tty.returncode == 2
-    assert "Traceback" not in no_tty.stderr
+    assert no_tty.returncode == 2  # at once: no prompt without a terminal, even on /dev/tty
+    (line,) = no_tty.stderr.splitlines()
+    assert line.startswith("coremetry: no terminal to ask for the password on")
+    assert "--password-stdin" in line
+    assert "carol" not in coremetry(tmp_path, "user", "list").stdout
     unknown = coremetry(tmp_path, "token", "revoke", "nope")
     assert unknown.returncode == 1
     assert "Traceback" not in unknown.stderr
@@ -256,3 +321,26 @@ def test_user_add_refuses_a_short_password_and_stores_nothing(
     )
     assert added.returncode == 0, added.stderr
     assert coremetry(tmp_path, "user", "list").stdout.startswith("bob\tviewer\t")
+
+
+def test_the_password_prompt_on_a_terminal(tmp_path: Path) -> None:
+    status, shown = on_terminal(
+        tmp_path,
+        ["user", "add", "dave", "--role", "editor"],
+        b"correct horse battery\r",
+        after=b"password for dave: ",
+    )
+    assert status == 0, shown
+    assert "correct horse" not in shown  # not echoed
+    assert "added user dave (editor)" in shown
+    assert coremetry(tmp_path, "user", "list").stdout.startswith("dave\teditor\t")
+
+
+def test_ctrl_c_at_the_password_prompt_exits_130_with_one_line(tmp_path: Path) -> None:
+    status, shown = on_terminal(
+        tmp_path, ["user", "add", "erin", "--role", "viewer"], b"\x03", after=b"password for erin: "
+    )
+    assert status == 130
+    lines = [line for line in shown.replace("\r", "").split("\n") if line]
+    assert lines == ["password for erin: ", "coremetry: interrupted"]
+    assert "erin" not in coremetry(tmp_path, "user", "list").stdout

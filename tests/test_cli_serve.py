@@ -29,6 +29,8 @@ async def start_lines(args: list[str], env: dict[str, str]) -> tuple[list[str], 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env=env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
     assert process.stderr is not None
     try:

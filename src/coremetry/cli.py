@@ -526,6 +526,11 @@ def _admin(args: argparse.Namespace, config: Config) -> int:
         return 1
 
 
+def _stdin_is_a_terminal() -> bool:
+    """Whether stdin is an interactive terminal (a prompt may then wait for a person)."""
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
 def _admin_store(args: argparse.Namespace, data_dir: Path) -> int:
     """``coremetry user|token …`` against the identity store."""
     with open_identity_store(data_dir) as store:
@@ -533,15 +538,29 @@ def _admin_store(args: argparse.Namespace, data_dir: Path) -> int:
             if args.command == "user" and args.user_command == "add":
                 if args.password_stdin:
                     password = sys.stdin.readline().rstrip("\n")
+                elif not _stdin_is_a_terminal():
+                    # getpass would ask on /dev/tty even so, and wait for a person who may not
+                    # be there (a script, CI, a test run from a terminal): never prompt then.
+                    print(
+                        "coremetry: no terminal to ask for the password on: pipe it in with"
+                        " --password-stdin (e.g. printf '%s\\n' \"$PASSWORD\" | coremetry user"
+                        f" add {args.name} --role {args.role} --password-stdin)",
+                        file=sys.stderr,
+                    )
+                    return 2
                 else:
                     try:
                         password = getpass.getpass(f"password for {args.name}: ")
                     except EOFError:
                         print(
-                            "coremetry: no password given (use --password-stdin to pipe one)",
+                            "\ncoremetry: no password given (use --password-stdin to pipe one)",
                             file=sys.stderr,
                         )
                         return 2
+                    except KeyboardInterrupt:
+                        # Ctrl-C at the prompt: one line, no traceback (getpass restored echo).
+                        print("\ncoremetry: interrupted", file=sys.stderr)
+                        return 130
                 store.add_user(str(args.name), str(args.role), password)
                 print(f"added user {args.name} ({args.role})", file=sys.stderr)
             elif args.command == "user":

@@ -51,6 +51,7 @@ async def _run(*command: str, data_dir: Path) -> subprocess.CompletedProcess[byt
             capture_stderr=True,
             env=env,
             check=False,
+            start_new_session=True,
         )
 
 

@@ -5,13 +5,15 @@ Usage (``nox -s conformance`` runs it in the session's virtualenv)::
     python tests/conformance/run.py [--revision REV ...] [--script PATH] [--results DIR]
 
 Starts the fixture on a free loopback port (``--port 0``), reads the bound address from its
-``listening on http://HOST:PORT`` line on stderr, runs ``shared/tools/run-conformance.sh
+``listening on http://HOST:PORT`` line on stderr, runs ``tests/conformance/run-conformance.sh
 <url>/api/mcp --requirements REV`` once per revision (default: 2025-11-25 and 2026-07-28), then
 stops the server (SIGINT, then SIGKILL after 10 s). Exits 0 only when the server came up and
 every run passed (the suite's own exit status: every scored scenario passes).
 
-The runner script lives in ``shared/`` beside the repository (``$COREMETRY_SHARED`` overrides
-where); it installs Node 22 and the pinned suite under ``/tmp`` on first use. Results go to
+The runner script is this folder's ``run-conformance.sh`` (with ``summarize_results.py``, which
+prints a summary of a results folder); it needs ``npm`` and installs Node 22 (when the ``node``
+on the PATH is older) and the pinned suite ``@modelcontextprotocol/conformance`` under ``/tmp``
+on first use. Results go to
 ``results/conformance/<revision>/`` (one ``checks.json`` per scenario, plus ``run.log``).
 """
 
@@ -29,8 +31,7 @@ from pathlib import Path
 from typing import IO, Final
 
 REPO: Final = Path(__file__).resolve().parents[2]
-SHARED: Final = Path(os.environ.get("COREMETRY_SHARED", REPO.parent / "shared"))
-DEFAULT_SCRIPT: Final = SHARED / "tools" / "run-conformance.sh"
+DEFAULT_SCRIPT: Final = Path(__file__).resolve().parent / "run-conformance.sh"
 DEFAULT_RESULTS: Final = REPO / "results" / "conformance"
 REVISIONS: Final = ("2025-11-25", "2026-07-28")
 ENDPOINT: Final = "/api/mcp"

@@ -1,34 +1,45 @@
-"""Helpers shared by the demo tests: the upstream data, read with the csv module."""
+"""Helpers shared by the demo tests: the upstream data, read with the csv module.
+
+The upstream Nezha CSVs are carried in ``tests/data/nezha/`` gzip-compressed (``NAME.csv.gz``);
+the helpers name each by its upstream path (``.../13_15_trace.csv``, as the demo manifest's
+``source`` does) and :func:`rows` reads the compressed copy.
+"""
 
 import csv
+import gzip
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from conftest import SHARED
+from conftest import DATA
 
-NEZHA: Final = SHARED / "data" / "nezha"
-ZIPKIN: Final = SHARED / "data" / "zipkin"
+NEZHA: Final = DATA / "nezha"
+ZIPKIN: Final = DATA / "zipkin"
 DAY: Final = "2023-01-30"
 
 
 def rows(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
+    """The rows of the upstream CSV ``path`` (read from its copy ``path.gz``)."""
+    with gzip.open(path.with_name(path.name + ".gz"), "rt", newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _csvs(folder: Path) -> list[Path]:
+    return sorted(p.with_name(p.name.removesuffix(".gz")) for p in folder.glob("*.csv.gz"))
 
 
 def trace_csvs() -> list[Path]:
-    return sorted((NEZHA / "construct_data" / DAY / "trace").glob("*.csv")) + sorted(
-        (NEZHA / "rca_data" / DAY / "trace").glob("*.csv")
+    return _csvs(NEZHA / "construct_data" / DAY / "trace") + _csvs(
+        NEZHA / "rca_data" / DAY / "trace"
     )
 
 
 def log_csvs() -> list[Path]:
-    return sorted((NEZHA / "rca_data" / DAY / "log").glob("*.csv"))
+    return _csvs(NEZHA / "rca_data" / DAY / "log")
 
 
 def metric_csvs() -> list[Path]:
-    return sorted((NEZHA / "rca_data" / DAY / "metric").glob("*.csv"))
+    return _csvs(NEZHA / "rca_data" / DAY / "metric")
 
 
 def parse_timestamp_ns(text: str) -> int:

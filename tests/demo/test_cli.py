@@ -46,6 +46,7 @@ async def run(*args: str) -> tuple[int, str, str]:
         capture_stderr=True,
         check=False,
         env=env_without_coremetry(),
+        start_new_session=True,
     )
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
@@ -96,6 +97,8 @@ async def test_serve_demo_loads_then_serves(tmp_path: Path) -> None:
             command("serve", "--demo", "--port", "0", "--data-dir", str(data_dir)),
             stderr=subprocess.PIPE,
             env=env_without_coremetry(),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         assert process.stderr is not None
         try:

@@ -1,6 +1,6 @@
 """The shipped demo files hold exactly the records of the upstream Nezha CSVs and Zipkin files.
 
-Counts and identities are computed here from ``../shared/data`` with the ``csv``/``json``
+Counts and identities are computed here from ``tests/data`` with the ``csv``/``json``
 modules, independently of the converter, and compared with the shipped gzip'd OTLP JSON (read
 with this file's own minimal msgspec Structs of the OTLP JSON mapping).
 """
@@ -381,6 +381,8 @@ def test_the_converter_reproduces_the_shipped_files(tmp_path: Path) -> None:
         text=True,
         check=False,
         timeout=300,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
     assert done.returncode == 0, done.stderr
     assert "spans 21669" in done.stdout

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Final
 
 import pytest
-from conftest import SHARED
+from conftest import DATA
 
 from coremetry.detection import Anomaly, Series, detect_series
 from coremetry.detection.evaluation import (
@@ -22,7 +22,7 @@ from coremetry.detection.evaluation import (
     score_series,
 )
 
-NAB: Final = SHARED / "data" / "nab"
+NAB: Final = DATA / "nab"
 QUIET: Final = "realAWSCloudwatch/ec2_cpu_utilization_c6585a.csv"
 
 

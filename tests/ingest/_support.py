@@ -1,7 +1,8 @@
-"""Shared helpers for the ingest tests: the real files in ``../shared/data`` and the counts a
+"""Shared helpers for the ingest tests: the real files in ``tests/data`` and the counts a
 user would compute from them with plain ``json`` / ``csv`` parsing (never with our decoders)."""
 
 import csv
+import gzip
 import json
 import re
 from collections.abc import Mapping
@@ -9,9 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from conftest import SHARED
+from conftest import DATA
 
-DATA: Final = SHARED / "data"
 OTLP_DIR: Final = DATA / "opentelemetry-proto"
 ZIPKIN_DIR: Final = DATA / "zipkin"
 JAEGER_FILE: Final = DATA / "jaeger-ui" / "testTrace.json"
@@ -161,7 +161,8 @@ def nab_time_ns(text: str) -> int:
 
 
 def nezha_log_rows(name: str) -> list[dict[str, str]]:
-    with (NEZHA_LOGS / name).open(newline="", encoding="utf-8") as handle:
+    """The rows of Nezha's ``log/<name>`` (carried gzip-compressed as ``<name>.gz``)."""
+    with gzip.open(NEZHA_LOGS / f"{name}.gz", "rt", newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
 
 

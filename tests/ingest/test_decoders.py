@@ -1,4 +1,4 @@
-"""Every decoder on the real files in ``../shared/data``, and the robustness cases they hold.
+"""Every decoder on the real files in ``tests/data``, and the robustness cases they hold.
 
 Expected counts and values are computed from the files with plain ``json`` / ``csv`` parsing
 (``_support``), never with the code under test. Each robustness case the issue names is pinned

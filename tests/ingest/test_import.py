@@ -1,7 +1,7 @@
 """``coremetry ingest`` on the real files: exact counts in the store, idempotence, options.
 
 With retention off, importing each OTLP JSON, Zipkin, Jaeger, Prometheus and NAB CSV file in
-``../shared/data`` stores exactly the spans / log records / metric points computed from the
+``tests/data`` stores exactly the spans / log records / metric points computed from the
 file with plain ``json`` / ``csv`` parsing (``_support``; the README states the numbers), and
 importing it again stores nothing new. The command runs as a user runs it: ``coremetry.cli.main``
 in-process (its own trio loop), or ``python -m coremetry ingest`` as a separate process next to
@@ -309,6 +309,7 @@ async def test_import_next_to_a_running_server(tmp_path: Path) -> None:
                 capture_stdout=True,
                 capture_stderr=True,
                 env=env,
+                start_new_session=True,
             )
             assert result.returncode == 0, result.stderr.decode()
             assert b"wrote 16 spans" in result.stdout

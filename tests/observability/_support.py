@@ -4,12 +4,12 @@ from functools import cache
 from pathlib import Path
 from typing import Final
 
-from conftest import SHARED
+from conftest import DATA
 
 from coremetry.ingest import ImportOptions, decode_file, detect_format
 from coremetry.store import Span, TelemetryBatch
 
-ZIPKIN: Final = SHARED / "data" / "zipkin"
+ZIPKIN: Final = DATA / "zipkin"
 SMARTTHINGS: Final = ZIPKIN / "smartthings-mobile-web-install.json"
 """The real 1,041-Zipkin-span SmartThings trace (957 spans once fragments are merged)."""
 SKEW: Final = ZIPKIN / "skew.json"
@@ -18,7 +18,7 @@ SKEW: Final = ZIPKIN / "skew.json"
 
 @cache
 def decode(path: Path) -> TelemetryBatch:
-    """A shared-data file decoded by the real ingest decoders (format detected)."""
+    """A ``tests/data`` file decoded by the real ingest decoders (format detected)."""
     data = path.read_bytes()
     return decode_file(data, detect_format(data), ImportOptions()).batch
 

@@ -65,6 +65,8 @@ class DemoServer:
             capture_output=True,
             text=True,
             check=True,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         return done.stdout.strip()
 
@@ -106,6 +108,8 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoServer
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
     assert process.stdout is not None
     assert process.stderr is not None

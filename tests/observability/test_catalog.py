@@ -77,6 +77,8 @@ def test_tools_command_prints_the_catalog_and_its_size() -> None:
             [*coremetry(), "tools", "--catalog", kind],
             capture_output=True,
             check=True,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         printed = done.stdout.rstrip(b"\n")
         assert printed == catalog_bytes(kind)

@@ -71,6 +71,7 @@ async def test_problems_stored_by_the_detector_are_listed(demo_server: DemoServe
             env=demo_server.env,
             capture_stdout=True,
             capture_stderr=True,
+            start_new_session=True,
         )
         stored = json.loads((demo_server.data_dir / "problems.json").read_text())["problems"]
         assert stored, "the detector finds problems in the Nezha day"
@@ -163,6 +164,7 @@ async def test_problems_and_anomalies_page_with_cursors(
             env=demo_server.env,
             capture_stdout=True,
             capture_stderr=True,
+            start_new_session=True,
         )
     # A snapshot of what the detector stored, read by the tools in process (the demo server's
     # own detection may rewrite its file meanwhile).

@@ -63,6 +63,7 @@ async def run(args: Sequence[str], env: Mapping[str, str] | None = None) -> tupl
         capture_stderr=True,
         check=False,
         env=clean_env() if env is None else dict(env),
+        start_new_session=True,
     )
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
@@ -88,6 +89,8 @@ async def test_serve_announces_serves_and_drains_on_sigterm(tmp_path: Path) -> N
             command("serve", "--port", "0", "--fixture"),
             stderr=subprocess.PIPE,
             env=clean_env(COREMETRY_DATA_DIR=identity["COREMETRY_DATA_DIR"]),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         assert process.stderr is not None
         try:

@@ -341,6 +341,7 @@ async def run_raw(stdin: bytes, data_dir: Path, *extra: str) -> subprocess.Compl
         check=False,
         cwd=REPO,
         env=stdio_identity(data_dir),
+        start_new_session=True,
     )
 
 

@@ -32,6 +32,7 @@ def test_signal_drains_in_flight_calls_and_exits_cleanly(signum: int, tmp_path: 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env={**stdio_identity(tmp_path / "data"), "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
     )
     assert proc.stdin is not None
     assert proc.stdout is not None

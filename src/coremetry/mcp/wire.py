@@ -10,7 +10,7 @@ Conventions (``shared/STYLE.md`` habit 3):
   a notification; ``"id": null`` is an invalid request).
 - Content blocks are a tagged union on ``type`` (the wire's own discriminator).
 
-Shapes follow ``shared/mcp-schema/<revision>/schema.json``; fields that only exist from some
+Shapes follow ``tests/data/mcp-schema/<revision>/schema.json``; fields that only exist from some
 revision on are noted on the field and left unset by the dispatcher for older revisions.
 """
 

@@ -28,6 +28,8 @@ def _coremetry(*args: str, create_tables: bool = True) -> subprocess.CompletedPr
         env=env,
         timeout=LIMIT_S,
         check=False,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
 
 

@@ -21,7 +21,14 @@ def test_demo_load_into_clickhouse_names_clickhouse(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "coremetry", "demo", "load", "--data-dir", str(tmp_path)]
     runs = [
         subprocess.run(
-            command, capture_output=True, text=True, env=env, timeout=LIMIT_S, check=False
+            command,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=LIMIT_S,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         for _ in range(2)
     ]

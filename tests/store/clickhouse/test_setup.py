@@ -42,8 +42,7 @@ from ._chdb_http import ChdbHttpServer
 from ._support import ENGINE, fresh_options, open_fresh_store
 
 LIMIT_S: Final = 120.0
-SHARED: Final = Path(os.environ.get("COREMETRY_SHARED", Path(__file__).parents[4] / "shared"))
-OTLP_DIR: Final = SHARED / "data" / "opentelemetry-proto"
+OTLP_DIR: Final = Path(__file__).parents[2] / "data" / "opentelemetry-proto"
 HOUR: Final = 3600 * 1_000_000_000
 
 
@@ -314,6 +313,7 @@ async def test_otlp_http_and_coremetry_ingest_write_through_clickhouse(
                 capture_stdout=True,
                 capture_stderr=True,
                 check=False,
+                start_new_session=True,
             )
             after = await store.statistics()
     assert sent.status_code == 200, sent.text

@@ -33,7 +33,9 @@ def main(argv: list[str]) -> int:
             "COREMETRY_CLICKHOUSE_CREATE_TABLES": "true",
         }
         print(f"ClickHouse HTTP stand-in (chDB) on {server.url}", file=sys.stderr, flush=True)
-        done = subprocess.run(command, env=env, check=False)
+        done = subprocess.run(
+            command, env=env, check=False, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         print(f"{len(server.statements)} statements run on chDB", file=sys.stderr, flush=True)
         return done.returncode
 
