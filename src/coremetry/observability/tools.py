@@ -82,6 +82,7 @@ from .ranges import (
     resolve_range,
     rfc3339,
 )
+from .service_names import require_known_service
 from .trace_analysis import SpanNode, TraceAnalysis, analyse_trace, interval_union_ns
 
 __all__ = [
@@ -665,6 +666,7 @@ class ObservabilityTools:
         for summary in summaries:
             if summary.service_name == name:
                 return summary, summaries
+        await require_known_service(self.store, name)
         shown = window.as_json()
         extent = await self._extent_json()
         where = f" (stored data: {extent['start']} .. {extent['end']})" if extent else ""
@@ -872,6 +874,7 @@ class ObservabilityTools:
         if more:
             body.update(continuation(len(items)))
         if not items and state is None:
+            await require_known_service(self.store, args.service)
             body.update(await absent_data_note(self.store, "matching traces", window, "traces"))
         elif items:
             body["next"] = "get_trace(trace_id) for the tree, self times and critical path"
@@ -1122,6 +1125,7 @@ class ObservabilityTools:
         if more:
             body.update(continuation(len(items)))
         if not items and state is None:
+            await require_known_service(self.store, args.service)
             body.update(await absent_data_note(self.store, "matching log records", window, "logs"))
         return Shaped(body, [Trimmable(("records",), continuation)])
 
@@ -1238,6 +1242,7 @@ class ObservabilityTools:
             body.update(continuation(len(shown)))
         if not shown and state is None:
             await self._metric_must_exist(args.name)
+            await require_known_service(self.store, args.service, metric=args.name)
             absent = await absent_data_note(
                 self.store,
                 f"points of {args.name} matching the filters",
@@ -1301,6 +1306,7 @@ class ObservabilityTools:
         if more:
             body.update(continuation(len(shown)))
         if not shown and state is None:
+            await require_known_service(self.store, args.service)
             body.update(
                 await absent_data_note(
                     self.store,
@@ -1319,6 +1325,8 @@ class ObservabilityTools:
         records = await self.store.deploys(
             window.time_range, limit=MAX_LIMIT, service_name=args.service
         )
+        if not records:
+            await require_known_service(self.store, args.service)
         by_version = {r.version: r for r in records}
         if args.to_version is not None and args.to_version not in by_version:
             raise NotFound(
@@ -1431,6 +1439,8 @@ class ObservabilityTools:
         offset = state.offset if state is not None else 0
         stored = await self.problems.load()
         body: JsonObject = {"window": window.as_json()}
+        if not stored or not involving(stored, args.service):
+            await require_known_service(self.store, args.service)
         if stored is None:
             body.update(
                 problems=[],
@@ -1491,6 +1501,8 @@ class ObservabilityTools:
         offset = state.offset if state is not None else 0
         stored = await self.problems.load()
         body: JsonObject = {"window": window.as_json()}
+        if not stored or not involving(stored, args.service):
+            await require_known_service(self.store, args.service)
         if stored is None:
             body.update(
                 anomalies=[],
