@@ -82,6 +82,7 @@ from .ranges import (
     resolve_range,
     rfc3339,
 )
+from .self_time import self_intervals, service_intervals
 from .service_names import require_known_service
 from .trace_analysis import SpanNode, TraceAnalysis, analyse_trace, interval_union_ns
 
@@ -560,21 +561,12 @@ def series_shrinker(step_ns: int) -> Callable[[object, int], object]:
 
 
 def _self_intervals(node: SpanNode) -> list[tuple[int, int]]:
-    """The stretches of ``node``'s interval not covered by a child (its self time), in ns."""
-    gaps: list[tuple[int, int]] = []
-    at = node.start_ns
-    children = sorted(
-        (max(c.start_ns, node.start_ns), min(c.end_ns, node.end_ns)) for c in node.children
-    )
-    for start, end in children:
-        if end <= start:
-            continue
-        if start > at:
-            gaps.append((at, start))
-        at = max(at, end)
-    if node.end_ns > at:
-        gaps.append((at, node.end_ns))
-    return gaps
+    """The stretches of ``node``'s interval that are its self time, in ns.
+
+    Not covered by a child nor, for a span that is not itself a call, by a sibling call into
+    another service (:func:`coremetry.analysis.self_intervals`).
+    """
+    return self_intervals(node)
 
 
 # ---- the tools --------------------------------------------------------------------------------
@@ -906,14 +898,14 @@ class ObservabilityTools:
         on_path = analysis.critical_time_by_span()
         by_service: dict[str, list[int]] = {}
         # A service's self time is the union of its spans' self intervals: parallel spans of one
-        # service count once, so it never exceeds the trace's duration.
-        self_intervals: dict[str, list[tuple[int, int]]] = {}
+        # service count once, so it never exceeds the trace's duration. The self time of its
+        # calls into other services is time waiting on them (call_wait_ms), not its own work.
+        own_intervals, wait_intervals = service_intervals(analysis.nodes, _self_intervals)
         for node in analysis.nodes:
             row = by_service.setdefault(node.service, [0, 0, 0, 0])
             row[0] += 1
             row[2] += 1 if node.is_error else 0
-            self_intervals.setdefault(node.service, []).extend(_self_intervals(node))
-        for service, intervals in self_intervals.items():
+        for service, intervals in own_intervals.items():
             by_service[service][1] = interval_union_ns(intervals)
         for service, (own, waiting) in analysis.critical_time_by_service().items():
             row = by_service.setdefault(service, [0, 0, 0, 0])
@@ -1016,6 +1008,7 @@ class ObservabilityTools:
                     "service": name,
                     "span_count": row[0],
                     "self_time_ms": ms(row[1]),
+                    "call_wait_ms": ms(interval_union_ns(wait_intervals.get(name, []))),
                     "critical_path_ms": ms(row[3]),
                     "error_count": row[2],
                 }
