@@ -32,15 +32,8 @@ HINT: Final = (
 )
 
 
-async def stored_service_names(
-    store: TelemetryStore, *, metric: str | None = None
-) -> set[str] | None:
-    """Every ``service.name`` with spans or log records stored (and ``metric``'s, if given).
-
-    Returns:
-        The names, or ``None`` when the store is empty or the metric's service names could not
-        be read (the caller then does not refuse the name).
-    """
+async def stored_service_names(store: TelemetryStore) -> set[str] | None:
+    """Every ``service.name`` with spans or log records stored; ``None`` when the store is empty."""
     extent = await stored_extent(store)
     if extent is None:
         return None
@@ -50,23 +43,29 @@ async def stored_service_names(
         series.service_name
         for series in await store.log_counts(extent, step_ns=max(1, whole), limit=MAX_LIMIT)
     )
-    if metric is not None:
-        try:
-            series_list = await store.metric_series(
-                MetricQuery(
-                    name=metric,
-                    time_range=extent,
-                    step_ns=max(1, whole),
-                    aggregation="count",
-                    group_by=["service.name"],
-                ),
-                limit=MAX_LIMIT,
-            )
-        except QueryRejected:
-            return None  # e.g. a histogram: no count aggregation, so no names to check against
-        names.update(str(s.labels.get("service.name", "")) for s in series_list)
     names.discard("")
     return names
+
+
+async def _metric_service_names(store: TelemetryStore, metric: str) -> set[str] | None:
+    """The ``service.name`` values of ``metric``'s points; ``None`` when they cannot be read."""
+    extent = await stored_extent(store)
+    if extent is None:
+        return None
+    try:
+        series_list = await store.metric_series(
+            MetricQuery(
+                name=metric,
+                time_range=extent,
+                step_ns=max(1, extent.end_unix_nano - extent.start_unix_nano),
+                aggregation="count",
+                group_by=["service.name"],
+            ),
+            limit=MAX_LIMIT,
+        )
+    except QueryRejected:
+        return None  # e.g. a histogram: no count aggregation, so no names to check against
+    return {str(s.labels.get("service.name", "")) for s in series_list}
 
 
 def unknown_service(name: str, stored: Iterable[str], field: str = "service") -> NotFound:
@@ -88,14 +87,19 @@ async def require_known_service(
     """Raise :func:`unknown_service`'s ``not_found`` when ``name`` is not a stored service.
 
     Nothing happens for ``None``, an empty store, or a name with spans, logs (or points of
-    ``metric``) anywhere in the stored data.
+    ``metric``) anywhere in the stored data. The error lists the span and log services, the
+    same for every tool (a service with only metric points is accepted but not listed).
 
     Raises:
         NotFound: ``name`` names no stored service.
     """
     if name is None:
         return
-    stored = await stored_service_names(store, metric=metric)
+    stored = await stored_service_names(store)
     if stored is None or name in stored:
         return
+    if metric is not None:
+        of_metric = await _metric_service_names(store, metric)
+        if of_metric is None or name in of_metric:
+            return
     raise unknown_service(name, stored)
