@@ -148,3 +148,6 @@ async def test_a_misspelled_service_is_not_found_by_every_tool_alike(
     assert "list_services" in str(errors[0]["hint"])
     assert empty["traces"] == []
     assert "data_extent" in empty
+    # ... and the newest trace it points to is that service's, not another system's.
+    assert "the newest trace of ts-travel-service starts at" in str(empty["note"])
+    assert str(empty["newest_trace_start"]) < str(obj(empty["window"])["start"])

@@ -867,7 +867,11 @@ class ObservabilityTools:
             body.update(continuation(len(items)))
         if not items and state is None:
             await require_known_service(self.store, args.service)
-            body.update(await absent_data_note(self.store, "matching traces", window, "traces"))
+            body.update(
+                await absent_data_note(
+                    self.store, "matching traces", window, "traces", service=args.service
+                )
+            )
         elif items:
             body["next"] = "get_trace(trace_id) for the tree, self times and critical path"
         return Shaped(body, [Trimmable(("traces",), continuation)])
@@ -1119,7 +1123,11 @@ class ObservabilityTools:
             body.update(continuation(len(items)))
         if not items and state is None:
             await require_known_service(self.store, args.service)
-            body.update(await absent_data_note(self.store, "matching log records", window, "logs"))
+            body.update(
+                await absent_data_note(
+                    self.store, "matching log records", window, "logs", service=args.service
+                )
+            )
         return Shaped(body, [Trimmable(("records",), continuation)])
 
     # -- metrics ------------------------------------------------------------------------------
