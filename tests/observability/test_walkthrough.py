@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 import trio
+from mcp import types
 
 from coremetry.observability.ranges import rfc3339
 
@@ -103,7 +104,13 @@ async def test_the_walkthrough_says_what_the_tools_answer(demo_server: DemoServe
         async with mcp_client(demo_server.mcp_url, demo_server.admin_token) as client:
 
             async def call(name: str, args: JsonObject) -> JsonObject:
-                return structured(await client.call_tool(name, args))
+                result = await client.call_tool(name, args)
+                (content,) = result.content
+                assert isinstance(content, types.TextContent)
+                sizes.append(len(content.text.encode()))
+                return structured(result)
+
+            sizes: list[int] = []
 
             # Question 1.
             gateway = await call("get_service", {"service": GATEWAY, "range": "24h"})
@@ -160,6 +167,7 @@ async def test_the_walkthrough_says_what_the_tools_answer(demo_server: DemoServe
                     "end": clock.shown("23:59:59"),
                 },
             )
+            listed = await client.list_tools()
 
     text = walkthrough()
     failed: list[str] = []
@@ -203,6 +211,7 @@ async def test_the_walkthrough_says_what_the_tools_answer(demo_server: DemoServe
     top = objs(origin["candidates"])[0]
     summary = str(origin["summary"])
     claim("`likely_origin` names `ts-travel-service`", origin["service"] == TRAVEL)
+    claim("in the slowest tenth of the traces", "slowest tenth" in str(origin["method"]))
     claim(
         "its time on the critical path is about 3.3 s per trace above typical traces",
         top["service"] == TRAVEL and rounds_to(num(top["excess_ms"]) / 1000, 3.3, 1),
@@ -262,6 +271,18 @@ async def test_the_walkthrough_says_what_the_tools_answer(demo_server: DemoServe
         "In 8 of the 12 the `dominant_span` (the span holding the most critical-path time) is one "
         "of travel's, in 5 its `TripRepository.findAll`",
         len(in_travel) == 8 and sum(d["name"] == "TripRepository.findAll" for d in in_travel) == 5,
+    )
+    claim(
+        "`get_trace` on one returns the tree with each span's self time and the critical path",
+        all(
+            t["critical_path"] and all("self_time_ms" in s for s in objs(t["spans"]))
+            for t in own_traces
+        ),
+    )
+    claim(
+        "The network delay does not show there: its time passes before travel's own spans "
+        "start, so none of them is long.",
+        all(hms(s) < "13:14:43" for s in own_starts),
     )
     claim(
         "in 9 travel holds the most critical-path time of any service",
@@ -376,6 +397,32 @@ async def test_the_walkthrough_says_what_the_tools_answer(demo_server: DemoServe
         200 <= num(wide_series["point_count"]) < 1000
         and str(wide_series["points_note"]).startswith("1 bucket in 2 ")
         and 'step="2m"' in str(wide_series["points_note"]),
+    )
+
+    # -- the closing paragraph ------------------------------------------------------------
+    claim(
+        "Every answer fits a 16 KiB budget (`mcp.output_budget_bytes`): long lists say "
+        "`truncated` and return a `cursor` to continue.",
+        max(sizes) <= 16 * 1024 and errors["truncated"] is True and "cursor" in errors,
+    )
+    claim(
+        "An empty answer says where the stored data is (`data_extent`)",
+        all(obj(g["data_extent"])["end"] for g in [*gaps, after]),
+    )
+    defaults = {}
+    for tool in listed.tools:
+        window = obj(obj(tool.input_schema["properties"]).get("range", {}))
+        found = re.search(r'Default "(\w+)"', str(window.get("description", "")))
+        if found:
+            defaults[tool.name] = found.group(1)
+    claim(
+        "the default window is the last hour (7 days for `list_deploys` and `compare_deploys`, "
+        "24 hours for `list_problems` and `list_anomalies`, as each tool's schema says)",
+        len(defaults) >= 10
+        and {t for t, d in defaults.items() if d != "1h"}
+        == {"list_deploys", "compare_deploys", "list_problems", "list_anomalies"}
+        and defaults["list_deploys"] == defaults["compare_deploys"] == "7d"
+        and defaults["list_problems"] == defaults["list_anomalies"] == "24h",
     )
 
     assert not failed, "\n".join(failed)
