@@ -80,6 +80,8 @@ class SpanNode:
         self_time_ns: the total of :func:`self_intervals` (duration minus the children's
             clamped intervals and, unless the span is a call, minus overlapping sibling calls).
         orphan: the span names a parent that is not in the trace.
+        child_calls: merged ``(start_ns, end_ns)`` intervals of the children that are calls
+            into another service (what :func:`self_intervals` takes from their siblings).
     """
 
     span: Span
@@ -91,6 +93,7 @@ class SpanNode:
     skew_shift_ns: int = 0
     self_time_ns: int = 0
     orphan: bool = False
+    child_calls: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def duration_ns(self) -> int:
@@ -253,10 +256,8 @@ def _gaps(low: int, high: int, covered: Iterable[tuple[int, int]]) -> list[tuple
     return gaps
 
 
-def _sibling_calls(parent: SpanNode | None) -> list[tuple[int, int]]:
+def _sibling_calls(parent: SpanNode) -> list[tuple[int, int]]:
     """The merged intervals of ``parent``'s children that are calls into another service."""
-    if parent is None:
-        return []
     merged: list[tuple[int, int]] = []
     for start, end in sorted((c.start_ns, c.end_ns) for c in parent.children if c.callee()):
         if merged and start <= merged[-1][1]:
@@ -266,24 +267,18 @@ def _sibling_calls(parent: SpanNode | None) -> list[tuple[int, int]]:
     return merged
 
 
-def self_intervals(
-    node: SpanNode, sibling_calls: Sequence[tuple[int, int]] | None = None
-) -> list[tuple[int, int]]:
+def self_intervals(node: SpanNode) -> list[tuple[int, int]]:
     """The stretches of ``node``'s interval that are its own work (module docstring, "Self time").
 
     Args:
-        node: a span of an analysed trace.
-        sibling_calls: the merged intervals of ``node``'s siblings that are calls into another
-            service (computed from ``node.parent`` when not given; pass them to share the work
-            between siblings).
+        node: a span of an analysed trace (:func:`analyse_trace` fills ``child_calls``).
 
     Returns:
         Disjoint ``(start_ns, end_ns)`` intervals in time order, adjusted unix nanoseconds.
     """
     covered = [(c.start_ns, c.end_ns) for c in node.children]
-    if node.callee() is None:
-        calls = _sibling_calls(node.parent) if sibling_calls is None else sibling_calls
-        covered.extend(calls)
+    if node.parent is not None and node.callee() is None:
+        covered.extend(node.parent.child_calls)
     return _gaps(node.start_ns, node.end_ns, covered)
 
 
@@ -442,15 +437,10 @@ def analyse_trace(spans: Sequence[Span]) -> TraceAnalysis:
     skewed = _adjust_skew(roots)
     for node in nodes:
         node.children.sort(key=lambda c: (c.start_ns, c.span.span_id))
-    calls_under: dict[int, list[tuple[int, int]]] = {}
     for node in nodes:
-        parent = node.parent
-        calls = None
-        if parent is not None:
-            calls = calls_under.get(id(parent))
-            if calls is None:
-                calls = calls_under[id(parent)] = _sibling_calls(parent)
-        node.self_time_ns = sum(end - start for start, end in self_intervals(node, calls or []))
+        node.child_calls = _sibling_calls(node)
+    for node in nodes:
+        node.self_time_ns = sum(end - start for start, end in self_intervals(node))
     roots.sort(key=lambda n: (-n.duration_ns, n.start_ns))
     main = roots[0]
     ordered_roots = [main, *sorted(roots[1:], key=lambda n: (n.start_ns, n.span.span_id))]
