@@ -58,6 +58,8 @@ def clickhouse(session: nox.Session) -> None:
         "tests/observability/test_demo_entries.py",
         "tests/observability/test_output_budget.py",
         "tests/observability/test_problems.py",
+        "tests/observability/test_walkthrough.py",
+        "tests/observability/test_consistent_answers.py",
         *session.posargs,
     )
 

@@ -158,10 +158,14 @@ Faults (``nezha/faults.json``)
 ``{"faults": [...]}``, sorted by time, one entry per injected fault of
 ``2023-01-30-fault_list.json``: ``time_unix_nano`` (``inject_timestamp`` seconds * 1e9),
 ``service.name`` and ``k8s.pod.name`` (from ``inject_pod``), ``type`` (``inject_type``:
-``network_delay``, ``cpu_contention``), and the original ``inject_time`` text. The time comes
-from ``inject_timestamp`` because for four faults the two disagree by one minute, and the
-traces follow the timestamp (the 13:14:43 network delay on ts-travel-service shows in spans
-from 13:14:50, a minute before ``inject_time`` says 13:15:43).
+``network_delay``, ``cpu_contention``), the original ``inject_time`` text, and
+``recorded_time``, the kept time as RFC 3339 (UTC). The time comes from ``inject_timestamp``
+because for four faults the two disagree by one minute, and the traces follow the timestamp
+(the 13:14:43 network delay on ts-travel-service shows in spans from 13:14:54 — the gateway's
+calls into travel wait a second before travel's spans start — a minute before ``inject_time``
+says 13:15:43; likewise ts-basic-service at 12:07:12 and 12:14:56, ts-preserve-service at
+13:29:52). Those four entries carry a ``note`` saying so, so the file does not contradict
+itself.
 
 Last event
 ==========
@@ -836,19 +840,21 @@ def convert_faults(path: Path) -> list[Json]:
                 text = str(entry["inject_time"])
             except (KeyError, ValueError, TypeError) as exc:
                 raise ConversionError(f"{path}: hour {hour} entry {index}: {exc}") from None
-            faults.append(
-                (
-                    seconds,
-                    pod.name,
-                    {
-                        "time_unix_nano": seconds * 1_000_000_000,
-                        "service.name": pod.service,
-                        "k8s.pod.name": pod.name,
-                        "type": kind,
-                        "inject_time": text,
-                    },
+            recorded = datetime.fromtimestamp(seconds, tz=UTC)
+            entry_json: dict[str, Json] = {
+                "time_unix_nano": seconds * 1_000_000_000,
+                "service.name": pod.service,
+                "k8s.pod.name": pod.name,
+                "type": kind,
+                "inject_time": text,
+                "recorded_time": recorded.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+            if recorded.strftime("%Y-%m-%d %H:%M:%S") != text:
+                entry_json["note"] = (
+                    f"upstream inject_time says {text[11:]}, but the traces show the fault from "
+                    f"{recorded:%H:%M:%S} (inject_timestamp), the time kept here"
                 )
-            )
+            faults.append((seconds, pod.name, entry_json))
     return [entry for _, _, entry in sorted(faults, key=lambda item: (item[0], item[1]))]
 
 

@@ -17,6 +17,7 @@ from .trace_analysis import SpanNode as SpanNode
 from .trace_analysis import TraceAnalysis as TraceAnalysis
 from .trace_analysis import analyse_trace as analyse_trace
 from .trace_analysis import interval_union_ns as interval_union_ns
+from .trace_analysis import self_intervals as self_intervals
 
 __all__ = [
     "CriticalPathTally",
@@ -27,4 +28,5 @@ __all__ = [
     "analyse_trace",
     "critical_path_excess",
     "interval_union_ns",
+    "self_intervals",
 ]

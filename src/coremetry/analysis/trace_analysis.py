@@ -21,7 +21,14 @@ early looks the same as skew). Those keep their times and are clamped to the par
 where intervals are combined below. ``skew_adjusted`` counts shifted spans.
 
 **Self time** of a span: its duration minus the union of its children's intervals clamped to the
-span's own interval; never negative (in nanoseconds).
+span's own interval; never negative (in nanoseconds). A span that is not itself a call into
+another service also loses the time a *sibling* call into another service overlaps it: such a
+sibling is work the span delegated but that instrumentation parented beside it (Spring Cloud
+Gateway's ``FilteringWebHandler.handle`` sits beside the ``HTTP POST`` it issues, both under
+the server span), so the wrapper did not do that work itself. The cost: a span running truly in
+parallel with a sibling's remote call shows less self time than it had (issue 21: without
+this, the gateway's self time was the whole trace while its critical-path time was 2 ms).
+:func:`self_intervals` gives the stretches; ``SpanNode.self_time_ns`` their total.
 
 **Critical path**: the chain of work that determined the root's end, by the usual backward walk
 (Jaeger's critical-path algorithm, ``jaegertracing/jaeger-ui``,
@@ -51,6 +58,7 @@ __all__ = [
     "TraceAnalysis",
     "analyse_trace",
     "interval_union_ns",
+    "self_intervals",
 ]
 
 _CALL_KINDS: Final = frozenset({SpanKind.CLIENT, SpanKind.PRODUCER})
@@ -69,8 +77,11 @@ class SpanNode:
         start_ns: adjusted start, unix nanoseconds.
         end_ns: adjusted end, unix nanoseconds (``>= start_ns``).
         skew_shift_ns: how far the span was shifted for clock skew (0 when not).
-        self_time_ns: duration minus the union of the children's clamped intervals.
+        self_time_ns: the total of :func:`self_intervals` (duration minus the children's
+            clamped intervals and, unless the span is a call, minus overlapping sibling calls).
         orphan: the span names a parent that is not in the trace.
+        child_calls: merged ``(start_ns, end_ns)`` intervals of the children that are calls
+            into another service (what :func:`self_intervals` takes from their siblings).
     """
 
     span: Span
@@ -82,6 +93,7 @@ class SpanNode:
     skew_shift_ns: int = 0
     self_time_ns: int = 0
     orphan: bool = False
+    child_calls: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def duration_ns(self) -> int:
@@ -227,6 +239,47 @@ def interval_union_ns(intervals: Iterable[tuple[int, int]]) -> int:
     if current_start is not None:
         total += current_end - current_start
     return total
+
+
+def _gaps(low: int, high: int, covered: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The stretches of ``[low, high)`` no interval of ``covered`` covers (clamped first)."""
+    gaps: list[tuple[int, int]] = []
+    at = low
+    for start, end in sorted((max(s, low), min(e, high)) for s, e in covered):
+        if end <= start:
+            continue
+        if start > at:
+            gaps.append((at, start))
+        at = max(at, end)
+    if high > at:
+        gaps.append((at, high))
+    return gaps
+
+
+def _sibling_calls(parent: SpanNode) -> list[tuple[int, int]]:
+    """The merged intervals of ``parent``'s children that are calls into another service."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted((c.start_ns, c.end_ns) for c in parent.children if c.callee()):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        elif end > start:
+            merged.append((start, end))
+    return merged
+
+
+def self_intervals(node: SpanNode) -> list[tuple[int, int]]:
+    """The stretches of ``node``'s interval that are its own work (module docstring, "Self time").
+
+    Args:
+        node: a span of an analysed trace (:func:`analyse_trace` fills ``child_calls``).
+
+    Returns:
+        Disjoint ``(start_ns, end_ns)`` intervals in time order, adjusted unix nanoseconds.
+    """
+    covered = [(c.start_ns, c.end_ns) for c in node.children]
+    if node.parent is not None and node.callee() is None:
+        covered.extend(node.parent.child_calls)
+    return _gaps(node.start_ns, node.end_ns, covered)
 
 
 def _clamped(child: SpanNode, low: int, high: int) -> tuple[int, int]:
@@ -384,8 +437,10 @@ def analyse_trace(spans: Sequence[Span]) -> TraceAnalysis:
     skewed = _adjust_skew(roots)
     for node in nodes:
         node.children.sort(key=lambda c: (c.start_ns, c.span.span_id))
-        covered = interval_union_ns(_clamped(c, node.start_ns, node.end_ns) for c in node.children)
-        node.self_time_ns = max(0, node.duration_ns - covered)
+    for node in nodes:
+        node.child_calls = _sibling_calls(node)
+    for node in nodes:
+        node.self_time_ns = sum(end - start for start, end in self_intervals(node))
     roots.sort(key=lambda n: (-n.duration_ns, n.start_ns))
     main = roots[0]
     ordered_roots = [main, *sorted(roots[1:], key=lambda n: (n.start_ns, n.span.span_id))]

@@ -90,7 +90,12 @@ async def stored_extent(store: TelemetryStore) -> TimeRange | None:
 
 
 async def absent_data_note(
-    store: TelemetryStore, what: str, window: ResolvedRange, signal: str
+    store: TelemetryStore,
+    what: str,
+    window: ResolvedRange,
+    signal: str,
+    *,
+    service: str | None = None,
 ) -> dict[str, object]:
     """Explain an empty result: what the window was and where stored data actually is.
 
@@ -99,6 +104,8 @@ async def absent_data_note(
         what: what was looked for, e.g. ``"spans of ts-travel-service"``.
         window: the window that held none.
         signal: ``"traces"``, ``"logs"`` or ``"metrics"``: which newest record to name.
+        service: the ``service.name`` the call asked about: the newest record named is that
+            service's (not another system's).
 
     Returns:
         ``{"note": str, "data_extent": {"start", "end"} | None}`` (plus ``newest_trace_start``
@@ -114,18 +121,21 @@ async def absent_data_note(
         }
     extra: dict[str, object] = {}
     newest = ""
+    of = f" of {service}" if service is not None else ""
     if signal == "traces":
-        traces = await store.search_traces(TraceQuery(time_range=extent), limit=1)
+        traces = await store.search_traces(
+            TraceQuery(time_range=extent, service_name=service), limit=1
+        )
         if traces.items:
             at = rfc3339(traces.items[0].start_time_unix_nano)
             extra["newest_trace_start"] = at
-            newest = f"; the newest trace starts at {at}"
+            newest = f"; the newest trace{of} starts at {at}"
     elif signal == "logs":
-        logs = await store.search_logs(LogQuery(time_range=extent), limit=1)
+        logs = await store.search_logs(LogQuery(time_range=extent, service_name=service), limit=1)
         if logs.items:
             at = rfc3339(logs.items[0].time_unix_nano)
             extra["newest_log_time"] = at
-            newest = f"; the newest log record is at {at}"
+            newest = f"; the newest log record{of} is at {at}"
     data_extent = {
         "start": rfc3339(extent.start_unix_nano),
         "end": rfc3339(extent.end_unix_nano - 1),

@@ -87,11 +87,12 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
     ),
     "get_trace": (
         "One trace as a compact tree (depth-first, children by start): per span service, name, "
-        "kind, start_offset_ms, duration_ms, self_time_ms (duration minus children), "
+        "kind, start_offset_ms, duration_ms, self_time_ms (minus children and sibling calls), "
         "critical_path_ms, error status and key attributes. Also: the critical path (the chain "
         "that decided the end-to-end latency; waiting_on names the callee a caller waited for), "
         "dominant_span, per-service self time (overlapping spans counted once, so never above the "
-        "trace's duration) and critical-path time, error spans, notes on clock "
+        "trace's duration), call_wait_ms (its calls' time outside the callee) and critical-path "
+        "time, error spans, notes on clock "
         "skew (shifted spans) or missing parents. Large traces come in pages of limit spans: "
         "pass cursor for the rest; the summary covers the whole trace. Reads any time range. "
         "Unknown id: not_found; find ids with search_traces or search_logs. Next: "

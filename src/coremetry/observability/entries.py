@@ -45,7 +45,7 @@ from coremetry.store import (
 from ._reading import stored_extent
 from .anchoring import anchored_args
 from .budget import MIN_BUDGET_BYTES, JsonObject, Shaped, Trimmable, encoded_size, fit
-from .origin import latency_metric_names, latency_series, likely_origin, series_shift
+from .origin import latency_metric_names, latency_shifts, likely_origin
 from .ranges import RangeArgs, resolve_range, rfc3339
 from .tools import (
     SEVERITIES,
@@ -440,10 +440,8 @@ class ObservabilityEntries:
         names = await self.store.metric_names(tr, limit=1000)
         shifts: list[JsonObject] = []
         for descriptor in latency_metric_names(names.items)[:3]:
-            for series in await latency_series(self.store, descriptor, tr):
-                shift = series_shift(series, focus)
-                if shift is not None:
-                    shifts.append({"service": series.labels.get("service.name", ""), **shift})
+            for series, shift in await latency_shifts(self.store, descriptor, tr, focus):
+                shifts.append({"service": series.labels.get("service.name", ""), **shift})
         # Server-side latency first: a client-side latency includes its callees' time.
         shifts.sort(
             key=lambda s: ("server" not in str(s["metric"]), -float(str(s["peak_to_median"])))

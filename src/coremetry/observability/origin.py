@@ -24,8 +24,10 @@ looks past that, the way an engineer reads traces:
    mean typical trace duration. A group with no typical trace gives no baseline and is skipped
    while another group has one.
 5. **Evidence** for the top candidate: per-edge latency of calls into it, its ERROR-or-worse log
-   records, and its latency metrics' peak while the slow traces ran (the *focus*: their time
-   span plus five minutes each side) against the metric's median over the whole window.
+   records, and its latency metrics that rose while the slow traces ran (the *focus*: their
+   time span plus five minutes each side): the peak 1-minute bucket there (the buckets
+   ``query_metric`` gives for the focus with ``step="1m"``) against the metric's median over
+   the whole window (:func:`series_shift`).
 
 Cost bound: per group two trace-summary searches plus at most ``slow_traces + typical_traces``
 trace reads, then at most six more queries for the evidence; everything under the call's deadline.
@@ -68,6 +70,7 @@ __all__ = [
     "focus_window",
     "latency_metric_names",
     "latency_series",
+    "latency_shifts",
     "likely_origin",
     "series_shift",
 ]
@@ -76,6 +79,7 @@ ANALYSIS_SPANS: Final = 2_000
 """Most spans read per trace for the origin analysis."""
 MAX_ENTRY_GROUPS: Final = 3
 """Most entry services analysed when no service is named."""
+MINUTE_NS: Final = 60 * NS_PER_S
 SAMPLE_TRACES: Final = 200
 """Trace summaries sampled per group (newest first) to split into slow and typical."""
 MIN_SHARE_OF_GAP: Final = 0.1
@@ -170,28 +174,107 @@ def latency_metric_names(descriptors: Sequence[MetricDescriptor]) -> list[Metric
     return chosen
 
 
-def series_shift(series: MetricSeries, focus: TimeRange) -> JsonObject | None:
-    """How far a series rose inside ``focus``: its peak there against its median overall.
+def series_shift(
+    series: MetricSeries,
+    focus_series: MetricSeries,
+    *,
+    bucket_ns: int,
+    median_bucket_ns: int,
+    aggregation: Aggregation,
+    from_ns: int = 0,
+) -> JsonObject | None:
+    """How far a series rose in the focus: its peak bucket there against its median overall.
 
-    Returns ``None`` for fewer than three finite points, no point inside ``focus``, or a
-    non-positive median (no ratio).
+    Args:
+        series: the metric over the whole window, in buckets of ``median_bucket_ns``.
+        focus_series: the same series over the focus, in buckets of ``bucket_ns`` starting at
+            multiples of it in unix time — the buckets ``query_metric`` returns for
+            ``start``/``end`` = the focus, ``step`` = ``bucket_ns`` and ``aggregation``.
+        bucket_ns: the focus buckets' width, nanoseconds.
+        median_bucket_ns: the whole-window buckets' width, nanoseconds.
+        aggregation: the per-bucket aggregation of both.
+        from_ns: the focus's start: buckets starting before it (the first, aligned bucket may
+            reach back up to a step before the focus) are not peaks in the focus.
+
+    Returns:
+        ``{"metric", "unit", "aggregation", "median", "median_bucket_s", "peak_in_focus",
+        "peak_bucket_start", "bucket_s", "peak_to_median"}`` — the peak is the largest focus
+        bucket, ``peak_bucket_start`` its start (RFC 3339) — or ``None`` when there is nothing
+        to report: fewer than three finite points overall, none in the focus, a non-positive
+        median, or no focus bucket above the median (the metric did not rise), so
+        ``peak_to_median`` is always above 1.
     """
-    points = [(t, v) for t, v in series.points if math.isfinite(v)]
-    inside = [(t, v) for t, v in points if focus.start_unix_nano <= t < focus.end_unix_nano]
+    points = [v for _t, v in series.points if math.isfinite(v)]
+    inside = [(t, v) for t, v in focus_series.points if math.isfinite(v) and t >= from_ns]
     if len(points) < 3 or not inside:
         return None
-    median = statistics.median(v for _t, v in points)
-    if median <= 0:
+    median = statistics.median(points)
+    peak_time, peak = max(inside, key=lambda p: (p[1], -p[0]))
+    if median <= 0 or peak <= median:
         return None
-    peak_time, peak = max(inside, key=lambda p: p[1])
     return {
         "metric": series.name,
         "unit": series.unit,
+        "aggregation": aggregation,
         "median": round(median, 6),
+        "median_bucket_s": median_bucket_ns / NS_PER_S,
         "peak_in_focus": round(peak, 6),
-        "peak_time": rfc3339(peak_time),
+        "peak_bucket_start": rfc3339(peak_time),
+        "bucket_s": bucket_ns / NS_PER_S,
         "peak_to_median": round(peak / median, 2),
     }
+
+
+async def latency_shifts(
+    store: TelemetryStore,
+    descriptor: MetricDescriptor,
+    window: TimeRange,
+    focus: TimeRange,
+    *,
+    service: str | None = None,
+    limit: int = 200,
+) -> list[tuple[MetricSeries, JsonObject]]:
+    """Latency series that rose in ``focus``, each with its :func:`series_shift` row.
+
+    Two reads of :func:`latency_series`: the whole ``window`` in buckets of at least a minute
+    (at most 1440) for the median, and ``focus`` in buckets of at least a minute (at most 300)
+    starting at multiples of the step in unix time, as ``query_metric`` aligns them, for the
+    peak (among the buckets starting inside the focus). Series are paired by their labels.
+    """
+    aggregation: Aggregation = "p95" if descriptor.type == "histogram" else "max"
+    median_step = auto_step_ns(window.end_unix_nano - window.start_unix_nano, 1440, MINUTE_NS)
+    focus_step = auto_step_ns(focus.end_unix_nano - focus.start_unix_nano, 300, MINUTE_NS)
+    aligned = TimeRange(
+        start_unix_nano=focus.start_unix_nano // focus_step * focus_step,
+        end_unix_nano=focus.end_unix_nano,
+    )
+    whole = await latency_series(
+        store, descriptor, window, service=service, limit=limit, step_ns=median_step
+    )
+    if not whole:
+        return []
+    in_focus = {
+        tuple(sorted(s.labels.items())): s
+        for s in await latency_series(
+            store, descriptor, aligned, service=service, limit=limit, step_ns=focus_step
+        )
+    }
+    found: list[tuple[MetricSeries, JsonObject]] = []
+    for series in whole:
+        focus_series = in_focus.get(tuple(sorted(series.labels.items())))
+        if focus_series is None:
+            continue
+        row = series_shift(
+            series,
+            focus_series,
+            bucket_ns=focus_step,
+            median_bucket_ns=median_step,
+            aggregation=aggregation,
+            from_ns=focus.start_unix_nano,
+        )
+        if row is not None:
+            found.append((series, row))
+    return found
 
 
 async def latency_series(
@@ -201,15 +284,16 @@ async def latency_series(
     *,
     service: str | None = None,
     limit: int = 200,
+    step_ns: int | None = None,
 ) -> list[MetricSeries]:
     """One latency metric per service over ``window`` (max per bucket, p95 for histograms).
 
     With ``service``, that service's series merged into one; without, one series per
-    ``service.name``. Buckets are at least a minute, at most 300 per series. A refused
-    aggregation gives ``[]``.
+    ``service.name``. Buckets are ``step_ns`` wide, by default at least a minute and at most
+    300 per series. A refused aggregation gives ``[]``.
     """
     aggregation: Aggregation = "p95" if descriptor.type == "histogram" else "max"
-    step = auto_step_ns(window.end_unix_nano - window.start_unix_nano, 300, 60 * NS_PER_S)
+    step = step_ns or auto_step_ns(window.end_unix_nano - window.start_unix_nano, 300, MINUTE_NS)
     try:
         return await store.metric_series(
             MetricQuery(
@@ -274,10 +358,8 @@ async def _evidence(
     names = await store.metric_names(window, limit=1000)
     metrics: list[JsonObject] = []
     for descriptor in latency_metric_names(names.items)[:4]:
-        for series in await latency_series(store, descriptor, window, service=service, limit=1):
-            shift = series_shift(series, focus)
-            if shift is not None:
-                metrics.append(shift)
+        shifts = await latency_shifts(store, descriptor, window, focus, service=service, limit=1)
+        metrics.extend(row for _series, row in shifts)
         if len(metrics) == 2:
             break
     return {"calls_into": calls_into, "error_logs": error_logs, "latency_metrics": metrics}

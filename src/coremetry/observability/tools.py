@@ -83,6 +83,8 @@ from .ranges import (
     resolve_range,
     rfc3339,
 )
+from .self_time import self_intervals, service_intervals
+from .service_names import require_known_service
 
 __all__ = [
     "SEVERITIES",
@@ -559,21 +561,12 @@ def series_shrinker(step_ns: int) -> Callable[[object, int], object]:
 
 
 def _self_intervals(node: SpanNode) -> list[tuple[int, int]]:
-    """The stretches of ``node``'s interval not covered by a child (its self time), in ns."""
-    gaps: list[tuple[int, int]] = []
-    at = node.start_ns
-    children = sorted(
-        (max(c.start_ns, node.start_ns), min(c.end_ns, node.end_ns)) for c in node.children
-    )
-    for start, end in children:
-        if end <= start:
-            continue
-        if start > at:
-            gaps.append((at, start))
-        at = max(at, end)
-    if node.end_ns > at:
-        gaps.append((at, node.end_ns))
-    return gaps
+    """The stretches of ``node``'s interval that are its self time, in ns.
+
+    Not covered by a child nor, for a span that is not itself a call, by a sibling call into
+    another service (:func:`coremetry.analysis.self_intervals`).
+    """
+    return self_intervals(node)
 
 
 # ---- the tools --------------------------------------------------------------------------------
@@ -665,6 +658,7 @@ class ObservabilityTools:
         for summary in summaries:
             if summary.service_name == name:
                 return summary, summaries
+        await require_known_service(self.store, name)
         shown = window.as_json()
         extent = await self._extent_json()
         where = f" (stored data: {extent['start']} .. {extent['end']})" if extent else ""
@@ -872,7 +866,12 @@ class ObservabilityTools:
         if more:
             body.update(continuation(len(items)))
         if not items and state is None:
-            body.update(await absent_data_note(self.store, "matching traces", window, "traces"))
+            await require_known_service(self.store, args.service)
+            body.update(
+                await absent_data_note(
+                    self.store, "matching traces", window, "traces", service=args.service
+                )
+            )
         elif items:
             body["next"] = "get_trace(trace_id) for the tree, self times and critical path"
         return Shaped(body, [Trimmable(("traces",), continuation)])
@@ -903,14 +902,14 @@ class ObservabilityTools:
         on_path = analysis.critical_time_by_span()
         by_service: dict[str, list[int]] = {}
         # A service's self time is the union of its spans' self intervals: parallel spans of one
-        # service count once, so it never exceeds the trace's duration.
-        self_intervals: dict[str, list[tuple[int, int]]] = {}
+        # service count once, so it never exceeds the trace's duration. The self time of its
+        # calls into other services is time waiting on them (call_wait_ms), not its own work.
+        own_intervals, wait_intervals = service_intervals(analysis.nodes, _self_intervals)
         for node in analysis.nodes:
             row = by_service.setdefault(node.service, [0, 0, 0, 0])
             row[0] += 1
             row[2] += 1 if node.is_error else 0
-            self_intervals.setdefault(node.service, []).extend(_self_intervals(node))
-        for service, intervals in self_intervals.items():
+        for service, intervals in own_intervals.items():
             by_service[service][1] = interval_union_ns(intervals)
         for service, (own, waiting) in analysis.critical_time_by_service().items():
             row = by_service.setdefault(service, [0, 0, 0, 0])
@@ -1013,6 +1012,7 @@ class ObservabilityTools:
                     "service": name,
                     "span_count": row[0],
                     "self_time_ms": ms(row[1]),
+                    "call_wait_ms": ms(interval_union_ns(wait_intervals.get(name, []))),
                     "critical_path_ms": ms(row[3]),
                     "error_count": row[2],
                 }
@@ -1122,7 +1122,12 @@ class ObservabilityTools:
         if more:
             body.update(continuation(len(items)))
         if not items and state is None:
-            body.update(await absent_data_note(self.store, "matching log records", window, "logs"))
+            await require_known_service(self.store, args.service)
+            body.update(
+                await absent_data_note(
+                    self.store, "matching log records", window, "logs", service=args.service
+                )
+            )
         return Shaped(body, [Trimmable(("records",), continuation)])
 
     # -- metrics ------------------------------------------------------------------------------
@@ -1238,6 +1243,7 @@ class ObservabilityTools:
             body.update(continuation(len(shown)))
         if not shown and state is None:
             await self._metric_must_exist(args.name)
+            await require_known_service(self.store, args.service, metric=args.name)
             absent = await absent_data_note(
                 self.store,
                 f"points of {args.name} matching the filters",
@@ -1301,6 +1307,7 @@ class ObservabilityTools:
         if more:
             body.update(continuation(len(shown)))
         if not shown and state is None:
+            await require_known_service(self.store, args.service)
             body.update(
                 await absent_data_note(
                     self.store,
@@ -1319,6 +1326,8 @@ class ObservabilityTools:
         records = await self.store.deploys(
             window.time_range, limit=MAX_LIMIT, service_name=args.service
         )
+        if not records:
+            await require_known_service(self.store, args.service)
         by_version = {r.version: r for r in records}
         if args.to_version is not None and args.to_version not in by_version:
             raise NotFound(
@@ -1431,6 +1440,8 @@ class ObservabilityTools:
         offset = state.offset if state is not None else 0
         stored = await self.problems.load()
         body: JsonObject = {"window": window.as_json()}
+        if not stored or not involving(stored, args.service):
+            await require_known_service(self.store, args.service)
         if stored is None:
             body.update(
                 problems=[],
@@ -1491,6 +1502,8 @@ class ObservabilityTools:
         offset = state.offset if state is not None else 0
         stored = await self.problems.load()
         body: JsonObject = {"window": window.as_json()}
+        if not stored or not involving(stored, args.service):
+            await require_known_service(self.store, args.service)
         if stored is None:
             body.update(
                 anomalies=[],
