@@ -18,6 +18,11 @@ background task (:mod:`coremetry.detection.service`). It reads through
    (:func:`~coremetry.detection.problems.with_trace_blame`);
 5. adds a few sample trace ids and log lines of each problem's most likely origin.
 
+Buckets are aligned on the epoch (:func:`aligned_range`): the judged range is moved down onto
+whole multiples of the step since 1970-01-01T00:00:00Z, so every run — the server's every
+minute, ``coremetry detect`` now or later, a restarted process — cuts the same buckets of the
+same data, and unchanged data gives the same anomalies and problem ids whenever it is judged.
+
 Parameters for live data (:data:`LIVE_DETECTOR`): the NAB-tuned
 :class:`~coremetry.detection.DetectorConfig` defaults, except that judging starts after 10
 points of history instead of 72 (ten minutes at the default one-minute step): a live server
@@ -66,6 +71,7 @@ __all__ = [
     "DetectionOptions",
     "DetectionRun",
     "TraceCache",
+    "aligned_range",
     "detect_in_store",
     "run_detection",
 ]
@@ -123,7 +129,7 @@ class DetectionRun(msgspec.Struct, frozen=True, kw_only=True):
     """Everything one detection run produced.
 
     Attributes:
-        time_range: the range judged (unix ns, half-open).
+        time_range: the range judged (unix ns, half-open; on the epoch grid of ``step_ns``).
         step_ns: the bucket width used.
         series_count: series judged.
         point_count: finite points judged or used as history, over all series.
@@ -156,6 +162,27 @@ def _step_for(time_range: TimeRange, step_ns: int) -> int:
         return step_ns
     minute = DEFAULT_STEP_NS
     return math.ceil(span / MAX_LIMIT / minute) * minute
+
+
+def aligned_range(time_range: TimeRange, step_ns: int) -> TimeRange:
+    """``time_range`` moved down onto the epoch grid of ``step_ns``: what a run judges.
+
+    Both ends are floored to a whole multiple of ``step_ns`` (unix ns since the epoch), so the
+    buckets ``[start + k*step, start + (k+1)*step)`` the store cuts do not depend on when the
+    run happens (a process's start time, the minute ``coremetry detect`` was typed), and the
+    last bucket is whole (a partial last bucket would show a fall in traffic that is only the
+    range's end). A range that holds no whole step keeps one bucket: the one its start falls in.
+
+    Args:
+        time_range: the requested range (unix ns, half-open, end after start).
+        step_ns: the bucket width (> 0).
+
+    Returns:
+        The aligned range (unix ns, half-open).
+    """
+    start = time_range.start_unix_nano // step_ns * step_ns
+    end = max(time_range.end_unix_nano // step_ns * step_ns, start + step_ns)
+    return TimeRange(start_unix_nano=start, end_unix_nano=end)
 
 
 def _judge(
@@ -201,9 +228,10 @@ async def detect_in_store(
 
     Args:
         store: the telemetry store.
-        time_range: what to judge (unix ns, half-open); buckets start at its start. Points
-            before it are not used as history: include the history you want judged against
-            (a few hours at least).
+        time_range: what to judge (unix ns, half-open), moved down onto the epoch grid of
+            the step (:func:`aligned_range`; the run's ``time_range`` is the aligned one).
+            Points before it are not used as history: include the history you want judged
+            against (a few hours at least).
         options: see :class:`DetectionOptions`.
         trace_cache: see :data:`TraceCache` (``None``: traces are read every time).
 
@@ -219,6 +247,7 @@ async def detect_in_store(
     opts.detector.validate()
     opts.grouping.validate()
     step = _step_for(time_range, opts.step_ns)
+    time_range = aligned_range(time_range, step)
     series: list[Series] = []
     if opts.spans:
         series.extend(await red_series(store, time_range, step))
