@@ -19,9 +19,13 @@ background task (:mod:`coremetry.detection.service`). It reads through
 5. adds a few sample trace ids and log lines of each problem's most likely origin.
 
 Buckets are aligned on the epoch (:func:`aligned_range`): the judged range is moved down onto
-whole multiples of the step since 1970-01-01T00:00:00Z, so every run — the server's every
-minute, ``coremetry detect`` now or later, a restarted process — cuts the same buckets of the
-same data, and unchanged data gives the same anomalies and problem ids whenever it is judged.
+a fixed grid — whole multiples of the step since 1970-01-01T00:00:00Z, plus half a step — so
+every run (the server's every minute, ``coremetry detect`` now or later, a restarted process)
+cuts the same buckets of the same data, and unchanged data gives the same anomalies and problem
+ids whenever it is judged. The half step keeps bucket edges off whole minutes, where many
+exporters and scrapers report (a point on an edge falls in either bucket with its jitter); on
+the Nezha day, a grid on whole minutes loses the injected service as the origin of one CPU
+contention fault (``tests/detection/test_nezha.py``).
 
 Parameters for live data (:data:`LIVE_DETECTOR`): the NAB-tuned
 :class:`~coremetry.detection.DetectorConfig` defaults, except that judging starts after 10
@@ -73,6 +77,7 @@ __all__ = [
     "TraceCache",
     "aligned_range",
     "detect_in_store",
+    "grid_floor",
     "run_detection",
 ]
 
@@ -167,10 +172,11 @@ def _step_for(time_range: TimeRange, step_ns: int) -> int:
 def aligned_range(time_range: TimeRange, step_ns: int) -> TimeRange:
     """``time_range`` moved down onto the epoch grid of ``step_ns``: what a run judges.
 
-    Both ends are floored to a whole multiple of ``step_ns`` (unix ns since the epoch), so the
-    buckets ``[start + k*step, start + (k+1)*step)`` the store cuts do not depend on when the
-    run happens (a process's start time, the minute ``coremetry detect`` was typed), and the
-    last bucket is whole (a partial last bucket would show a fall in traffic that is only the
+    Both ends are floored onto the grid ``k * step_ns + step_ns // 2`` (:func:`grid_floor`;
+    unix ns since the epoch; the half step: module docstring), so the buckets ``[start +
+    k*step, start + (k+1)*step)`` the store cuts do not depend on when the run happens (a
+    process's start time, the minute ``coremetry detect`` was typed), and the last bucket is
+    whole (a partial last bucket would show a fall in traffic that is only the
     range's end). A range that holds no whole step keeps one bucket: the one its start falls in.
 
     Args:
@@ -180,9 +186,18 @@ def aligned_range(time_range: TimeRange, step_ns: int) -> TimeRange:
     Returns:
         The aligned range (unix ns, half-open).
     """
-    start = time_range.start_unix_nano // step_ns * step_ns
-    end = max(time_range.end_unix_nano // step_ns * step_ns, start + step_ns)
+    start = grid_floor(time_range.start_unix_nano, step_ns)
+    end = max(grid_floor(time_range.end_unix_nano, step_ns), start + step_ns)
     return TimeRange(start_unix_nano=start, end_unix_nano=end)
+
+
+def grid_floor(unix_nano: int, step_ns: int) -> int:
+    """The latest bucket edge at or before ``unix_nano``: ``k * step_ns + step_ns // 2``.
+
+    The grid of :func:`aligned_range` (unix ns; ``step_ns`` > 0).
+    """
+    phase = step_ns // 2
+    return (unix_nano - phase) // step_ns * step_ns + phase
 
 
 def _judge(

@@ -10,7 +10,7 @@ into ``<data_dir>/problems.json`` (:func:`~coremetry.detection.problem_store.mer
 ``list_problems``, ``get_problem``, ``list_anomalies`` and the problem resources read them.
 
 ``end`` is the run's time less ``lag_s`` (exporters send in batches), moved down onto the
-epoch grid of whole ``step_s`` (:func:`~coremetry.detection.runner.aligned_range`): every run,
+epoch grid of ``step_s`` (:func:`~coremetry.detection.runner.aligned_range`): every run,
 of this process or of one restarted later, cuts the same buckets, so the same data gives the
 same anomalies and problem ids (a grid taken from the process's start moved with every restart
 and stored each episode again under a new id). Hysteresis: each anomaly's (the detector's
@@ -40,7 +40,7 @@ from coremetry.store import StoreClosed, StoreError, TelemetryStore, TimeRange
 
 from .problem_store import PROBLEMS_FILE, ProblemFileError, merge_live
 from .problems import Problem
-from .runner import DetectionOptions, TraceCache, detect_in_store
+from .runner import DetectionOptions, TraceCache, detect_in_store, grid_floor
 
 __all__ = ["run_once", "serve_detection"]
 
@@ -105,7 +105,7 @@ async def serve_detection(
     task_status.started()
     while True:
         await trio.sleep(config.interval_s)
-        end = (clock() - lag) // step * step
+        end = grid_floor(clock() - lag, step)
         span_s = max(config.window_s, config.catch_up_s) if first else config.window_s
         judged = TimeRange(start_unix_nano=end - int(span_s * _NS_PER_S), end_unix_nano=end)
         started = time.perf_counter()
