@@ -148,18 +148,21 @@ def shared_episodes(a: Problem, b: Problem) -> int:
     )
 
 
-def _affinity(old: Problem, new: Problem) -> tuple[int, int, int, int, int] | None:
-    """How strongly ``new`` is the incident ``old`` (larger: stronger); ``None``: it is not."""
+def _affinity(old: Problem, new: Problem) -> tuple[int, int, int, int] | None:
+    """How strongly ``new`` is the incident ``old`` (larger: stronger); ``None``: it is not.
+
+    By content only: a run's own id for a problem names its first anomaly, and a stored id
+    may by now name an incident whose first anomaly is another.
+    """
     if not (old.start_unix_nano <= new.end_unix_nano and new.start_unix_nano <= old.end_unix_nano):
         return None
-    same_id = int(new.problem_id == old.problem_id or new.problem_id in old.aliases)
     episodes = shared_episodes(old, new)
     series = len({a.series_id for a in old.anomalies} & {a.series_id for a in new.anomalies})
     same_origin = int(bool(old.services) and old.services[:1] == new.services[:1])
-    if not (same_id or episodes or series or same_origin):
+    if not (episodes or series or same_origin):
         return None
     services = len(set(old.services) & set(new.services))
-    return same_id, episodes, series, same_origin, services
+    return episodes, series, same_origin, services
 
 
 def _reconcile(
@@ -178,7 +181,15 @@ def _reconcile(
         for j, old in enumerate(stored)
         if (score := _affinity(old, new)) is not None
     ]
-    pairs.sort(key=lambda pair: (tuple(-x for x in pair[0]), pair[1], pair[2]))
+    # Strongest first; on a tie the earliest stored problem (a merge keeps the first id).
+    pairs.sort(
+        key=lambda pair: (
+            tuple(-x for x in pair[0]),
+            stored[pair[2]].start_unix_nano,
+            stored[pair[2]].problem_id,
+            pair[1],
+        )
+    )
     match: dict[int, int] = {}
     taken: set[int] = set()
     for _score, i, j in pairs:
@@ -195,13 +206,17 @@ def _reconcile(
             leftovers.append(old)
         else:
             folded.setdefault(into, []).append(old)
-    used = {alias for p in stored for alias in [p.problem_id, *p.aliases]}
+    # A new problem takes the id its first anomaly gives it — also when that id is an alias
+    # now (a run that sees the incident apart again gives it its id back) — unless a stored
+    # problem is called so.
+    used = {p.problem_id for p in stored}
+    aliased = {alias for p in stored for alias in p.aliases}
     merged: list[Problem] = []
     for i, new in enumerate(fresh):
         earlier = [stored[match[i]], *folded.get(i, [])] if i in match else []
         problem_id = earlier[0].problem_id if earlier else new.problem_id
         if not earlier and problem_id in used:
-            problem_id = _fresh_id(new, used)
+            problem_id = _fresh_id(new, used | aliased)
         used.add(problem_id)
         aliases = [
             *new.aliases,
@@ -218,10 +233,18 @@ def _reconcile(
                 detected_unix_nano=min(
                     [new.detected_unix_nano, *(old.detected_unix_nano for old in earlier)]
                 ),
-                aliases=sorted({a for a in aliases if a != problem_id}),
+                aliases=sorted(set(aliases)),
             )
         )
-    return merged, leftovers
+    # An id is a problem's own or an alias of one other problem, never both.
+    own = {p.problem_id for p in [*merged, *leftovers]}
+    return [_without_aliases(p, own) for p in merged], [_without_aliases(p, own) for p in leftovers]
+
+
+def _without_aliases(problem: Problem, ids: set[str]) -> Problem:
+    if not ids.intersection(problem.aliases):
+        return problem
+    return msgspec.structs.replace(problem, aliases=[a for a in problem.aliases if a not in ids])
 
 
 def merge_live(path: Path, problems: list[Problem]) -> list[Problem]:
