@@ -6,18 +6,30 @@ stays about telemetry. Shape: ``{"version": 1, "problems": [Problem, ...]}`` wit
 :class:`~coremetry.detection.Problem` encoded by msgspec (times in unix ns), newest start
 first, at most :data:`MAX_PROBLEMS` of them.
 
-Two ways to merge a run's problems into the file:
+**Identity.** An incident keeps the id it was first stored under, across runs and restarts.
+Each run's problems are matched to the stored ones before they are written: a run's problem
+*is* a stored one when their time spans overlap and they share a series, or the same most
+likely origin — the strongest pairs first (shared anomalous episodes, i.e. the same series
+anomalous at overlapping times; then shared series, the same origin, shared services), each
+stored problem matched at most once. A matched problem is updated in place: the run's
+evidence, ranking and end, under the stored id, with the earlier ``detected_unix_nano``. A
+stored problem left unmatched that shares an episode with one of the run's problems is the
+same incident seen whole (a run that grouped two onsets into one): it is merged into that
+problem, and its id stays answerable as one of the problem's ``aliases``. So no two stored
+problems share an episode, and an id once given out keeps answering while the incident is
+stored. Ids stay opaque: ``prb_`` and 16 hex of a hash of the incident's first anomaly.
+
+Two ways to merge a run's problems into the file, both with the matching above:
 
 - :func:`save_problems` (``coremetry detect``, on demand): the run is authoritative for the
-  range it judged, so stored problems with the same id as a new one, or that *start* inside
-  the run's range, are replaced by the run's problems; problems that start outside it are kept.
-- :func:`merge_live` (the server's background task, every minute): problems keep their
-  identity across runs and close once. A run's problem *is* a stored one when it has the same
-  id or shares an anomaly with it (same series, overlapping in time: runs over other ranges
-  cut other buckets and may start a problem elsewhere); it then keeps the stored id and the
-  earlier ``detected_unix_nano``, and a stored ``resolved`` stays resolved (a problem opens
-  and closes once; a new incident is a new problem). A stored ``open`` problem that the run no
-  longer shows is ``resolved`` as it stands. Nothing is deleted but by :data:`MAX_PROBLEMS`.
+  range it judged: a stored problem that *starts* inside the run's range and matches none of
+  the run's problems is gone (the run no longer shows it); problems that start outside the
+  range are kept.
+- :func:`merge_live` (the server's background task, every minute): problems close once. A
+  stored ``resolved`` problem stays resolved when a run shows it open again (a problem opens
+  and closes once; a new incident is a new problem), and a stored ``open`` problem that the
+  run no longer shows is ``resolved`` as it stands. Nothing is deleted but by
+  :data:`MAX_PROBLEMS`.
 
 Writes go to a temporary file renamed over the old one (atomic on POSIX), so a reader never
 sees half a file. These are blocking file operations: call them from a worker thread in async
@@ -43,6 +55,7 @@ __all__ = [
     "load_problems",
     "merge_live",
     "save_problems",
+    "shared_episodes",
 ]
 
 PROBLEMS_FILE: Final = "problems.json"
@@ -83,7 +96,7 @@ def load_problems(path: Path) -> list[Problem]:
 
 
 def save_problems(path: Path, judged: TimeRange, problems: list[Problem]) -> list[Problem]:
-    """Merge one run's problems into the file (rules in the module docstring).
+    """Merge one on-demand run's problems into the file (rules in the module docstring).
 
     Args:
         path: the problems file (its directory must exist).
@@ -97,14 +110,13 @@ def save_problems(path: Path, judged: TimeRange, problems: list[Problem]) -> lis
         ProblemFileError: the existing file cannot be read.
         OSError: the new file cannot be written (the old one is left as it was).
     """
-    fresh = {p.problem_id for p in problems}
+    merged, leftovers = _reconcile(load_problems(path), problems, live=False)
     kept = [
         p
-        for p in load_problems(path)
-        if p.problem_id not in fresh
-        and not judged.start_unix_nano <= p.start_unix_nano < judged.end_unix_nano
+        for p in leftovers
+        if not judged.start_unix_nano <= p.start_unix_nano < judged.end_unix_nano
     ]
-    return _write(path, [*kept, *problems])
+    return _write(path, [*kept, *merged])
 
 
 def _write(path: Path, problems: list[Problem]) -> list[Problem]:
@@ -116,17 +128,123 @@ def _write(path: Path, problems: list[Problem]) -> list[Problem]:
     return merged
 
 
-def _shares_an_anomaly(a: Problem, b: Problem) -> bool:
+def shared_episodes(a: Problem, b: Problem) -> int:
+    """How many anomalies of ``b`` overlap in time an anomaly of the same series in ``a``.
+
+    Overlap is inclusive (an episode of one point starts and ends at that point).
+    """
     spans: dict[str, list[tuple[int, int]]] = {}
     for anomaly in a.anomalies:
         spans.setdefault(anomaly.series_id, []).append(
             (anomaly.start_unix_nano, anomaly.end_unix_nano)
         )
-    return any(
-        start <= anomaly.end_unix_nano and anomaly.start_unix_nano <= end
+    return sum(
+        1
         for anomaly in b.anomalies
-        for start, end in spans.get(anomaly.series_id, ())
+        if any(
+            start <= anomaly.end_unix_nano and anomaly.start_unix_nano <= end
+            for start, end in spans.get(anomaly.series_id, ())
+        )
     )
+
+
+def _affinity(old: Problem, new: Problem) -> tuple[int, int, int, int] | None:
+    """How strongly ``new`` is the incident ``old`` (larger: stronger); ``None``: it is not.
+
+    By content only: a run's own id for a problem names its first anomaly, and a stored id
+    may by now name an incident whose first anomaly is another.
+    """
+    if not (old.start_unix_nano <= new.end_unix_nano and new.start_unix_nano <= old.end_unix_nano):
+        return None
+    episodes = shared_episodes(old, new)
+    series = len({a.series_id for a in old.anomalies} & {a.series_id for a in new.anomalies})
+    same_origin = int(bool(old.services) and old.services[:1] == new.services[:1])
+    if not (episodes or series or same_origin):
+        return None
+    services = len(set(old.services) & set(new.services))
+    return episodes, series, same_origin, services
+
+
+def _reconcile(
+    stored: list[Problem], fresh: list[Problem], *, live: bool
+) -> tuple[list[Problem], list[Problem]]:
+    """Match a run's problems to the stored ones (module docstring, "Identity").
+
+    Returns:
+        ``(merged, leftovers)``: the run's problems under their stored ids (matched stored
+        problems and those merged into them are consumed), and the stored problems that match
+        none of them, as they were.
+    """
+    pairs = [
+        (score, i, j)
+        for i, new in enumerate(fresh)
+        for j, old in enumerate(stored)
+        if (score := _affinity(old, new)) is not None
+    ]
+    # Strongest first; on a tie the earliest stored problem (a merge keeps the first id).
+    pairs.sort(
+        key=lambda pair: (
+            tuple(-x for x in pair[0]),
+            stored[pair[2]].start_unix_nano,
+            stored[pair[2]].problem_id,
+            pair[1],
+        )
+    )
+    match: dict[int, int] = {}
+    taken: set[int] = set()
+    for _score, i, j in pairs:
+        if i not in match and j not in taken:
+            match[i] = j
+            taken.add(j)
+    folded: dict[int, list[Problem]] = {}
+    leftovers: list[Problem] = []
+    for j, old in enumerate(stored):
+        if j in taken:
+            continue
+        into = next((i for i in match if shared_episodes(old, fresh[i])), None)
+        if into is None:
+            leftovers.append(old)
+        else:
+            folded.setdefault(into, []).append(old)
+    # A new problem takes the id its first anomaly gives it — also when that id is an alias
+    # now (a run that sees the incident apart again gives it its id back) — unless a stored
+    # problem is called so.
+    used = {p.problem_id for p in stored}
+    aliased = {alias for p in stored for alias in p.aliases}
+    merged: list[Problem] = []
+    for i, new in enumerate(fresh):
+        earlier = [stored[match[i]], *folded.get(i, [])] if i in match else []
+        problem_id = earlier[0].problem_id if earlier else new.problem_id
+        if not earlier and problem_id in used:
+            problem_id = _fresh_id(new, used | aliased)
+        used.add(problem_id)
+        aliases = [
+            *new.aliases,
+            *(alias for old in earlier for alias in [old.problem_id, *old.aliases]),
+        ]
+        status = new.status
+        if live and earlier and earlier[0].status == "resolved":
+            status = "resolved"
+        merged.append(
+            msgspec.structs.replace(
+                new,
+                problem_id=problem_id,
+                status=status,
+                detected_unix_nano=min(
+                    [new.detected_unix_nano, *(old.detected_unix_nano for old in earlier)]
+                ),
+                aliases=sorted(set(aliases)),
+            )
+        )
+    # An id is a problem's own or an alias of one other problem, never both.
+    own = {p.problem_id for p in [*merged, *leftovers]}
+    return [_without_aliases(p, own) for p in merged], [_without_aliases(p, own) for p in leftovers]
+
+
+def _without_aliases(problem: Problem, ids: set[str]) -> Problem:
+    if not ids.intersection(problem.aliases):
+        return problem
+    return msgspec.structs.replace(problem, aliases=[a for a in problem.aliases if a not in ids])
 
 
 def merge_live(path: Path, problems: list[Problem]) -> list[Problem]:
@@ -143,38 +261,15 @@ def merge_live(path: Path, problems: list[Problem]) -> list[Problem]:
         ProblemFileError: the existing file cannot be read.
         OSError: the new file cannot be written (the old one is left as it was).
     """
-    stored = load_problems(path)
-    by_id = {p.problem_id: p for p in stored}
-    matched: set[str] = set()
-    result: dict[str, Problem] = {}
-    for fresh in problems:
-        old = by_id.get(fresh.problem_id)
-        if old is None or old.problem_id in matched:
-            old = next(
-                (p for p in stored if p.problem_id not in matched and _shares_an_anomaly(p, fresh)),
-                None,
-            )
-        if old is not None:
-            matched.add(old.problem_id)
-            fresh = msgspec.structs.replace(
-                fresh,
-                problem_id=old.problem_id,
-                detected_unix_nano=min(old.detected_unix_nano, fresh.detected_unix_nano),
-                status="resolved" if old.status == "resolved" else fresh.status,
-            )
-        if fresh.problem_id in result:  # two fresh problems matched one stored: keep both
-            fresh = msgspec.structs.replace(fresh, problem_id=_fresh_id(fresh, result))
-        result[fresh.problem_id] = fresh
-    for old in stored:
-        if old.problem_id in matched or old.problem_id in result:
-            continue
-        result[old.problem_id] = (
-            msgspec.structs.replace(old, status="resolved") if old.status == "open" else old
-        )
-    return _write(path, list(result.values()))
+    merged, leftovers = _reconcile(load_problems(path), problems, live=True)
+    closed = [
+        msgspec.structs.replace(old, status="resolved") if old.status == "open" else old
+        for old in leftovers
+    ]
+    return _write(path, [*closed, *merged])
 
 
-def _fresh_id(problem: Problem, taken: dict[str, Problem]) -> str:
+def _fresh_id(problem: Problem, taken: set[str]) -> str:
     """An id for ``problem`` not in ``taken``, stable for the same problem."""
     salt = 0
     while True:

@@ -239,7 +239,8 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
     """Related anomalies as one incident.
 
     Attributes:
-        problem_id: stable id (``prb_`` + 16 hex), derived from the earliest anomaly.
+        problem_id: stable id (``prb_`` + 16 hex), derived from the earliest anomaly; the
+            problem store keeps the first id an incident was stored under across runs.
         status: ``open`` or ``resolved`` (see :data:`ProblemStatus`).
         start_unix_nano: start of the earliest anomaly.
         end_unix_nano: end of the latest anomaly.
@@ -252,6 +253,9 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
             store; empty from :func:`group_problems`).
         sample_log_lines: log lines that show it (likewise).
         trace_blame: what the traces of its window said, when there were any (runner).
+        aliases: other ids this problem answers to: stored problems that a later run found
+            to be the same incident and merged into it
+            (:mod:`~coremetry.detection.problem_store`); empty from :func:`group_problems`.
     """
 
     problem_id: str
@@ -266,6 +270,7 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
     sample_trace_ids: list[str] = msgspec.field(default_factory=list)
     sample_log_lines: list[str] = msgspec.field(default_factory=list)
     trace_blame: TraceBlame | None = None
+    aliases: list[str] = msgspec.field(default_factory=list)
 
     @property
     def onsets(self) -> tuple[int, int]:

@@ -18,6 +18,15 @@ background task (:mod:`coremetry.detection.service`). It reads through
    (:func:`~coremetry.detection.problems.with_trace_blame`);
 5. adds a few sample trace ids and log lines of each problem's most likely origin.
 
+Buckets are aligned on the epoch (:func:`aligned_range`): the judged range is moved down onto
+a fixed grid — whole multiples of the step since 1970-01-01T00:00:00Z, plus half a step — so
+every run (the server's every minute, ``coremetry detect`` now or later, a restarted process)
+cuts the same buckets of the same data, and unchanged data gives the same anomalies and problem
+ids whenever it is judged. The half step keeps bucket edges off whole minutes, where many
+exporters and scrapers report (a point on an edge falls in either bucket with its jitter); on
+the Nezha day, a grid on whole minutes loses the injected service as the origin of one CPU
+contention fault (``tests/detection/test_nezha.py``).
+
 Parameters for live data (:data:`LIVE_DETECTOR`): the NAB-tuned
 :class:`~coremetry.detection.DetectorConfig` defaults, except that judging starts after 10
 points of history instead of 72 (ten minutes at the default one-minute step): a live server
@@ -66,7 +75,9 @@ __all__ = [
     "DetectionOptions",
     "DetectionRun",
     "TraceCache",
+    "aligned_range",
     "detect_in_store",
+    "grid_floor",
     "run_detection",
 ]
 
@@ -123,7 +134,7 @@ class DetectionRun(msgspec.Struct, frozen=True, kw_only=True):
     """Everything one detection run produced.
 
     Attributes:
-        time_range: the range judged (unix ns, half-open).
+        time_range: the range judged (unix ns, half-open; on the epoch grid of ``step_ns``).
         step_ns: the bucket width used.
         series_count: series judged.
         point_count: finite points judged or used as history, over all series.
@@ -156,6 +167,37 @@ def _step_for(time_range: TimeRange, step_ns: int) -> int:
         return step_ns
     minute = DEFAULT_STEP_NS
     return math.ceil(span / MAX_LIMIT / minute) * minute
+
+
+def aligned_range(time_range: TimeRange, step_ns: int) -> TimeRange:
+    """``time_range`` moved down onto the epoch grid of ``step_ns``: what a run judges.
+
+    Both ends are floored onto the grid ``k * step_ns + step_ns // 2`` (:func:`grid_floor`;
+    unix ns since the epoch; the half step: module docstring), so the buckets ``[start +
+    k*step, start + (k+1)*step)`` the store cuts do not depend on when the run happens (a
+    process's start time, the minute ``coremetry detect`` was typed), and the last bucket is
+    whole (a partial last bucket would show a fall in traffic that is only the
+    range's end). A range that holds no whole step keeps one bucket: the one its start falls in.
+
+    Args:
+        time_range: the requested range (unix ns, half-open, end after start).
+        step_ns: the bucket width (> 0).
+
+    Returns:
+        The aligned range (unix ns, half-open).
+    """
+    start = grid_floor(time_range.start_unix_nano, step_ns)
+    end = max(grid_floor(time_range.end_unix_nano, step_ns), start + step_ns)
+    return TimeRange(start_unix_nano=start, end_unix_nano=end)
+
+
+def grid_floor(unix_nano: int, step_ns: int) -> int:
+    """The latest bucket edge at or before ``unix_nano``: ``k * step_ns + step_ns // 2``.
+
+    The grid of :func:`aligned_range` (unix ns; ``step_ns`` > 0).
+    """
+    phase = step_ns // 2
+    return (unix_nano - phase) // step_ns * step_ns + phase
 
 
 def _judge(
@@ -201,9 +243,10 @@ async def detect_in_store(
 
     Args:
         store: the telemetry store.
-        time_range: what to judge (unix ns, half-open); buckets start at its start. Points
-            before it are not used as history: include the history you want judged against
-            (a few hours at least).
+        time_range: what to judge (unix ns, half-open), moved down onto the epoch grid of
+            the step (:func:`aligned_range`; the run's ``time_range`` is the aligned one).
+            Points before it are not used as history: include the history you want judged
+            against (a few hours at least).
         options: see :class:`DetectionOptions`.
         trace_cache: see :data:`TraceCache` (``None``: traces are read every time).
 
@@ -219,6 +262,7 @@ async def detect_in_store(
     opts.detector.validate()
     opts.grouping.validate()
     step = _step_for(time_range, opts.step_ns)
+    time_range = aligned_range(time_range, step)
     series: list[Series] = []
     if opts.spans:
         series.extend(await red_series(store, time_range, step))

@@ -9,13 +9,14 @@ instead, so a server started on existing telemetry sees its last day) and merges
 into ``<data_dir>/problems.json`` (:func:`~coremetry.detection.problem_store.merge_live`), where
 ``list_problems``, ``get_problem``, ``list_anomalies`` and the problem resources read them.
 
-``end`` is the run's time less ``lag_s`` (exporters send in batches), moved down onto a grid
-of whole ``step_s`` from the task's first run: consecutive runs cut the same buckets, so the
-same data gives the same anomalies and problem ids (the grid is not the epoch's: a whole-minute
-grid would fall on the scrape times of many exporters, putting two scrapes in some buckets and
-none in others). Hysteresis: each anomaly's (the detector's ``z_close``), each problem's (it
-stays open while a symptom may still join it), and the file's (a problem keeps its id across
-runs and closes once) — so a problem opens and closes once across runs.
+``end`` is the run's time less ``lag_s`` (exporters send in batches), moved down onto the
+epoch grid of ``step_s`` (:func:`~coremetry.detection.runner.aligned_range`): every run,
+of this process or of one restarted later, cuts the same buckets, so the same data gives the
+same anomalies and problem ids (a grid taken from the process's start moved with every restart
+and stored each episode again under a new id). Hysteresis: each anomaly's (the detector's
+``z_close``), each problem's (it stays open while a symptom may still join it), and the file's
+(a problem keeps its id across runs and restarts, and closes once) — so a problem opens and
+closes once across runs.
 
 Failures do not stop the server: a store error or an unwritable problems file is logged as a
 warning and the next run tries again; a closed store ends the task. Cancellation (the server
@@ -39,7 +40,7 @@ from coremetry.store import StoreClosed, StoreError, TelemetryStore, TimeRange
 
 from .problem_store import PROBLEMS_FILE, ProblemFileError, merge_live
 from .problems import Problem
-from .runner import DetectionOptions, TraceCache, detect_in_store
+from .runner import DetectionOptions, TraceCache, detect_in_store, grid_floor
 
 __all__ = ["run_once", "serve_detection"]
 
@@ -99,16 +100,12 @@ async def serve_detection(
     """
     step = int(config.step_s * _NS_PER_S)
     lag = int(config.lag_s * _NS_PER_S)
-    anchor: int | None = None
     first = True
     cache: TraceCache = {}
     task_status.started()
     while True:
         await trio.sleep(config.interval_s)
-        now = clock() - lag
-        if anchor is None:
-            anchor = now
-        end = anchor + (now - anchor) // step * step
+        end = grid_floor(clock() - lag, step)
         span_s = max(config.window_s, config.catch_up_s) if first else config.window_s
         judged = TimeRange(start_unix_nano=end - int(span_s * _NS_PER_S), end_unix_nano=end)
         started = time.perf_counter()

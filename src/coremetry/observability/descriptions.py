@@ -163,11 +163,15 @@ DESCRIPTIONS: Final[Mapping[str, str]] = {
         "get_problem(problem_id)."
     ),
     "get_problem": (
-        "One detected problem by id (from list_problems): the origin ranking with a reason per "
-        "service (its anomalous callers and callees), every anomaly (series, signal, unit, "
-        "baseline vs observed, score, start/end), sample trace ids and log lines. Unknown id or "
-        "no detection run: not_found. Next: get_trace on a sample trace id, get_service on the "
-        "origin."
+        "One detected problem by id (from list_problems): the origin ranking with a reason and "
+        "evidence per service (its anomalous callers and callees), its anomalies strongest "
+        "first (series, signal, unit, baseline vs observed, score, start/end), sample trace ids "
+        "and log lines. A large problem is cut to fit: ranking_total/ranking_shown and "
+        "anomaly_count/anomalies_shown say what is shown, cursor continues the anomalies. "
+        "service narrows to one service of the problem: its rank, all its evidence and "
+        "anomalies. An id a later detection run merged into another problem answers that "
+        "problem (requested_id says so). Unknown id or no detection run: not_found. Next: "
+        "get_trace on a sample trace id, get_service on the origin."
     ),
     "list_anomalies": (
         "Anomalous episodes of series (RED per service and metrics) the detector found, "

@@ -8,9 +8,17 @@ their anomalies for a model. When no detection has run (no file), the tools say 
 
 A problem is in a window when it overlaps it (``start < window end`` and ``end >= window
 start``). Times are RFC 3339 UTC, values in the series' own unit (named in ``unit``).
+
+``get_problem`` (:func:`problem_page`) always answers the problem, whatever its size: the
+origin ranking first (the first :data:`FULL_RANKS` services with every evidence line, the rest
+with their strongest one), the anomalies strongest first (by score), then the samples. Each
+list carries its total and how many are shown; the output budget cuts the samples first, then
+the weakest anomalies (a ``cursor`` continues them), then the ranking's tail — never the
+origin. With ``service`` it answers that one service's place in the ranking, all its evidence
+and its anomalies.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -20,18 +28,21 @@ from coremetry.detection import Anomaly, Problem, ServiceRank
 from coremetry.detection.problem_store import load_problems
 from coremetry.store import TimeRange
 
-from .budget import JsonObject, shorten
+from .budget import MAX_CURSOR_OFFSET, JsonObject, Shaped, Trimmable, shorten
 from .ranges import rfc3339
 
 __all__ = [
     "DETECTED_BY",
+    "FULL_RANKS",
     "NO_DETECTION_NOTE",
     "ProblemSource",
     "anomaly_row",
+    "find_problem",
     "in_window",
     "involving",
-    "problem_detail",
+    "problem_page",
     "problem_row",
+    "strongest_first",
 ]
 
 NO_DETECTION_NOTE: Final = (
@@ -50,6 +61,10 @@ DETECTED_BY: Final = (
     "heuristic, so check it against get_service's likely_origin"
 )
 """Where problems come from, as the tools say it."""
+
+FULL_RANKS: Final = 5
+"""Ranking rows ``get_problem`` shows with every evidence line; later ones show their strongest
+line only (``get_problem(service=...)`` shows any service's in full)."""
 
 
 class ProblemSource:
@@ -100,13 +115,14 @@ def problem_row(problem: Problem) -> JsonObject:
     }
 
 
-def _rank_row(rank: ServiceRank) -> JsonObject:
+def _rank_row(rank: ServiceRank, evidence_lines: int = 5) -> JsonObject:
     return {
         "service": rank.service_name,
         "role": rank.role,
         "symptomatic": rank.symptomatic,
         "reason": shorten(rank.reason, 300),
-        "evidence": [shorten(line, 200) for line in rank.evidence[:5]],
+        "evidence": [shorten(line, 200) for line in rank.evidence[:evidence_lines]],
+        "evidence_total": len(rank.evidence),
         "anomalous_callers": rank.anomalous_callers,
         "anomalous_callees": rank.anomalous_callees,
         "depth": rank.depth,
@@ -134,17 +150,113 @@ def anomaly_row(anomaly: Anomaly) -> JsonObject:
     }
 
 
-def problem_detail(problem: Problem) -> JsonObject:
-    """One problem in full: ranking with reasons, anomalies, sample traces and log lines."""
-    return {
-        **problem_row(problem),
-        "ranking": [_rank_row(r) for r in problem.ranking],
-        "anomalies": [anomaly_row(a) for a in problem.anomalies],
-        "sample_log_lines": [shorten(line, 300) for line in problem.sample_log_lines],
-        "detected_by": DETECTED_BY,
-    }
-
-
 def involving(problems: Sequence[Problem], service: str | None) -> list[Problem]:
     """The problems that involve ``service`` (all when ``None``)."""
     return [p for p in problems if service is None or service in p.services]
+
+
+def find_problem(stored: Sequence[Problem], problem_id: str) -> Problem | None:
+    """The stored problem with that id, or that answers to it as an alias (merged), or ``None``."""
+    for problem in stored:
+        if problem.problem_id == problem_id:
+            return problem
+    for problem in stored:
+        if problem_id in problem.aliases:
+            return problem
+    return None
+
+
+def strongest_first(anomalies: Sequence[Anomaly]) -> list[Anomaly]:
+    """The anomalies by score, largest first (then start time, series id)."""
+    return sorted(anomalies, key=lambda a: (-a.score, a.start_unix_nano, a.series_id))
+
+
+def problem_page(
+    problem: Problem,
+    *,
+    requested_id: str,
+    service: str | None,
+    offset: int,
+    cursor_at: Callable[[int], str],
+) -> Shaped:
+    """``get_problem``'s answer: one problem, its most useful parts first (module docstring).
+
+    Args:
+        problem: the stored problem.
+        requested_id: the id asked for (an alias of ``problem`` when it was merged into it).
+        service: focus on this service of the problem (it must be one of
+            ``problem.services``), or ``None`` for the whole problem.
+        offset: anomalies already shown (a cursor's offset; ``0`` for the first page — only
+            the first page carries the ranking and the samples).
+        cursor_at: the cursor continuing the anomalies after that many of them.
+
+    Returns:
+        The body with its trimmable lists, for the output budget (:func:`.budget.fit`):
+        ``ranking_total``/``ranking_shown``, ``anomaly_count``/``anomalies_shown`` and
+        ``truncated`` say what was cut; ``cursor`` continues the anomalies.
+    """
+    row = problem_row(problem)
+    body: JsonObject = {
+        key: row[key]
+        for key in ("problem_id", "status", "title", "start", "end", "detected", "origin")
+    }
+    body["origin_reason"] = row["origin_reason"]
+    if requested_id != problem.problem_id:
+        body["requested_id"] = requested_id
+        body["merged_note"] = (
+            f"{requested_id} is the same incident as {problem.problem_id}: a later detection "
+            f"run merged it into this problem; use {problem.problem_id} from now on"
+        )
+    anomalies = problem.anomalies
+    ranks = problem.ranking
+    if service is not None:
+        position = problem.services.index(service)
+        anomalies = [a for a in anomalies if a.service_name == service]
+        ranks = [r for r in ranks if r.service_name == service]
+        body["service"] = service
+        body["position"] = position + 1
+    ordered = strongest_first(anomalies)
+    page = ordered[offset:]
+    body["truncated"] = False
+    body["service_count"] = len(problem.services)
+    trimmable: list[Trimmable] = []
+    if offset == 0:
+        if service is None:
+            body["services"] = list(problem.services)
+            body["ranking"] = [
+                _rank_row(rank, 5 if index < FULL_RANKS else 1) for index, rank in enumerate(ranks)
+            ]
+        else:
+            body["ranking"] = [_rank_row(rank) for rank in ranks]
+        body["ranking_total"] = len(ranks)
+        body["ranking_shown"] = len(ranks)
+    else:
+        body["anomalies_offset"] = offset
+    body["anomaly_count"] = len(ordered)
+    body["anomalies_shown"] = len(page)
+    body["anomalies"] = [anomaly_row(a) for a in page]
+    body["anomalies_order"] = "strongest first (score: robust standard deviations)"
+    if offset == 0 and (service is None or service == row["origin"]):
+        body["sample_trace_ids"] = list(problem.sample_trace_ids)
+        body["sample_log_lines"] = [shorten(line, 300) for line in problem.sample_log_lines]
+        trimmable.append(Trimmable(("sample_log_lines",)))
+    body["detected_by"] = DETECTED_BY
+    body["next"] = (
+        "get_problem(problem_id, service=...) for one service's evidence and anomalies; "
+        "get_trace on a sample trace id; get_service on the origin"
+    )
+
+    def more_anomalies(kept: int) -> JsonObject:
+        return {
+            "anomalies_shown": kept,
+            "cursor": cursor_at(min(offset + kept, MAX_CURSOR_OFFSET)),
+        }
+
+    def more_ranks(kept: int) -> JsonObject:
+        return {"ranking_shown": kept}
+
+    trimmable.append(Trimmable(("anomalies",), more_anomalies))
+    if offset == 0:
+        trimmable.append(Trimmable(("ranking",), more_ranks))
+        trimmable.append(Trimmable(("services",)))
+    return Shaped(body, trimmable)

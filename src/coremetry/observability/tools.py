@@ -67,9 +67,10 @@ from .problems import (
     NO_DETECTION_NOTE,
     ProblemSource,
     anomaly_row,
+    find_problem,
     in_window,
     involving,
-    problem_detail,
+    problem_page,
     problem_row,
 )
 from .ranges import (
@@ -326,6 +327,14 @@ class GetProblemArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Arguments of ``get_problem``."""
 
     problem_id: Annotated[str, msgspec.Meta(min_length=1, description="From list_problems.")]
+    service: Annotated[
+        Annotated[str, msgspec.Meta(min_length=1)] | None,
+        msgspec.Meta(
+            description="Only this service of the problem (exact): its rank, all its evidence "
+            "and its anomalies."
+        ),
+    ] = None
+    cursor: _Cursor = None
 
 
 class ListAnomaliesArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
@@ -1475,7 +1484,12 @@ class ObservabilityTools:
         return Shaped(body, [Trimmable(("problems",), continuation)])
 
     async def get_problem(self, args: GetProblemArgs, ctx: CallContext) -> Shaped:
-        """``get_problem``: one stored problem in full."""
+        """``get_problem``: one stored problem, origin ranking and strongest evidence first.
+
+        An id a later detection run merged into another problem answers that problem (see
+        :func:`.problems.problem_page`); ``service`` narrows to one of its services; ``cursor``
+        continues the anomalies.
+        """
         stored = await self.problems.load()
         if stored is None:
             raise NotFound(
@@ -1484,15 +1498,33 @@ class ObservabilityTools:
                 hint="Use get_service (likely_origin), list_services and search_logs with "
                 "min_severity ERROR to investigate instead.",
             )
-        for problem in stored:
-            if problem.problem_id == args.problem_id:
-                return Shaped(
-                    problem_detail(problem),
-                    [Trimmable(("anomalies",)), Trimmable(("sample_log_lines",))],
-                )
-        raise NotFound(
-            f"no problem {args.problem_id[:64]!r} among the {len(stored)} stored",
-            hint="Use list_problems (with a wider window) to find problem ids.",
+        query = fingerprint(args.problem_id, args.service)
+        offset = 0
+        if args.cursor is not None:
+            offset = decode_cursor(args.cursor, tool="get_problem", query=query).offset
+        problem = find_problem(stored, args.problem_id)
+        if problem is None:
+            raise NotFound(
+                f"no problem {args.problem_id[:64]!r} among the {len(stored)} stored",
+                hint="Use list_problems (with a wider window) to find problem ids.",
+            )
+        if args.service is not None and args.service not in problem.services:
+            raise NotFound(
+                f"service: {args.service[:64]!r} is not one of the {len(problem.services)} "
+                f"services of problem {problem.problem_id}",
+                hint=f"Its services: {shorten(', '.join(problem.services), 1000)}; omit "
+                "service for the whole problem.",
+            )
+
+        def cursor_at(position: int) -> str:
+            return encode_cursor(CursorState(tool="get_problem", query=query, offset=position))
+
+        return problem_page(
+            problem,
+            requested_id=args.problem_id,
+            service=args.service,
+            offset=offset,
+            cursor_at=cursor_at,
         )
 
     async def list_anomalies(self, args: ListAnomaliesArgs, ctx: CallContext) -> Shaped:
