@@ -6,6 +6,7 @@ protocol core's registry types, nothing of HTTP (``shared/DESIGN.md`` §2). Modu
 
 - :mod:`.ranges`: time windows in (``range``/``start``/``end``) and times out (RFC 3339);
 - :mod:`.budget`: the output budget every result passes through, and opaque cursors;
+- :mod:`.paging`: the one paging sequence of the list tools (cursor in, page, cursor out);
 - :mod:`.trace_analysis`: re-exports :mod:`coremetry.analysis.trace_analysis` (trace tree,
   self time, clock skew, critical path; pure, shared with the detector);
 - :mod:`.origin`: the likely origin of slowness (whose critical-path time grew);
