@@ -19,8 +19,7 @@ from typing import Final
 
 import msgspec
 
-from coremetry.observability.catalog import TOOL_ARGS, catalog, catalog_bytes
-from coremetry.observability.descriptions import DESCRIPTIONS, SHORT_DESCRIPTIONS
+from coremetry.observability.catalog import TOOLS, catalog, catalog_bytes
 
 MAX_RATIO: Final = 0.40
 MAX_DESCRIPTION_BYTES: Final = 1500
@@ -50,14 +49,14 @@ def measure() -> Report:
     compact_entries = {str(e["name"]): e for e in catalog("compact")}
     rows = [
         ToolRow(
-            name=name,
-            full_bytes=len(msgspec.json.encode(full_entries[name])),
-            compact_bytes=len(msgspec.json.encode(compact_entries[name])),
-            description_bytes=len(DESCRIPTIONS[name].encode()),
-            short_description_bytes=len(SHORT_DESCRIPTIONS[name].encode()),
-            schema_bytes=len(msgspec.json.encode(full_entries[name]["inputSchema"])),
+            name=spec.name,
+            full_bytes=len(msgspec.json.encode(full_entries[spec.name])),
+            compact_bytes=len(msgspec.json.encode(compact_entries[spec.name])),
+            description_bytes=len(spec.description.encode()),
+            short_description_bytes=len(spec.short_description.encode()),
+            schema_bytes=len(msgspec.json.encode(full_entries[spec.name]["inputSchema"])),
         )
-        for name in TOOL_ARGS
+        for spec in TOOLS
     ]
     full = len(catalog_bytes("full"))
     compact = len(catalog_bytes("compact"))

@@ -14,9 +14,8 @@ from conftest import check_emitted
 
 from coremetry.mcp import Connection
 from coremetry.mcp.versions import LATEST_HANDSHAKE
-from coremetry.observability import TOOL_NAMES
+from coremetry.observability import TOOL_NAMES, TOOLS
 from coremetry.observability.catalog import catalog, catalog_bytes
-from coremetry.observability.descriptions import DESCRIPTIONS, SHORT_DESCRIPTIONS
 from coremetry.server import build_mcp_server
 from coremetry.store.sqlite import open_sqlite_store
 
@@ -24,6 +23,8 @@ from .conftest import coremetry
 
 MAX_COMPACT_SHARE: Final = 0.40
 """Issue 6: the compact catalog is at most 40% of the full one."""
+DESCRIPTIONS: Final = {spec.name: spec.description for spec in TOOLS}
+SHORT_DESCRIPTIONS: Final = {spec.name: spec.short_description for spec in TOOLS}
 
 
 async def served_tools(tmp_path: Path) -> list[dict[str, object]]:

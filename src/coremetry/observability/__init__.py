@@ -6,10 +6,13 @@ protocol core's registry types, nothing of HTTP (``shared/DESIGN.md`` §2). Modu
 
 - :mod:`.ranges`: time windows in (``range``/``start``/``end``) and times out (RFC 3339);
 - :mod:`.budget`: the output budget every result passes through, and opaque cursors;
+- :mod:`.paging`: the one paging sequence of the list tools (cursor in, page, cursor out);
 - :mod:`.origin`: the likely origin of slowness (whose critical-path time grew);
 - :mod:`.problems`: the detector's stored problems and anomalies, rendered;
 - :mod:`.tools`: the tool handlers and their argument Structs;
-- :mod:`.descriptions`: the full and compact tool descriptions;
+- :mod:`.spec`: :class:`ToolSpec`, everything about one tool in one declaration;
+- :mod:`.catalog`: :data:`TOOLS`, the one list of tool specs, and the catalog (full, compact)
+  derived from it;
 - :mod:`.entries`: resources, templates, prompts and completion;
 - :mod:`.registration`: the wiring, and the store-error classification;
 - :mod:`.cli`: ``coremetry tools --catalog compact|full``.
@@ -20,11 +23,13 @@ from .budget import MIN_BUDGET_BYTES as MIN_BUDGET_BYTES
 from .budget import Shaped as Shaped
 from .budget import Trimmable as Trimmable
 from .budget import fit as fit
+from .catalog import TOOLS as TOOLS
 from .problems import NO_DETECTION_NOTE as NO_DETECTION_NOTE
 from .problems import ProblemSource as ProblemSource
 from .registration import TOOL_NAMES as TOOL_NAMES
 from .registration import register_observability as register_observability
 from .registration import register_store_errors as register_store_errors
+from .spec import ToolSpec as ToolSpec
 from .tools import ObservabilityTools as ObservabilityTools
 
 __all__ = [
@@ -34,7 +39,9 @@ __all__ = [
     "ObservabilityTools",
     "ProblemSource",
     "Shaped",
+    "TOOLS",
     "TOOL_NAMES",
+    "ToolSpec",
     "Trimmable",
     "fit",
     "register_observability",

@@ -33,11 +33,12 @@ cursor is never the one that produced the page, and no later item becomes unreac
 minimal object of step 5 keeps that item and cursor too).
 
 Cursors (:func:`encode_cursor` / :func:`decode_cursor`) are opaque base64url tokens bound to the
-tool and a fingerprint of the query that produced them (the time window resolved on the first
-page included): a cursor passed with other arguments, to another tool, garbled, or carrying
-values no page of ours produces (an offset past :data:`MAX_CURSOR_OFFSET`, a window outside
-64-bit nanoseconds) is a ``bad_args`` error naming ``cursor`` — never a silent first page
-(``shared/reference/field-failures.md`` B23).
+tool and a fingerprint of the query that produced them (:func:`fingerprint`: every argument but
+the cursor; the time window resolved on the first page travels in the cursor): a cursor passed
+with other arguments, to another tool, garbled, or carrying values no page of ours produces (an
+offset past :data:`MAX_CURSOR_OFFSET`, a window outside 64-bit nanoseconds) is a ``bad_args``
+error naming ``cursor`` — never a silent first page (``shared/reference/field-failures.md`` B23).
+Paged tools page through :mod:`.paging`.
 
 Sources: ``shared/DESIGN.md`` §7 (byte budget, ``truncated``, total, cursor); MCP 2025-11-25
 ``server/utilities/pagination`` (cursors are opaque).
@@ -424,12 +425,23 @@ class CursorState(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 
 _CURSOR_DECODER: Final = msgspec.json.Decoder(CursorState)
+_CANONICAL: Final = msgspec.json.Encoder(order="sorted")
 _CURSOR_PREFIX: Final = "cm1."
 
 
-def fingerprint(*parts: object) -> str:
-    """A short stable digest of a query's arguments (16 hex characters)."""
-    return hashlib.sha256(_ENCODER.encode(list(parts))).hexdigest()[:16]
+def fingerprint(args: msgspec.Struct) -> str:
+    """A short stable digest of a query: every field of its argument Struct but ``cursor``.
+
+    Every field counts, so no argument can be forgotten: a cursor never continues a call that
+    differs in any of them. Object keys and Struct fields are encoded in sorted order, so the
+    same arguments in another key order (``attributes``, ``labels``) are the same query.
+
+    Returns:
+        16 hex characters (the first 64 bits of a SHA-256).
+    """
+    fields = msgspec.structs.asdict(args)
+    fields.pop("cursor", None)
+    return hashlib.sha256(_CANONICAL.encode(fields)).hexdigest()[:16]
 
 
 def encode_cursor(state: CursorState) -> str:

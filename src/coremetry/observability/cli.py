@@ -12,7 +12,7 @@ from typing import TextIO
 
 import msgspec
 
-from .catalog import TOOL_ARGS, CatalogKind, catalog, catalog_bytes
+from .catalog import TOOLS, CatalogKind, catalog, catalog_bytes
 
 __all__ = ["add_tools_parser", "run_tools"]
 
@@ -40,5 +40,5 @@ def run_tools(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = 
         out.write(data.decode())
     out.write("\n")
     out.flush()
-    print(f"catalog: {kind}, {len(TOOL_ARGS)} tools, {len(data)} bytes", file=err)
+    print(f"catalog: {kind}, {len(TOOLS)} tools, {len(data)} bytes", file=err)
     return 0

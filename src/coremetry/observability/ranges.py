@@ -10,7 +10,7 @@ Input: every tool that reads a time window takes three optional arguments (:clas
 Each tool has its own default length: :attr:`RangeArgs.default_range`, a class attribute of
 its argument Struct, is the one source of both the behaviour (:func:`resolve_range`) and the
 text a model reads (the ``range`` property's description, :func:`range_description`, put into
-the served input schema by :func:`coremetry.observability.catalog.input_schema`).
+the served input schema by :func:`coremetry.observability.spec.input_schema`).
 
 Resolution (:func:`resolve_range`), ``now`` being the server's clock:
 

@@ -1,8 +1,9 @@
 """``register_observability``: every Coremetry tool, resource, template and prompt on a server.
 
-Each tool handler returns a :class:`~.budget.Shaped` result; the wrapper made here passes it
-through :func:`~.budget.fit` with the configured budget before the dispatcher sees it, so no
-tool can exceed the output budget (resources and prompts fit their text the same way in
+Each tool is registered from its :class:`~.spec.ToolSpec` (:data:`~.catalog.TOOLS`). Its
+handler returns a :class:`~.budget.Shaped` result; the registration passes it through
+:func:`~.budget.fit` with the configured budget before the dispatcher sees it, so no tool can
+exceed the output budget (resources and prompts fit their text the same way in
 :mod:`.entries`). The store's errors are mapped onto the tool-error classes here, because the
 store package never imports the protocol core (``coremetry.store.errors``):
 
@@ -21,26 +22,22 @@ Every entry is read-only (``readOnlyHint: true``) with the viewer floor (``min_r
 """
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final
 
 import msgspec
 
 from coremetry.detection.problem_store import ProblemFileError
 from coremetry.mcp import (
-    CallContext,
     Prompt,
     PromptArgument,
     Resource,
     ResourceTemplate,
     Server,
-    Tool,
     ToolErrorKind,
     register_error_class,
 )
-from coremetry.mcp.registry import ToolOutput
-from coremetry.mcp.wire import ToolAnnotations
 from coremetry.store import (
     QueryRejected,
     StoreClosed,
@@ -50,33 +47,16 @@ from coremetry.store import (
     TelemetryStore,
 )
 
-from .budget import DEFAULT_BUDGET_BYTES, MIN_BUDGET_BYTES, Shaped, fit
-from .catalog import ANNOTATIONS, TOOL_ARGS, input_schema, title_of
-from .descriptions import DESCRIPTIONS, SHORT_DESCRIPTIONS
+from .budget import DEFAULT_BUDGET_BYTES, MIN_BUDGET_BYTES
+from .catalog import TOOLS
 from .entries import ObservabilityEntries
 from .problems import ProblemSource
-from .tools import (
-    CompareDeploysArgs,
-    GetProblemArgs,
-    GetServiceArgs,
-    GetServiceMapArgs,
-    GetTraceArgs,
-    ListAnomaliesArgs,
-    ListDeploysArgs,
-    ListMetricsArgs,
-    ListProblemsArgs,
-    ListServicesArgs,
-    ObservabilityTools,
-    QueryMetricArgs,
-    SearchLogsArgs,
-    SearchTracesArgs,
-)
+from .spec import ToolSpec
+from .tools import ObservabilityTools
 
 __all__ = ["TOOL_NAMES", "register_observability", "register_store_errors"]
 
-ArgsT = TypeVar("ArgsT", bound=msgspec.Struct)
-
-TOOL_NAMES: Final = tuple(TOOL_ARGS)
+TOOL_NAMES: Final = tuple(spec.name for spec in TOOLS)
 """Every tool this package registers, in catalog order."""
 
 _STORE_HINT: Final = (
@@ -95,39 +75,6 @@ def register_store_errors() -> None:
     register_error_class(StoreSchemaError, ToolErrorKind.INTERNAL, keep_message=True)
 
 
-def _budgeted(
-    method: Callable[[ArgsT, CallContext], Awaitable[Shaped]], budget_bytes: int
-) -> Callable[[ArgsT, CallContext], Awaitable[ToolOutput]]:
-    async def handler(args: ArgsT, ctx: CallContext) -> ToolOutput:
-        return fit(await method(args, ctx), budget_bytes)
-
-    return handler
-
-
-def _tool(
-    name: str,
-    args: type[ArgsT],
-    method: Callable[[ArgsT, CallContext], Awaitable[Shaped]],
-    budget_bytes: int,
-) -> Tool[ArgsT]:
-    if TOOL_ARGS[name] is not args:
-        raise TypeError(f"{name}: arguments {args.__name__} differ from the catalog's")
-    return Tool(
-        name,
-        DESCRIPTIONS[name],
-        args,
-        _budgeted(method, budget_bytes),
-        short_description=SHORT_DESCRIPTIONS[name],
-        annotations=ToolAnnotations(
-            read_only_hint=bool(ANNOTATIONS["readOnlyHint"]),
-            open_world_hint=bool(ANNOTATIONS["openWorldHint"]),
-        ),
-        title=title_of(name),
-        min_role="",
-        input_schema=input_schema(args),
-    )
-
-
 def register_observability(
     server: Server,
     store: TelemetryStore,
@@ -135,6 +82,7 @@ def register_observability(
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
     clock: Callable[[], int] = time.time_ns,
     problems_path: Path | None = None,
+    specs: Sequence[ToolSpec[msgspec.Struct]] = TOOLS,
 ) -> ObservabilityTools:
     """Register every Coremetry tool, resource, template and prompt on ``server``.
 
@@ -145,6 +93,7 @@ def register_observability(
         clock: the current time in unix nanoseconds (tests pin it).
         problems_path: the detector's problems file (``<data_dir>/problems.json``); ``None``
             (or a file not written yet) makes the problem tools say no detection has run.
+        specs: the tools to register (:data:`~.catalog.TOOLS`; tests add their own).
 
     Returns:
         The tool handlers (for tests and benchmarks that call them directly).
@@ -157,22 +106,8 @@ def register_observability(
     register_store_errors()
     tools = ObservabilityTools(store, clock=clock, problems=ProblemSource(problems_path))
     entries = ObservabilityEntries(tools, budget_bytes)
-    for tool in (
-        _tool("list_services", ListServicesArgs, tools.list_services, budget_bytes),
-        _tool("get_service", GetServiceArgs, tools.get_service, budget_bytes),
-        _tool("get_service_map", GetServiceMapArgs, tools.get_service_map, budget_bytes),
-        _tool("search_traces", SearchTracesArgs, tools.search_traces, budget_bytes),
-        _tool("get_trace", GetTraceArgs, tools.get_trace, budget_bytes),
-        _tool("search_logs", SearchLogsArgs, tools.search_logs, budget_bytes),
-        _tool("list_metrics", ListMetricsArgs, tools.list_metrics, budget_bytes),
-        _tool("query_metric", QueryMetricArgs, tools.query_metric, budget_bytes),
-        _tool("list_deploys", ListDeploysArgs, tools.list_deploys, budget_bytes),
-        _tool("compare_deploys", CompareDeploysArgs, tools.compare_deploys, budget_bytes),
-        _tool("list_problems", ListProblemsArgs, tools.list_problems, budget_bytes),
-        _tool("get_problem", GetProblemArgs, tools.get_problem, budget_bytes),
-        _tool("list_anomalies", ListAnomaliesArgs, tools.list_anomalies, budget_bytes),
-    ):
-        server.register_tool(tool)
+    for spec in specs:
+        server.register_tool(spec.tool(tools, budget_bytes))
     _register_resources(server, entries)
     _register_prompts(server, entries)
     return tools

@@ -62,6 +62,7 @@ from .budget import (
     shrink_value,
 )
 from .origin import likely_origin
+from .paging import Pager
 from .problems import (
     DETECTED_BY,
     NO_DETECTION_NOTE,
@@ -586,22 +587,6 @@ def shown_start(window: ResolvedRange) -> str:
     return rfc3339(window.start_unix_nano)
 
 
-def _offset_continuation(
-    tool: str, query: str, window: ResolvedRange, offset: int
-) -> Callable[[int], JsonObject]:
-    def continuation(kept: int) -> JsonObject:
-        state = CursorState(
-            tool=tool,
-            query=query,
-            offset=offset + kept,
-            start_unix_nano=window.start_unix_nano,
-            end_unix_nano=window.end_unix_nano,
-        )
-        return {"cursor": encode_cursor(state)}
-
-    return continuation
-
-
 class ObservabilityTools:
     """The tool handlers over one store.
 
@@ -630,22 +615,9 @@ class ObservabilityTools:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _window(
-        self, args: RangeArgs, tool: str, query: str, cursor: str | None
-    ) -> tuple[ResolvedRange, CursorState | None]:
-        """The window of a call: from the cursor when continuing (same as the first page)."""
-        if cursor is None:
-            return resolve_range(args, self.clock()), None
-        state = decode_cursor(cursor, tool=tool, query=query)
-        if state.start_unix_nano is None or state.end_unix_nano is None:
-            raise BadArgs(f"cursor: not a cursor that {tool} returned")
-        window = ResolvedRange(
-            time_range=TimeRange(
-                start_unix_nano=state.start_unix_nano, end_unix_nano=state.end_unix_nano
-            ),
-            explicit=True,
-        )
-        return window, state
+    def _pager(self, tool: str, args: RangeArgs, cursor: str | None) -> Pager:
+        """Start a paged call: its query, its window (from the cursor when continuing)."""
+        return Pager.start(tool, args, cursor, lambda: resolve_range(args, self.clock()))
 
     async def _extent_json(self) -> JsonObject | None:
         extent = await stored_extent(self.store)
@@ -683,24 +655,19 @@ class ObservabilityTools:
 
     async def list_services(self, args: ListServicesArgs, ctx: CallContext) -> Shaped:
         """``list_services``: RED of every service with spans in the window."""
-        query = fingerprint(args.range, args.start, args.end, args.limit)
-        window, state = self._window(args, "list_services", query, args.cursor)
-        offset = state.offset if state is not None else 0
-        page = await self.store.services(
-            window.time_range, limit=min(MAX_LIMIT, offset + args.limit)
-        )
-        items = page.items[offset : offset + args.limit]
+        pager = self._pager("list_services", args, args.cursor)
+        window = pager.window
+        page = await self.store.services(window.time_range, limit=pager.fetch_limit(args.limit))
         total = page.total if page.total is not None else len(page.items)
+        shown = pager.page(page.items, args.limit, total=total)
+        items = shown.items
         body: JsonObject = {
             "window": window.as_json(),
             "services": [service_row(s, window.time_range) for s in items],
             "total": total,
-            "truncated": offset + len(items) < total,
+            "truncated": shown.more,
         }
-        if offset + len(items) < total:
-            body["cursor"] = _offset_continuation("list_services", query, window, offset)(
-                len(items)
-            )["cursor"]
+        shown.add_cursor(body)
         if not items:
             body.update(await absent_data_note(self.store, "spans", window, "traces"))
         else:
@@ -715,14 +682,7 @@ class ObservabilityTools:
             body["next"] = (
                 "get_service(service) for one service's operations, edges and likely origin"
             )
-        return Shaped(
-            body,
-            [
-                Trimmable(
-                    ("services",), _offset_continuation("list_services", query, window, offset)
-                )
-            ],
-        )
+        return Shaped(body, [shown.trimmable("services")])
 
     async def get_service(self, args: GetServiceArgs, ctx: CallContext) -> Shaped:
         """``get_service``: one service's RED, operations, edges, deploys and likely origin."""
@@ -784,14 +744,13 @@ class ObservabilityTools:
 
     async def get_service_map(self, args: GetServiceMapArgs, ctx: CallContext) -> Shaped:
         """``get_service_map``: services and caller -> callee edges with RED."""
-        query = fingerprint(args.range, args.start, args.end, args.limit)
-        window, state = self._window(args, "get_service_map", query, args.cursor)
-        offset = state.offset if state is not None else 0
+        pager = self._pager("get_service_map", args, args.cursor)
+        window, offset = pager.window, pager.offset
         tr = window.time_range
         # Every edge is read (one aggregate either way; graphs are small): the total is exact.
         edges = await self.store.service_edges(tr, limit=MAX_LIMIT)
-        shown = edges[offset : offset + args.limit]
-        more = len(edges) > offset + len(shown)
+        page = pager.page(edges, args.limit)
+        shown, more = page.items, page.more
         summaries = await self._all_services(tr) if offset == 0 else []
         body: JsonObject = {
             "window": window.as_json(),
@@ -810,32 +769,18 @@ class ObservabilityTools:
                 }
                 for s in summaries
             ]
-        continuation = _offset_continuation("get_service_map", query, window, offset)
-        if more:
-            body["cursor"] = continuation(len(shown))["cursor"]
+        page.add_cursor(body)
         if not shown and offset == 0:
             body.update(await absent_data_note(self.store, "service calls", window, "traces"))
-        return Shaped(body, [Trimmable(("edges",), continuation), Trimmable(("services",))])
+        return Shaped(body, [page.trimmable("edges"), Trimmable(("services",))])
 
     # -- traces -------------------------------------------------------------------------------
 
     async def search_traces(self, args: SearchTracesArgs, ctx: CallContext) -> Shaped:
         """``search_traces``: traces with a span matching every condition, newest first."""
         min_ns = None if args.min_duration_ms is None else int(args.min_duration_ms * NS_PER_MS)
-        query = fingerprint(
-            args.range,
-            args.start,
-            args.end,
-            args.service,
-            args.operation,
-            min_ns,
-            args.status,
-            sorted(args.attributes.items()),
-            args.limit,
-        )
-        window, state = self._window(args, "search_traces", query, args.cursor)
-        offset = state.offset if state is not None else 0
-        store_cursor = state.store_cursor if state is not None else None
+        pager = self._pager("search_traces", args, args.cursor)
+        window = pager.window
         trace_query = TraceQuery(
             time_range=window.time_range,
             service_name=args.service,
@@ -845,36 +790,16 @@ class ObservabilityTools:
             attributes=dict(args.attributes),
         )
         page = await self.store.search_traces(
-            trace_query, limit=min(MAX_LIMIT, offset + args.limit), cursor=store_cursor
+            trace_query, limit=pager.fetch_limit(args.limit), cursor=pager.store_cursor
         )
-        items = page.items[offset : offset + args.limit]
-
-        def continuation(kept: int) -> JsonObject:
-            if offset + kept < len(page.items) or page.next_cursor is None:
-                position, store_at = offset + kept, store_cursor
-            else:
-                position, store_at = 0, page.next_cursor
-            return {
-                "cursor": encode_cursor(
-                    CursorState(
-                        tool="search_traces",
-                        query=query,
-                        offset=position,
-                        store_cursor=store_at,
-                        start_unix_nano=window.start_unix_nano,
-                        end_unix_nano=window.end_unix_nano,
-                    )
-                )
-            }
-
-        more = page.next_cursor is not None or offset + len(items) < len(page.items)
+        shown = pager.store_page(page.items, args.limit, page.next_cursor)
+        items = shown.items
         body: JsonObject = {"window": window.as_json(), "traces": [trace_row(t) for t in items]}
-        if page.total is not None and store_cursor is None:
+        if page.total is not None and pager.store_cursor is None:
             body["total"] = page.total
-        body["truncated"] = more
-        if more:
-            body.update(continuation(len(items)))
-        if not items and state is None:
+        body["truncated"] = shown.more
+        shown.add_cursor(body)
+        if not items and pager.first:
             await require_known_service(self.store, args.service)
             body.update(
                 await absent_data_note(
@@ -883,12 +808,12 @@ class ObservabilityTools:
             )
         elif items:
             body["next"] = "get_trace(trace_id) for the tree, self times and critical path"
-        return Shaped(body, [Trimmable(("traces",), continuation)])
+        return Shaped(body, [shown.trimmable("traces")])
 
     async def get_trace(self, args: GetTraceArgs, ctx: CallContext) -> Shaped:
         """``get_trace``: the trace tree with self times, critical path and error spans."""
         trace_id = parse_trace_id(args.trace_id)
-        query = fingerprint(trace_id, args.limit)
+        query = fingerprint(msgspec.structs.replace(args, trace_id=trace_id))
         offset = 0
         if args.cursor is not None:
             offset = decode_cursor(args.cursor, tool="get_trace", query=query).offset
@@ -1067,16 +992,8 @@ class ObservabilityTools:
     async def search_logs(self, args: SearchLogsArgs, ctx: CallContext) -> Shaped:
         """``search_logs``: log records by text, service, severity and trace id."""
         trace_id = None if args.trace_id is None else parse_trace_id(args.trace_id)
-        query = fingerprint(
-            args.range,
-            args.start,
-            args.end,
-            args.text,
-            args.service,
-            args.min_severity,
-            trace_id,
-            args.limit,
-        )
+        # The query with the trace id as parsed: both spellings of one id are one query.
+        query = msgspec.structs.replace(args, trace_id=trace_id)
         if (
             trace_id is not None
             and args.cursor is None
@@ -1085,12 +1002,13 @@ class ObservabilityTools:
             and args.end is None
         ):
             extent = await stored_extent(self.store)
-            whole = extent or TimeRange(start_unix_nano=0, end_unix_nano=1)
-            window, state = ResolvedRange(time_range=whole, explicit=False), None
+            whole = ResolvedRange(
+                time_range=extent or TimeRange(start_unix_nano=0, end_unix_nano=1), explicit=False
+            )
+            pager = Pager.start("search_logs", query, None, lambda: whole)
         else:
-            window, state = self._window(args, "search_logs", query, args.cursor)
-        offset = state.offset if state is not None else 0
-        store_cursor = state.store_cursor if state is not None else None
+            pager = self._pager("search_logs", query, args.cursor)
+        window = pager.window
         log_query = LogQuery(
             time_range=window.time_range,
             text=args.text,
@@ -1101,57 +1019,36 @@ class ObservabilityTools:
             trace_id=trace_id,
         )
         page = await self.store.search_logs(
-            log_query, limit=min(MAX_LIMIT, offset + args.limit), cursor=store_cursor
+            log_query, limit=pager.fetch_limit(args.limit), cursor=pager.store_cursor
         )
-        items = page.items[offset : offset + args.limit]
-
-        def continuation(kept: int) -> JsonObject:
-            if offset + kept < len(page.items) or page.next_cursor is None:
-                position, store_at = offset + kept, store_cursor
-            else:
-                position, store_at = 0, page.next_cursor
-            return {
-                "cursor": encode_cursor(
-                    CursorState(
-                        tool="search_logs",
-                        query=query,
-                        offset=position,
-                        store_cursor=store_at,
-                        start_unix_nano=window.start_unix_nano,
-                        end_unix_nano=window.end_unix_nano,
-                    )
-                )
-            }
-
-        more = page.next_cursor is not None or offset + len(items) < len(page.items)
+        shown = pager.store_page(page.items, args.limit, page.next_cursor)
+        items = shown.items
         body: JsonObject = {"window": window.as_json(), "records": [log_row(r) for r in items]}
-        if page.total is not None and store_cursor is None:
+        if page.total is not None and pager.store_cursor is None:
             body["total"] = page.total
-        body["truncated"] = more
-        if more:
-            body.update(continuation(len(items)))
-        if not items and state is None:
+        body["truncated"] = shown.more
+        shown.add_cursor(body)
+        if not items and pager.first:
             await require_known_service(self.store, args.service)
             body.update(
                 await absent_data_note(
                     self.store, "matching log records", window, "logs", service=args.service
                 )
             )
-        return Shaped(body, [Trimmable(("records",), continuation)])
+        return Shaped(body, [shown.trimmable("records")])
 
     # -- metrics ------------------------------------------------------------------------------
 
     async def list_metrics(self, args: ListMetricsArgs, ctx: CallContext) -> Shaped:
         """``list_metrics``: metric names with type, unit, label keys."""
-        query = fingerprint(args.range, args.start, args.end, args.prefix, args.limit)
-        window, state = self._window(args, "list_metrics", query, args.cursor)
-        offset = state.offset if state is not None else 0
+        pager = self._pager("list_metrics", args, args.cursor)
+        window = pager.window
         page = await self.store.metric_names(
-            window.time_range, limit=min(MAX_LIMIT, offset + args.limit), prefix=args.prefix
+            window.time_range, limit=pager.fetch_limit(args.limit), prefix=args.prefix
         )
-        items = page.items[offset : offset + args.limit]
         total = page.total if page.total is not None else len(page.items)
-        continuation = _offset_continuation("list_metrics", query, window, offset)
+        shown = pager.page(page.items, args.limit, total=total)
+        items = shown.items
         body: JsonObject = {
             "window": window.as_json(),
             "metrics": [
@@ -1167,13 +1064,12 @@ class ObservabilityTools:
                 for d in items
             ],
             "total": total,
-            "truncated": offset + len(items) < total,
+            "truncated": shown.more,
         }
-        if offset + len(items) < total:
-            body.update(continuation(len(items)))
-        if not items and state is None:
+        shown.add_cursor(body)
+        if not items and pager.first:
             body.update(await absent_data_note(self.store, "metric points", window, "metrics"))
-        return Shaped(body, [Trimmable(("metrics",), continuation)])
+        return Shaped(body, [shown.trimmable("metrics")])
 
     async def query_metric(self, args: QueryMetricArgs, ctx: CallContext) -> Shaped:
         """``query_metric``: one metric as bucketed series with min/max/mean/last.
@@ -1183,20 +1079,8 @@ class ObservabilityTools:
         it, and the result's ``window`` is that aligned window. A step giving more than 1000
         buckets is widened to the smallest "nice" step that does not, with a ``note``.
         """
-        query = fingerprint(
-            args.range,
-            args.start,
-            args.end,
-            args.name,
-            args.service,
-            sorted(args.labels.items()),
-            args.group_by,
-            args.aggregation,
-            args.step,
-            args.limit,
-        )
-        window, state = self._window(args, "query_metric", query, args.cursor)
-        offset = state.offset if state is not None else 0
+        pager = self._pager("query_metric", args, args.cursor)
+        window = pager.window
         length = window.end_unix_nano - window.start_unix_nano
         notes: list[str] = []
         if args.step is not None:
@@ -1226,11 +1110,10 @@ class ObservabilityTools:
                 service_name=args.service,
                 group_by=args.group_by,
             ),
-            limit=min(MAX_LIMIT, offset + args.limit + 1),
+            limit=pager.fetch_limit(args.limit, lookahead=1),
         )
-        shown = series[offset : offset + args.limit]
-        more = len(series) > offset + len(shown)
-        continuation = _offset_continuation("query_metric", query, window, offset)
+        page = pager.page(series, args.limit)
+        shown = page.items
         body: JsonObject = {
             "metric": args.name,
             "window": {
@@ -1242,15 +1125,14 @@ class ObservabilityTools:
             "type": shown[0].type if shown else None,
             "unit": shown[0].unit if shown else None,
             "series": [_series_row(s) for s in shown],
-            "truncated": more,
+            "truncated": page.more,
             "points_format": "[bucket start (RFC 3339; a multiple of the step in unix time), "
             "value]; empty buckets omitted; null = not a finite number",
         }
         if notes:
             body["note"] = "; ".join(notes)
-        if more:
-            body.update(continuation(len(shown)))
-        if not shown and state is None:
+        page.add_cursor(body)
+        if not shown and pager.first:
             await self._metric_must_exist(args.name)
             await require_known_service(self.store, args.service, metric=args.name)
             absent = await absent_data_note(
@@ -1262,7 +1144,7 @@ class ObservabilityTools:
             if notes:
                 absent["note"] = f"{absent['note']}; {body['note']}"
             body.update(absent)
-        return Shaped(body, [Trimmable(("series",), continuation, series_shrinker(step))])
+        return Shaped(body, [page.trimmable("series", series_shrinker(step))])
 
     async def _group_by_must_exist(self, name: str, group_by: list[str], window: TimeRange) -> None:
         """Refuse ``group_by`` keys the metric does not carry (they would merge every series)."""
@@ -1297,25 +1179,22 @@ class ObservabilityTools:
 
     async def list_deploys(self, args: ListDeploysArgs, ctx: CallContext) -> Shaped:
         """``list_deploys``: versions seen per service, latest first."""
-        query = fingerprint(args.range, args.start, args.end, args.service, args.limit)
-        window, state = self._window(args, "list_deploys", query, args.cursor)
-        offset = state.offset if state is not None else 0
+        pager = self._pager("list_deploys", args, args.cursor)
+        window = pager.window
         records = await self.store.deploys(
             window.time_range,
-            limit=min(MAX_LIMIT, offset + args.limit + 1),
+            limit=pager.fetch_limit(args.limit, lookahead=1),
             service_name=args.service,
         )
-        shown = records[offset : offset + args.limit]
-        more = len(records) > offset + len(shown)
-        continuation = _offset_continuation("list_deploys", query, window, offset)
+        page = pager.page(records, args.limit)
+        shown = page.items
         body: JsonObject = {
             "window": window.as_json(),
             "deploys": [deploy_row(r) for r in shown],
-            "truncated": more,
+            "truncated": page.more,
         }
-        if more:
-            body.update(continuation(len(shown)))
-        if not shown and state is None:
+        page.add_cursor(body)
+        if not shown and pager.first:
             await require_known_service(self.store, args.service)
             body.update(
                 await absent_data_note(
@@ -1327,7 +1206,7 @@ class ObservabilityTools:
             )
         elif shown:
             body["next"] = "compare_deploys(service) for RED before versus after a change"
-        return Shaped(body, [Trimmable(("deploys",), continuation)])
+        return Shaped(body, [page.trimmable("deploys")])
 
     async def compare_deploys(self, args: CompareDeploysArgs, ctx: CallContext) -> Shaped:
         """``compare_deploys``: RED of one service before versus after a version change."""
@@ -1444,9 +1323,8 @@ class ObservabilityTools:
 
     async def list_problems(self, args: ListProblemsArgs, ctx: CallContext) -> Shaped:
         """``list_problems``: the detector's problems overlapping the window, newest first."""
-        query = fingerprint(args.range, args.start, args.end, args.service, args.limit)
-        window, state = self._window(args, "list_problems", query, args.cursor)
-        offset = state.offset if state is not None else 0
+        pager = self._pager("list_problems", args, args.cursor)
+        window = pager.window
         stored = await self.problems.load()
         body: JsonObject = {"window": window.as_json()}
         if not stored or not involving(stored, args.service):
@@ -1461,18 +1339,15 @@ class ObservabilityTools:
             )
             return Shaped(body)
         chosen = [p for p in involving(stored, args.service) if in_window(p, window.time_range)]
-        shown = chosen[offset : offset + args.limit]
-        more = offset + len(shown) < len(chosen)
-        continuation = _offset_continuation("list_problems", query, window, offset)
+        page = pager.page(chosen, args.limit)
         body.update(
-            problems=[problem_row(p) for p in shown],
+            problems=[problem_row(p) for p in page.items],
             total=len(chosen),
-            truncated=more,
+            truncated=page.more,
             detection_available=True,
             detected_by=DETECTED_BY,
         )
-        if more:
-            body.update(continuation(len(shown)))
+        page.add_cursor(body)
         if not chosen:
             body["note"] = (
                 f"the detector stored {len(stored)} problem(s), none in this window"
@@ -1481,7 +1356,7 @@ class ObservabilityTools:
             )
         else:
             body["next"] = "get_problem(problem_id) for its ranking, anomalies and samples"
-        return Shaped(body, [Trimmable(("problems",), continuation)])
+        return Shaped(body, [page.trimmable("problems")])
 
     async def get_problem(self, args: GetProblemArgs, ctx: CallContext) -> Shaped:
         """``get_problem``: one stored problem, origin ranking and strongest evidence first.
@@ -1498,7 +1373,7 @@ class ObservabilityTools:
                 hint="Use get_service (likely_origin), list_services and search_logs with "
                 "min_severity ERROR to investigate instead.",
             )
-        query = fingerprint(args.problem_id, args.service)
+        query = fingerprint(args)
         offset = 0
         if args.cursor is not None:
             offset = decode_cursor(args.cursor, tool="get_problem", query=query).offset
@@ -1529,9 +1404,8 @@ class ObservabilityTools:
 
     async def list_anomalies(self, args: ListAnomaliesArgs, ctx: CallContext) -> Shaped:
         """``list_anomalies``: the anomalies of the stored problems in the window."""
-        query = fingerprint(args.range, args.start, args.end, args.service, args.limit)
-        window, state = self._window(args, "list_anomalies", query, args.cursor)
-        offset = state.offset if state is not None else 0
+        pager = self._pager("list_anomalies", args, args.cursor)
+        window = pager.window
         stored = await self.problems.load()
         body: JsonObject = {"window": window.as_json()}
         if not stored or not involving(stored, args.service):
@@ -1555,16 +1429,13 @@ class ObservabilityTools:
             and a.end_unix_nano >= tr.start_unix_nano
         ]
         found.sort(key=lambda row: str(row["start"]), reverse=True)
-        shown = found[offset : offset + args.limit]
-        more = offset + len(shown) < len(found)
-        continuation = _offset_continuation("list_anomalies", query, window, offset)
+        page = pager.page(found, args.limit)
         body.update(
-            anomalies=shown,
+            anomalies=page.items,
             total=len(found),
-            truncated=more,
+            truncated=page.more,
             detection_available=True,
             detected_by=DETECTED_BY,
         )
-        if more:
-            body.update(continuation(len(shown)))
-        return Shaped(body, [Trimmable(("anomalies",), continuation)])
+        page.add_cursor(body)
+        return Shaped(body, [page.trimmable("anomalies")])
