@@ -91,8 +91,15 @@ def unreachable() -> ResolvedRange:
 
 def test_every_paged_tool_is_covered() -> None:
     names = {spec.name for spec in PAGED}
-    assert {"list_services", "search_traces", "search_logs", "query_metric", "get_trace"} <= names
-    assert len(PAGED) == 10
+    assert {
+        "list_services",
+        "search_traces",
+        "search_logs",
+        "query_metric",
+        "get_trace",
+        "get_problem",
+    } <= names
+    assert len(PAGED) == 11
 
 
 @pytest.mark.parametrize("spec", PAGED, ids=[spec.name for spec in PAGED])
