@@ -94,6 +94,12 @@ class Clock:
         return rfc3339(int(at.timestamp()) * 10**9 + self.shift_ns)
 
 
+def shown_ns(text: object) -> int:
+    """An RFC 3339 time shown by the tools (millisecond precision) as unix nanoseconds."""
+    moment = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    return round(moment.timestamp() * 1000) * 1_000_000
+
+
 def hms(moment: datetime) -> str:
     return moment.strftime("%H:%M:%S")
 
@@ -244,15 +250,16 @@ async def test_the_walkthrough_says_what_the_tools_answer(demo_server: DemoServe
         for m in objs(evidence["latency_metrics"])
         if m["metric"] == "http.server.request.duration"
     )
-    peak_start = clock.recorded(server_latency["peak_bucket_start"])
+    peak_start = shown_ns(server_latency["peak_bucket_start"])
+    scrape_second = shown_ns(clock.shown("13:09:54"))  # the scrape lands within this second
     claim(
         "its `http.server.request.duration` peak (4.9 s, in the 1-minute bucket holding the "
         "13:09:54 scrape, three minutes after the CPU fault) against its median (0.05 s)",
         rounds_to(num(server_latency["peak_in_focus"]), 4.9, 1)
         and server_latency["bucket_s"] == 60
-        and peak_start
-        <= DAY + timedelta(hours=13, minutes=9, seconds=54)
-        < peak_start + timedelta(minutes=1)
+        # [scrape_second, +1 s) meets [peak_start, +1 min): the bucket holds the scrape.
+        and peak_start < scrape_second + 10**9
+        and scrape_second < peak_start + 60 * 10**9
         and rounds_to(num(server_latency["median"]), 0.05, 2),
     )
 
@@ -358,25 +365,23 @@ async def test_the_walkthrough_says_what_the_tools_answer(demo_server: DemoServe
     claim("(the 20 minutes around the slow traces)", 19 <= focus_minutes <= 21)
     (series,) = objs(p99["series"])
     (fine,) = objs(scrapes["series"])
-    buckets = dict(points(series))
-    by_scrape = [(clock.recorded(t), v) for t, v in points(fine)]
+    minute_ns, half_ns, second_ns = 60 * 10**9, 30 * 10**9, 10**9
+    buckets = {shown_ns(t): v for t, v in points(series)}
+    by_scrape = [(shown_ns(t), v) for t, v in points(fine)]
 
     def scrape(at: str) -> float:
-        """The p99 of the scrape at recorded ``at``, from the 1-minute bucket holding it."""
-        moment = DAY + timedelta(hours=int(at[:2]), minutes=int(at[3:5]), seconds=int(at[6:]))
-        (value,) = [v for t, v in by_scrape if t <= moment < t + timedelta(seconds=30)]
-        bucket = next(
-            b
-            for b in buckets
-            if clock.recorded(b) <= moment < clock.recorded(b) + timedelta(minutes=1)
-        )
-        together = [
-            v
-            for t, v in by_scrape
-            if clock.recorded(bucket) <= t < clock.recorded(bucket) + timedelta(minutes=1)
-        ]
-        # One scrape per bucket, or (the shift's doing, said in the text) their mean.
-        assert rounds_to(buckets[bucket], statistics.mean(together), 6), (bucket, together)
+        """The p99 of the scrape recorded at ``at`` (HH:MM:SS; it lands within that second).
+
+        30-second buckets hold one scrape each (scrapes are ~60 s apart) and nest in the
+        1-minute ones (both start at multiples of their step): the 1-minute bucket holding it
+        shows it, or, when the shift puts two scrapes in it, their mean (the text says so).
+        """
+        moment = shown_ns(clock.shown(at))
+        (found,) = [(b, v) for b, v in by_scrape if moment - half_ns < b < moment + second_ns]
+        half_start, value = found
+        (minute,) = [m for m in buckets if m <= half_start < m + minute_ns]
+        together = [v for b, v in by_scrape if minute <= b < minute + minute_ns]
+        assert rounds_to(buckets[minute], statistics.mean(together), 6), (minute, together)
         return value
 
     claim(
