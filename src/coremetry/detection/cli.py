@@ -9,7 +9,9 @@ prints a first line naming the range and the store (``<start> .. <end> in <store
 ...``), then one line per problem (id, status, start, end, services with the most likely origin
 first, title) or, with ``--json``, only the problems as JSON, and merges them into
 ``<data_dir>/problems.json`` (:mod:`coremetry.detection.problem_store`) unless ``--no-save``.
-``--end latest`` ends the range at the newest stored record (for imported, older data). Exit
+``--end latest`` ends the range with the bucket holding the newest stored record (for imported,
+older data); other ends are moved down onto the bucket grid
+(:func:`~coremetry.detection.runner.aligned_range`). Exit
 status 0 on success (with or without problems), 1 when the store or the problems file failed
 (one line names the store or the file, and the cause), 2 on a usage error.
 """
@@ -29,7 +31,7 @@ import trio
 
 from coremetry.config import Config
 from coremetry.detection.problem_store import PROBLEMS_FILE, ProblemFileError, save_problems
-from coremetry.detection.runner import DetectionOptions, DetectionRun, detect_in_store
+from coremetry.detection.runner import DetectionOptions, DetectionRun, detect_in_store, grid_floor
 from coremetry.store import StoreError, TimeRange
 from coremetry.store.open import open_telemetry_store, store_location
 
@@ -112,7 +114,10 @@ async def _detect(config: Config, span_ns: int, end_ns: int | None, step_ns: int
     async with open_telemetry_store(config) as store:
         if end_ns is None:
             newest = (await store.statistics()).newest_unix_nano
-            end_ns = (newest if newest is not None else time.time_ns()) + 1
+            newest = newest if newest is not None else time.time_ns()
+            # The range ends with the bucket that holds the newest record (ranges are moved
+            # down onto the bucket grid: a range ending just after it would leave it out).
+            end_ns = grid_floor(newest, step_ns) + step_ns
         judged = TimeRange(start_unix_nano=end_ns - span_ns, end_unix_nano=end_ns)
         return await detect_in_store(store, judged, DetectionOptions(step_ns=step_ns))
 

@@ -56,8 +56,11 @@ further down), then more symptomatic callers (the fault spread upwards as it sho
 along the symptomatic call chain, earlier first anomaly, larger score, name. Every
 :class:`ServiceRank` carries its reason in words.
 
-The problem id is derived from the problem's earliest anomaly (series and start), so re-running
-the detector over the same data gives the same ids and a store can upsert by id.
+A run's problem id is derived from the problem's earliest anomaly (series and start), so
+re-running the detector over the same data, on the same bucket grid, gives the same ids. A
+problem keeps the first id it was stored under across runs that see it differently (another
+history, another window): :mod:`~coremetry.detection.problem_store` matches a run's problems to
+the stored ones by content.
 """
 
 from __future__ import annotations

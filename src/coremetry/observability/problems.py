@@ -11,11 +11,12 @@ start``). Times are RFC 3339 UTC, values in the series' own unit (named in ``uni
 
 ``get_problem`` (:func:`problem_page`) always answers the problem, whatever its size: the
 origin ranking first (the first :data:`FULL_RANKS` services with every evidence line, the rest
-with their strongest one), the anomalies strongest first (by score), then the samples. Each
-list carries its total and how many are shown; the output budget cuts the samples first, then
-the weakest anomalies (a ``cursor`` continues them), then the ranking's tail — never the
-origin. With ``service`` it answers that one service's place in the ranking, all its evidence
-and its anomalies.
+with their strongest one and a shorter reason), the :data:`FIRST_PAGE_ANOMALIES` strongest
+anomalies (by score; a ``cursor`` continues them, weakest last), then the samples. Each list
+carries its total and how many are shown; the output budget cuts the sample log lines first,
+then the ranking's tail, then the list of service names, then the anomalies — never below the
+origin and the strongest anomaly. With ``service`` it answers that one service's place in the
+ranking, all its evidence and its anomalies.
 """
 
 from collections.abc import Callable, Sequence
@@ -28,11 +29,20 @@ from coremetry.detection import Anomaly, Problem, ServiceRank
 from coremetry.detection.problem_store import load_problems
 from coremetry.store import TimeRange
 
-from .budget import MAX_CURSOR_OFFSET, JsonObject, Shaped, Trimmable, shorten
+from .budget import (
+    MAX_CURSOR_OFFSET,
+    JsonObject,
+    Shaped,
+    Trimmable,
+    encoded_size,
+    shorten,
+    shrink_value,
+)
 from .ranges import rfc3339
 
 __all__ = [
     "DETECTED_BY",
+    "FIRST_PAGE_ANOMALIES",
     "FULL_RANKS",
     "NO_DETECTION_NOTE",
     "ProblemSource",
@@ -65,6 +75,9 @@ DETECTED_BY: Final = (
 FULL_RANKS: Final = 5
 """Ranking rows ``get_problem`` shows with every evidence line; later ones show their strongest
 line only (``get_problem(service=...)`` shows any service's in full)."""
+
+FIRST_PAGE_ANOMALIES: Final = 10
+"""Anomalies on ``get_problem``'s first page (the strongest; its cursor continues them)."""
 
 
 class ProblemSource:
@@ -115,12 +128,12 @@ def problem_row(problem: Problem) -> JsonObject:
     }
 
 
-def _rank_row(rank: ServiceRank, evidence_lines: int = 5) -> JsonObject:
+def _rank_row(rank: ServiceRank, evidence_lines: int = 5, reason_chars: int = 300) -> JsonObject:
     return {
         "service": rank.service_name,
         "role": rank.role,
         "symptomatic": rank.symptomatic,
-        "reason": shorten(rank.reason, 300),
+        "reason": shorten(rank.reason, reason_chars),
         "evidence": [shorten(line, 200) for line in rank.evidence[:evidence_lines]],
         "evidence_total": len(rank.evidence),
         "anomalous_callers": rank.anomalous_callers,
@@ -216,7 +229,7 @@ def problem_page(
         body["service"] = service
         body["position"] = position + 1
     ordered = strongest_first(anomalies)
-    page = ordered[offset:]
+    page = ordered[offset:] if offset else ordered[:FIRST_PAGE_ANOMALIES]
     body["truncated"] = False
     body["service_count"] = len(problem.services)
     trimmable: list[Trimmable] = []
@@ -224,7 +237,8 @@ def problem_page(
         if service is None:
             body["services"] = list(problem.services)
             body["ranking"] = [
-                _rank_row(rank, 5 if index < FULL_RANKS else 1) for index, rank in enumerate(ranks)
+                _rank_row(rank) if index < FULL_RANKS else _rank_row(rank, 1, 160)
+                for index, rank in enumerate(ranks)
             ]
         else:
             body["ranking"] = [_rank_row(rank) for rank in ranks]
@@ -235,7 +249,7 @@ def problem_page(
     body["anomaly_count"] = len(ordered)
     body["anomalies_shown"] = len(page)
     body["anomalies"] = [anomaly_row(a) for a in page]
-    body["anomalies_order"] = "strongest first (score: robust standard deviations)"
+    body["anomalies_order"] = "strongest first"
     if offset == 0 and (service is None or service == row["origin"]):
         body["sample_trace_ids"] = list(problem.sample_trace_ids)
         body["sample_log_lines"] = [shorten(line, 300) for line in problem.sample_log_lines]
@@ -255,8 +269,44 @@ def problem_page(
     def more_ranks(kept: int) -> JsonObject:
         return {"ranking_shown": kept}
 
-    trimmable.append(Trimmable(("anomalies",), more_anomalies))
     if offset == 0:
-        trimmable.append(Trimmable(("ranking",), more_ranks))
-        trimmable.append(Trimmable(("services",)))
+        trimmable.append(Trimmable(("ranking",), more_ranks, _shrink_rank))
+    if offset == 0 and service is None:
+        trimmable.append(Trimmable(("services",)))  # the ranking names the first ones too
+    trimmable.append(Trimmable(("anomalies",), more_anomalies, _shrink_anomaly))
+    if offset + len(page) < len(ordered):
+        body.update(more_anomalies(len(page)))
+        body["truncated"] = True
     return Shaped(body, trimmable)
+
+
+_RANK_ESSENTIALS: Final = ("service", "role", "max_score", "evidence_total")
+_ANOMALY_ESSENTIALS: Final = ("service", "series", "direction", "score", "start", "end")
+
+
+def _shrink_to(item: object, max_bytes: int, essentials: Sequence[str]) -> object:
+    """A row that does not fit, smaller: its long strings and lists cut, then only ``essentials``.
+
+    Never a placeholder: the service (and role or series) a row is about always stays.
+    """
+    if not isinstance(item, dict):
+        return shrink_value(item, max_bytes)
+    for chars, items in ((160, 1), (80, 0)):
+        smaller = {
+            key: (
+                shorten(value, chars) if isinstance(value, str) and key not in essentials else value
+            )
+            for key, value in item.items()
+        }
+        smaller = {k: (v[:items] if isinstance(v, list) else v) for k, v in smaller.items()}
+        if encoded_size(smaller) <= max_bytes:
+            return smaller
+    return {key: item[key] for key in essentials if key in item}
+
+
+def _shrink_rank(item: object, max_bytes: int) -> object:
+    return _shrink_to(item, max_bytes, _RANK_ESSENTIALS)
+
+
+def _shrink_anomaly(item: object, max_bytes: int) -> object:
+    return _shrink_to(item, max_bytes, _ANOMALY_ESSENTIALS)

@@ -1387,8 +1387,8 @@ class ObservabilityTools:
             raise NotFound(
                 f"service: {args.service[:64]!r} is not one of the {len(problem.services)} "
                 f"services of problem {problem.problem_id}",
-                hint=f"Its services: {shorten(', '.join(problem.services), 1000)}; omit "
-                "service for the whole problem.",
+                hint=f"Omit service for the whole problem. Its services: "
+                f"{shorten(', '.join(problem.services), 200)}",
             )
 
         def cursor_at(position: int) -> str:
