@@ -109,7 +109,6 @@ def _utc(unix_nano: int) -> str:
 
 
 async def _detect(config: Config, span_ns: int, end_ns: int | None, step_ns: int) -> DetectionRun:
-
     # The configured store (store.backend), as every command opens it.
     async with open_telemetry_store(config) as store:
         if end_ns is None:
