@@ -1,6 +1,6 @@
 """Layering of the package: imports between coremetry's packages go one way, lowest first.
 
-Two checks, both over the source parsed with :mod:`ast` (every import: module level, inside
+Three checks, all over the source parsed with :mod:`ast` (every import: module level, inside
 functions, under ``TYPE_CHECKING``; relative imports resolved; ``importlib.import_module`` /
 ``__import__`` with a literal name):
 
@@ -9,6 +9,8 @@ functions, under ``TYPE_CHECKING``; relative imports resolved; ``importlib.impor
   An upward import, an import between two units of the same rank, a cycle between units, or a
   unit missing from ``LAYERS`` is reported with its file and line. Imports inside one unit are
   that unit's business (``mcp/`` internals are checked by its own tests).
+- **Ruled out** (``NEVER``): a few imports the ranks would allow but the design forbids
+  (transports know no tools, observability no HTTP, auth no ``mcp/``).
 - **The protocol core** ``coremetry.mcp`` knows JSON-RPC and MCP and nothing else: it must not
   import transports, auth, the store, ingest, observability, the web stack or JWT handling
   (``coremetry/mcp/__init__.py`` promises it), and its public surface (``__all__``) is sorted,
@@ -17,7 +19,7 @@ functions, under ``TYPE_CHECKING``; relative imports resolved; ``importlib.impor
 
 import ast
 import importlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -333,6 +335,40 @@ def layering_violations(
 
 def test_the_packages_import_one_way_lowest_first() -> None:
     assert layering_violations(ROOT_DIR, ROOT) == []
+
+
+NEVER: Final[dict[str, frozenset[str]]] = {
+    # Imports the ranks would allow but DESIGN.md §2 rules out: transports never know about
+    # tools (nor the telemetry behind them); observability knows the store and the registry
+    # types, not HTTP; auth uses roles, never mcp/.
+    "transports": frozenset({"observability", "detection", "ingest", "analysis", "store"}),
+    "observability": frozenset({"http_edge"}),
+    "auth": frozenset({"mcp"}),
+}
+
+
+def never_imported(
+    edges: dict[tuple[str, str], list[str]], never: Mapping[str, frozenset[str]] = NEVER
+) -> list[str]:
+    """The imports of ``edges`` that ``never`` rules out, with their files and lines."""
+    return [
+        f"{source} must not import {target} ({', '.join(where)})"
+        for (source, target), where in sorted(edges.items())
+        if target in never.get(source, frozenset())
+    ]
+
+
+def test_no_package_imports_what_the_design_rules_out() -> None:
+    assert never_imported(import_edges(ROOT_DIR, ROOT)) == []
+
+
+def test_a_ruled_out_import_is_reported(tmp_path: Path) -> None:
+    root_dir = _tree(tmp_path, {**_CLEAN, "high.py": "def f() -> None:\n    import pkg.peer\n"})
+    edges = import_edges(root_dir, "pkg")
+    assert layering_violations(root_dir, "pkg", _SYNTHETIC_LAYERS) == []
+    assert never_imported(edges, {"high": frozenset({"peer"})}) == [
+        "high must not import peer (high.py:2)"
+    ]
 
 
 def test_the_layers_name_every_package_and_top_level_module() -> None:
