@@ -20,7 +20,7 @@ from coremetry.config import load_config
 from coremetry.server import build_mcp_server, serve
 from coremetry.store import TelemetryBatch
 from coremetry.store.clickhouse import ClickHouseStore
-from coremetry.store.testing import _dataset
+from coremetry.store.testing._dataset import make_dataset
 
 from ._chdb_http import ChdbHttpServer, Running
 from ._support import open_fresh_store
@@ -59,7 +59,7 @@ def tool_error(response: httpx.Response) -> dict[str, object]:
 async def served_store(chdb_http: ChdbHttpServer) -> AsyncIterator[tuple[str, ClickHouseStore]]:
     """A ClickHouse store over HTTP with the conformance dataset, served on loopback."""
     async with open_fresh_store(chdb_http.url) as store, trio.open_nursery() as nursery:
-        await store.write(TelemetryBatch(spans=_dataset().spans))
+        await store.write(TelemetryBatch(spans=make_dataset().spans))
         config = load_config(environ={}, overrides={"http": {"port": 0}})
         stop = trio.Event()
         base: str = await nursery.start(
