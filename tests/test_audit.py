@@ -45,7 +45,7 @@ from coremetry.mcp import (
     Reply,
     Server,
 )
-from coremetry.mcp.dispatch import LAZY_DIGEST_MAX_BYTES, CallArguments
+from coremetry.mcp.observe import LAZY_DIGEST_MAX_BYTES, CallArguments
 from coremetry.testing.fixture import register_fixture
 
 JsonObj = dict[str, object]

@@ -34,6 +34,7 @@ from coremetry.auth import (
 )
 from coremetry.config import Config
 from coremetry.mcp import CallContext, Resource, Server, versions
+from coremetry.observability import STORE_ERROR_CLASSES
 from coremetry.store import TelemetryStore
 
 if TYPE_CHECKING:
@@ -85,6 +86,8 @@ def build_mcp_server(
         page_size=page_size,
         list_ttl_ms=list_ttl_ms,
         read_ttl_ms=read_ttl_ms,
+        # The store's exceptions as tool errors: handed in here, not registered process-wide.
+        error_classes=STORE_ERROR_CLASSES,
     )
 
     async def server_info(uri: str, ctx: CallContext) -> str:

@@ -51,7 +51,7 @@ from trio_websocket import (
 from coremetry.app import CoremetryApp
 from coremetry.config import Config, load_config
 from coremetry.mcp import CallContext, Caller, Connection, Server, Tool, codes
-from coremetry.mcp.dispatch import Outcome
+from coremetry.mcp.server import Outcome
 from coremetry.mcp.versions import LATEST_HANDSHAKE
 from coremetry.server import build_mcp_server, serve
 from coremetry.testing.fixture import NoArgs

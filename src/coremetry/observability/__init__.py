@@ -24,9 +24,9 @@ from .budget import Trimmable as Trimmable
 from .budget import fit as fit
 from .problems import NO_DETECTION_NOTE as NO_DETECTION_NOTE
 from .problems import ProblemSource as ProblemSource
+from .registration import STORE_ERROR_CLASSES as STORE_ERROR_CLASSES
 from .registration import TOOL_NAMES as TOOL_NAMES
 from .registration import register_observability as register_observability
-from .registration import register_store_errors as register_store_errors
 from .tools import ObservabilityTools as ObservabilityTools
 from .trace_analysis import TraceAnalysis as TraceAnalysis
 from .trace_analysis import analyse_trace as analyse_trace
@@ -37,6 +37,7 @@ __all__ = [
     "NO_DETECTION_NOTE",
     "ObservabilityTools",
     "ProblemSource",
+    "STORE_ERROR_CLASSES",
     "Shaped",
     "TOOL_NAMES",
     "TraceAnalysis",
@@ -44,5 +45,4 @@ __all__ = [
     "analyse_trace",
     "fit",
     "register_observability",
-    "register_store_errors",
 ]
