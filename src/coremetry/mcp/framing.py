@@ -12,7 +12,10 @@ Contract:
 - Nothing here raises for any input bytes: every failure is a :class:`Reply` or ``None``.
 """
 
+import enum
 import re
+import types
+import typing
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
@@ -24,6 +27,7 @@ from msgspec.inspect import (
     FrozenSetType,
     ListType,
     LiteralType,
+    Metadata,
     SetType,
     StructType,
     TupleType,
@@ -262,6 +266,8 @@ _PATH_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[\.\.\.\]")
 
 def _accepted(info: Type) -> list[object] | None:
     """The accepted values of an enumerated type (``None``: not enumerated)."""
+    if isinstance(info, Metadata):  # Annotated[..., msgspec.Meta(description=...)]
+        return _accepted(info.type)
     if isinstance(info, LiteralType):
         return list(info.values)
     if isinstance(info, EnumType):
@@ -278,6 +284,8 @@ def _accepted(info: Type) -> list[object] | None:
 
 def _child(info: Type, field: str | None) -> Type | None:
     """The type one path step below ``info`` (a field name, or ``None`` for an item/value)."""
+    if isinstance(info, Metadata):
+        return _child(info.type, field)
     if isinstance(info, UnionType):
         for member in info.types:
             found = _child(member, field)
@@ -301,21 +309,71 @@ def _child(info: Type, field: str | None) -> Type | None:
     return None
 
 
+def _declared(annotation: object) -> list[object] | None:
+    """The values of a ``Literal``/``Enum`` annotation in declaration order (else ``None``)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _declared(typing.get_args(annotation)[0])
+    if origin is typing.Literal:
+        return list(typing.get_args(annotation))
+    if origin is typing.Union or origin is types.UnionType:
+        values: list[object] = []
+        for member in typing.get_args(annotation):
+            found = _declared(member)
+            if found is not None:
+                values.extend(found)
+        return values or None
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return [member.value for member in annotation]
+    return None
+
+
 def accepted_values(target: type[Struct], path: str) -> Sequence[object] | None:
     """The accepted values of the enumerated field at msgspec's error ``path`` (``.a[0].b``).
 
     Returns:
-        The values, or ``None`` when the path does not lead to an enumerated type.
+        The values (in declaration order when the path ends at a Struct field), or ``None`` when
+        the path does not lead to an enumerated type.
     """
     info: Type | None = type_info(target)
+    owner: tuple[type[Struct], str] | None = None
     position = 0
     while info is not None and position < len(path):
         step = _PATH_STEP.match(path, position)
         if step is None:
             return None
-        info = _child(info, step.group(1))
+        field = step.group(1)
+        owner = _field_owner(info, field)
+        info = _child(info, field)
         position = step.end()
-    return None if info is None else _accepted(info)
+    if info is None:
+        return None
+    if owner is not None:
+        # msgspec's inspection sorts Literal values; the declaration's order reads better (a
+        # severity scale from low to high, say).
+        declared = _declared(typing.get_type_hints(owner[0], include_extras=True)[owner[1]])
+        if declared is not None:
+            return declared
+    return _accepted(info)
+
+
+def _field_owner(info: Type, field: str | None) -> tuple[type[Struct], str] | None:
+    """The Struct class and attribute name of the field ``field`` of ``info``, if it is one."""
+    if field is None:
+        return None
+    if isinstance(info, Metadata):
+        return _field_owner(info.type, field)
+    if isinstance(info, UnionType):
+        for member in info.types:
+            found = _field_owner(member, field)
+            if found is not None:
+                return found
+        return None
+    if isinstance(info, StructType):
+        for candidate in info.fields:
+            if candidate.encode_name == field:
+                return info.cls, candidate.name
+    return None
 
 
 def decode_error_message(exc: Exception, target: type[Struct]) -> str:
