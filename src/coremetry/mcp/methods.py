@@ -74,7 +74,10 @@ class MethodSpec(Generic[ParamsT]):
     Args:
         params: the msgspec Struct its params decode into.
         handler: ``handler(request, params, conn)``.
-        eras: where the method exists; ``"handshake"`` methods are not found in 2026-07-28.
+        eras: where the method exists. Only the stateless era refuses: a ``"handshake"``
+            method is not found in 2026-07-28; a ``"stateless"`` one reached without a
+            revision in ``_meta`` is still served (``server/discover`` always statelessly,
+            ``subscriptions/listen`` in the connection's era).
         gated: a call that runs as a :class:`PendingCall` under its own cancel scope and whose
             id must not collide with one in flight.
         observed: the :data:`~coremetry.mcp.gate.CallKind` the call observer records it under;
