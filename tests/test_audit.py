@@ -46,7 +46,7 @@ from coremetry.mcp import (
     Reply,
     Server,
 )
-from coremetry.mcp.dispatch import LAZY_DIGEST_MAX_BYTES, CallArguments
+from coremetry.mcp.observe import LAZY_DIGEST_MAX_BYTES, CallArguments
 
 JsonObj = dict[str, object]
 REVISION: Final = "2025-11-25"

@@ -384,13 +384,13 @@ def registry_entries(mcp: Server, telemetry: Telemetry) -> list[Entry]:
         arguments = as_object(telemetry.fill(dict(TOOL_ARGUMENTS[tool.name])))
         params: JsonObject = {"name": tool.name, "arguments": arguments}
         entries.append(Entry("tool", tool.name, tool.min_role, "tools/call", params))
-    for resource in mcp._resources.values():
+    for resource in mcp.resources():
         entries.append(
             Entry(
                 "resource", resource.uri, resource.min_role, "resources/read", {"uri": resource.uri}
             )
         )
-    for template in mcp._templates.values():
+    for template in mcp.resource_templates():
         assert template.uri_template in TEMPLATE_VALUES, f"give {template.uri_template!r} a URI"
         uri = str(telemetry.fill(TEMPLATE_VALUES[template.uri_template]))
         entries.append(
@@ -398,7 +398,7 @@ def registry_entries(mcp: Server, telemetry: Telemetry) -> list[Entry]:
                 "template", template.uri_template, template.min_role, "resources/read", {"uri": uri}
             )
         )
-    for prompt in mcp._prompts.values():
+    for prompt in mcp.prompts():
         assert prompt.name in PROMPT_ARGUMENTS, f"give {prompt.name!r} arguments"
         params = {"name": prompt.name, "arguments": telemetry.fill(PROMPT_ARGUMENTS[prompt.name])}
         entries.append(Entry("prompt", prompt.name, prompt.min_role, "prompts/get", params))

@@ -103,7 +103,7 @@ def forbidden_imports(source: str, package: str) -> list[str]:
 
 def test_the_package_has_modules() -> None:
     names = {path.name for path in _modules()}
-    assert {"__init__.py", "dispatch.py", "wire.py", "gate.py", "registry.py"} <= names
+    assert {"__init__.py", "server.py", "wire.py", "gate.py", "registry.py"} <= names
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda path: path.name)

@@ -35,7 +35,7 @@ from coremetry.config import Config
 from coremetry.conformance_fixture.fixture import register_fixture
 from coremetry.detection.service import serve_detection
 from coremetry.mcp import CallContext, Resource, Server, versions
-from coremetry.observability import register_observability
+from coremetry.observability import STORE_ERROR_CLASSES, register_observability
 from coremetry.store import TelemetryStore
 from coremetry.store.open import open_telemetry_store, store_location
 
@@ -86,6 +86,8 @@ def build_mcp_server(
         page_size=page_size,
         list_ttl_ms=list_ttl_ms,
         read_ttl_ms=read_ttl_ms,
+        # The store's exceptions as tool errors: handed in here, not registered process-wide.
+        error_classes=STORE_ERROR_CLASSES,
     )
 
     async def server_info(uri: str, ctx: CallContext) -> str:

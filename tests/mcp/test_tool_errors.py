@@ -1,7 +1,7 @@
 """Tests for the tool-error contract: the classifier table, the sanitizer and the JSON form."""
 
 import json
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 import msgspec
 import pytest
@@ -16,13 +16,14 @@ from coremetry.mcp.tool_errors import (
     BackendUnavailable,
     BadArgs,
     DeadlineExceeded,
+    ErrorClass,
     InternalFailure,
     NotFound,
     ToolError,
     ToolErrorKind,
     ToolFailure,
     classify_tool_error,
-    register_error_class,
+    merge_error_classes,
     sanitize_detail,
     tool_error_dict,
     tool_error_json,
@@ -59,9 +60,14 @@ class _UnprintableRegistered(Exception):
         raise RuntimeError("__str__ exploded")
 
 
-register_error_class(_StoreDown, K.BACKEND_UNAVAILABLE, hint="Use the logs instead.")
-register_error_class(_QueryRejected, K.BAD_ARGS, keep_message=True)
-register_error_class(_UnprintableRegistered, K.BAD_ARGS, keep_message=True)
+CLASSES: Final = merge_error_classes(
+    {
+        _StoreDown: ErrorClass(K.BACKEND_UNAVAILABLE, hint="Use the logs instead."),
+        _QueryRejected: ErrorClass(K.BAD_ARGS, keep_message=True),
+        _UnprintableRegistered: ErrorClass(K.BAD_ARGS, keep_message=True),
+    }
+)
+"""The table these tests classify with (as a server assembled with it would)."""
 
 
 class _Args(msgspec.Struct):
@@ -277,7 +283,7 @@ CLASSIFY_TABLE = [
 
 @pytest.mark.parametrize("row", CLASSIFY_TABLE)
 def test_classify_table(row: Row) -> None:
-    err = classify_tool_error(row.exc)
+    err = classify_tool_error(row.exc, CLASSES)
 
     assert err == ToolError(
         error=row.error.value,
@@ -339,7 +345,7 @@ def test_tool_failure_with_clobbered_attributes_still_classifies() -> None:
     exc = NotFound("x")
     exc.detail = 42  # type: ignore[assignment]
     exc.hint = object()  # type: ignore[assignment]
-    assert classify_tool_error(exc) == ToolError(
+    assert classify_tool_error(exc, CLASSES) == ToolError(
         error="not_found",
         retryable=False,
         hint=DEFAULT_HINTS[K.NOT_FOUND],
@@ -351,7 +357,7 @@ def test_tool_failure_subclass_with_broken_kind_is_internal() -> None:
     class Weird(BadArgs):
         kind = "bad_args"  # type: ignore[assignment]
 
-    assert classify_tool_error(Weird("x")).error == "internal"
+    assert classify_tool_error(Weird("x"), CLASSES).error == "internal"
 
 
 async def test_trio_cancelled_is_internal() -> None:
@@ -365,21 +371,21 @@ async def test_trio_cancelled_is_internal() -> None:
             raise
     assert scope.cancelled_caught
     (cancelled,) = caught
-    assert classify_tool_error(cancelled).error == "internal"
+    assert classify_tool_error(cancelled, CLASSES).error == "internal"
     group = BaseExceptionGroup("g", [cancelled, TimeoutError()])
-    assert classify_tool_error(group).error == "internal"
+    assert classify_tool_error(group, CLASSES).error == "internal"
 
 
 def test_huge_group_is_internal() -> None:
     group = ExceptionGroup("g", [TimeoutError() for _ in range(1000)])
-    assert classify_tool_error(group).error == "internal"
+    assert classify_tool_error(group, CLASSES).error == "internal"
 
 
 def test_deep_group_is_internal() -> None:
     group: ExceptionGroup[Exception] = ExceptionGroup("g", [TimeoutError()])
     for _ in range(50):
         group = ExceptionGroup("g", [group])
-    assert classify_tool_error(group).error == "internal"
+    assert classify_tool_error(group, CLASSES).error == "internal"
 
 
 @pytest.mark.parametrize(
@@ -391,17 +397,24 @@ def test_deep_group_is_internal() -> None:
         pytest.param(ExceptionGroup, id="exception-group"),
     ],
 )
-def test_register_refuses(exc_type: type[BaseException]) -> None:
+def test_merge_refuses(exc_type: type[BaseException]) -> None:
     with pytest.raises(TypeError):
-        register_error_class(exc_type, K.TIMEOUT)
+        merge_error_classes({exc_type: ErrorClass(K.TIMEOUT)})
 
 
-def test_register_refuses_unknown_kind() -> None:
+def test_a_type_is_classified_only_by_the_table_handed_in() -> None:
+    # No process-wide registry: the default table knows the built-in classes only.
+    assert classify_tool_error(_StoreDown("down")).error == "internal"
+    assert classify_tool_error(_StoreDown("down"), CLASSES).error == "backend_unavailable"
+    assert classify_tool_error(TimeoutError()).error == "timeout"
+
+
+def test_merge_refuses_unknown_kind() -> None:
     class Local(Exception):
         pass
 
     with pytest.raises(ValueError, match="nope"):
-        register_error_class(Local, "nope")  # type: ignore[arg-type]
+        merge_error_classes({Local: ErrorClass("nope")})  # type: ignore[arg-type]
 
 
 # ---- JSON and dict forms --------------------------------------------------------------------
@@ -418,7 +431,7 @@ def test_tool_error_json_exact() -> None:
 
 
 def test_tool_error_json_round_trips() -> None:
-    err = classify_tool_error(_validation_error())
+    err = classify_tool_error(_validation_error(), CLASSES)
     decoded = json.loads(tool_error_json(err))
     assert list(decoded) == ["error", "retryable", "hint", "detail"]
     assert decoded == tool_error_dict(err)

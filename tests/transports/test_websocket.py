@@ -53,7 +53,7 @@ from coremetry.config import Config, load_config
 from coremetry.conformance_fixture.fixture import NoArgs
 from coremetry.http_edge import Headers, HttpPolicy
 from coremetry.mcp import CallContext, Caller, Connection, Server, Tool, codes
-from coremetry.mcp.dispatch import Outcome
+from coremetry.mcp.server import Outcome
 from coremetry.mcp.versions import LATEST_HANDSHAKE
 from coremetry.server import build_mcp_server, serve
 from coremetry.transports.websocket import WebSocketTransport

@@ -5,25 +5,21 @@ tool-error contract and per-call deadlines. It knows JSON-RPC and MCP and nothin
 authentication storage or telemetry: it imports
 nothing from :mod:`coremetry.transports`, auth, the store, quart or hypercorn (a test enforces
 it). Transports hand :class:`Server` bytes plus a :class:`Connection` and send back what it
-answers.
+answers. The modules, lowest first: ``wire``, ``codes``, ``versions``, ``uri_template``,
+``tool_errors``, ``gate``, ``framing``, ``request_state``, ``outbound``, ``context``,
+``registry``, ``pagination``, ``observe``, ``calls``, ``lists``, ``subscriptions``, ``methods``,
+``server`` (the facade).
 """
 
 from . import codes as codes
 from . import versions as versions
 from . import wire as wire
-from .dispatch import CALL_OUTCOMES as CALL_OUTCOMES
-from .dispatch import CallContext as CallContext
-from .dispatch import CallObserver as CallObserver
-from .dispatch import CallOutcome as CallOutcome
-from .dispatch import CallRecord as CallRecord
-from .dispatch import ClientRequestError as ClientRequestError
-from .dispatch import Connection as Connection
-from .dispatch import PendingBatch as PendingBatch
-from .dispatch import PendingCall as PendingCall
-from .dispatch import ProtocolError as ProtocolError
-from .dispatch import Reply as Reply
-from .dispatch import Server as Server
-from .dispatch import serve_connection as serve_connection
+from .calls import Connection as Connection
+from .calls import PendingBatch as PendingBatch
+from .calls import PendingCall as PendingCall
+from .context import CallContext as CallContext
+from .framing import ProtocolError as ProtocolError
+from .framing import Reply as Reply
 from .gate import ANONYMOUS_VIEWER as ANONYMOUS_VIEWER
 from .gate import ROLES as ROLES
 from .gate import Caller as Caller
@@ -36,6 +32,12 @@ from .gate import RateLimited as RateLimited
 from .gate import denied as denied
 from .gate import role_gate as role_gate
 from .gate import role_satisfies as role_satisfies
+from .methods import MethodSpec as MethodSpec
+from .observe import CALL_OUTCOMES as CALL_OUTCOMES
+from .observe import CallObserver as CallObserver
+from .observe import CallOutcome as CallOutcome
+from .observe import CallRecord as CallRecord
+from .outbound import ClientRequestError as ClientRequestError
 from .registry import InputRequired as InputRequired
 from .registry import Prompt as Prompt
 from .registry import PromptArgument as PromptArgument
@@ -43,22 +45,28 @@ from .registry import Resource as Resource
 from .registry import ResourceTemplate as ResourceTemplate
 from .registry import Tool as Tool
 from .registry import schema_for as schema_for
+from .server import Server as Server
+from .server import serve_connection as serve_connection
+from .tool_errors import BUILTIN_ERROR_CLASSES as BUILTIN_ERROR_CLASSES
 from .tool_errors import BackendUnavailable as BackendUnavailable
 from .tool_errors import BadArgs as BadArgs
 from .tool_errors import DeadlineExceeded as DeadlineExceeded
+from .tool_errors import ErrorClass as ErrorClass
+from .tool_errors import ErrorClasses as ErrorClasses
 from .tool_errors import InternalFailure as InternalFailure
 from .tool_errors import NotFound as NotFound
 from .tool_errors import ToolError as ToolError
 from .tool_errors import ToolErrorKind as ToolErrorKind
 from .tool_errors import ToolFailure as ToolFailure
 from .tool_errors import classify_tool_error as classify_tool_error
-from .tool_errors import register_error_class as register_error_class
+from .tool_errors import merge_error_classes as merge_error_classes
 from .tool_errors import tool_error_json as tool_error_json
 from .uri_template import UriTemplate as UriTemplate
 from .uri_template import extract_uri_template_value as extract_uri_template_value
 
 __all__ = [
     "ANONYMOUS_VIEWER",
+    "BUILTIN_ERROR_CLASSES",
     "BackendUnavailable",
     "BadArgs",
     "CALL_OUTCOMES",
@@ -73,10 +81,13 @@ __all__ = [
     "Connection",
     "DeadlineExceeded",
     "Denied",
+    "ErrorClass",
+    "ErrorClasses",
     "GateCall",
     "GateError",
     "InputRequired",
     "InternalFailure",
+    "MethodSpec",
     "NotFound",
     "PendingBatch",
     "PendingCall",
@@ -98,7 +109,7 @@ __all__ = [
     "codes",
     "denied",
     "extract_uri_template_value",
-    "register_error_class",
+    "merge_error_classes",
     "role_gate",
     "role_satisfies",
     "schema_for",

@@ -10,14 +10,20 @@ with it (a failure is a ``bad_args`` tool error that names the field). When a sc
 keywords msgspec cannot generate (``if``/``then``/``else``, ``allOf``, ``$anchor``, ...), a tool
 may pass an explicit ``input_schema``: it is served verbatim, and the arguments are still
 decoded with the Struct.
+
+:class:`Registry` holds the entries of one server: a duplicate name (or URI, or template) logs a
+warning and the last registration wins; iteration is in registration order.
 """
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Final, Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 import msgspec
 from msgspec import Struct
 
+from .context import CallContext
+from .gate import role_satisfies
 from .uri_template import UriTemplate, compile_template
 from .wire import (
     CallToolResult,
@@ -29,8 +35,7 @@ from .wire import (
     ToolAnnotations,
 )
 
-if TYPE_CHECKING:
-    from .dispatch import CallContext
+log = logging.getLogger("coremetry.mcp")
 
 ArgsT = TypeVar("ArgsT", bound=Struct, covariant=True)
 """Covariant so that a ``Tool[EchoArgs]`` registers where a ``Tool[Struct]`` is expected; the
@@ -64,23 +69,23 @@ ToolOutput = CallToolResult | InputRequired | str | Struct | JsonObject | Sequen
 - a sequence of content blocks: sent as ``content``.
 """
 
-ToolHandler = Callable[[ArgsT, "CallContext"], Awaitable[ToolOutput]]
+ToolHandler = Callable[[ArgsT, CallContext], Awaitable[ToolOutput]]
 """``async def handler(args: ArgsStruct, ctx: CallContext) -> ToolOutput``."""
 
 ResourceOutput = InputRequired | str | bytes | Sequence[ResourceContents]
 """What a resource handler may return: text (sent with the entry's ``mime_type``), bytes
 (base64 ``blob``), or explicit contents."""
 
-ResourceHandler = Callable[[str, "CallContext"], Awaitable[ResourceOutput]]
+ResourceHandler = Callable[[str, CallContext], Awaitable[ResourceOutput]]
 """``async def read(uri: str, ctx: CallContext) -> ResourceOutput``."""
 
-TemplateHandler = Callable[[str, Mapping[str, str], "CallContext"], Awaitable[ResourceOutput]]
+TemplateHandler = Callable[[str, Mapping[str, str], CallContext], Awaitable[ResourceOutput]]
 """``async def read(uri, variables, ctx)``; ``variables`` are the decoded template values."""
 
 PromptOutput = GetPromptResult | InputRequired | Sequence[PromptMessage] | str
 """What a prompt handler may return (a ``str`` is one user text message)."""
 
-PromptHandler = Callable[[Mapping[str, str], "CallContext"], Awaitable[PromptOutput]]
+PromptHandler = Callable[[Mapping[str, str], CallContext], Awaitable[PromptOutput]]
 """``async def render(arguments, ctx)``; required arguments are checked before the call."""
 
 Completer = Callable[[str, str, Mapping[str, str]], Awaitable[Sequence[str]]]
@@ -186,7 +191,7 @@ class Tool(Generic[ArgsT]):
             msgspec.json.encode(output_schema) if output_schema is not None else None
         )
 
-    def bind(self, arguments: bytes) -> "Callable[[CallContext], Awaitable[ToolOutput]]":
+    def bind(self, arguments: bytes) -> Callable[[CallContext], Awaitable[ToolOutput]]:
         """Decode a request's raw ``arguments`` JSON and bind them to the handler.
 
         Args:
@@ -203,7 +208,7 @@ class Tool(Generic[ArgsT]):
         args = self.decoder.decode(arguments)
         handler = self.handler
 
-        def run(ctx: "CallContext") -> Awaitable[ToolOutput]:
+        def run(ctx: CallContext) -> Awaitable[ToolOutput]:
             return handler(args, ctx)
 
         return run
@@ -353,3 +358,78 @@ class Prompt:
 
     def __repr__(self) -> str:
         return f"Prompt(name={self.name!r}, min_role={self.min_role!r})"
+
+
+_ArgsT = TypeVar("_ArgsT", bound=Struct)
+
+
+class Registry:
+    """The tools, resources, resource templates and prompts of one server, by key.
+
+    Keys: a tool's or prompt's ``name``, a resource's ``uri``, a template's ``uri_template``.
+    Registering a key again logs a warning and replaces the entry (the last one wins), keeping
+    its place in the order.
+    """
+
+    def __init__(self) -> None:
+        self.tools: dict[str, Tool[Struct]] = {}
+        self.resources: dict[str, Resource] = {}
+        self.templates: dict[str, ResourceTemplate] = {}
+        self.prompts: dict[str, Prompt] = {}
+
+    def register_tool(self, tool: Tool[_ArgsT]) -> None:
+        """Register a tool; a duplicate name logs a warning and the last registration wins."""
+        if tool.name in self.tools:
+            log.warning("tool %r registered twice; the last registration wins", tool.name)
+        self.tools[tool.name] = tool
+
+    def register_resource(self, resource: Resource) -> None:
+        """Register a static resource; a duplicate URI logs a warning and the last one wins."""
+        if resource.uri in self.resources:
+            log.warning("resource %r registered twice; the last registration wins", resource.uri)
+        self.resources[resource.uri] = resource
+
+    def register_resource_template(self, template: ResourceTemplate) -> None:
+        """Register a resource template; a duplicate template string: warning, last one wins."""
+        if template.uri_template in self.templates:
+            log.warning(
+                "resource template %r registered twice; the last registration wins",
+                template.uri_template,
+            )
+        self.templates[template.uri_template] = template
+
+    def register_prompt(self, prompt: Prompt) -> None:
+        """Register a prompt; a duplicate name logs a warning and the last registration wins."""
+        if prompt.name in self.prompts:
+            log.warning("prompt %r registered twice; the last registration wins", prompt.name)
+        self.prompts[prompt.name] = prompt
+
+    def visible_counts(self, role: str) -> dict[str, int]:
+        """How many entries of each kind a caller with ``role`` sees in the list methods.
+
+        Returns:
+            ``{"tools": n, "resources": n, "resource_templates": n, "prompts": n}``.
+        """
+        ok = role_satisfies
+        return {
+            "tools": sum(ok(role, t.min_role) for t in self.tools.values()),
+            "resources": sum(ok(role, r.min_role) for r in self.resources.values()),
+            "resource_templates": sum(ok(role, t.min_role) for t in self.templates.values()),
+            "prompts": sum(ok(role, p.min_role) for p in self.prompts.values()),
+        }
+
+    def find_resource(
+        self, uri: str
+    ) -> tuple[Resource | ResourceTemplate, Mapping[str, str]] | None:
+        """The entry serving ``uri`` and its template variables; a static resource wins.
+
+        Templates are tried in registration order; ``None`` when nothing matches.
+        """
+        resource = self.resources.get(uri)
+        if resource is not None:
+            return resource, {}
+        for template in self.templates.values():
+            variables = template.template.match(uri)
+            if variables is not None:
+                return template, variables
+        return None

@@ -30,10 +30,12 @@ Exceptions raised on purpose (one root; ``kind`` is a class attribute)::
         ├── DeadlineExceeded         -> timeout
         └── InternalFailure          -> internal
 
-Other exception types are mapped through an extensible table (:func:`register_error_class`),
-so that the store layer or a ClickHouse client can map its own exceptions without the protocol
-core importing them. Lookup walks the exception's MRO; the most specific registered class wins.
-Built-in registrations:
+Other exception types are mapped through a table handed to the dispatcher when the application
+is assembled (:data:`ErrorClasses`, built with :func:`merge_error_classes`; e.g.
+``Server(..., error_classes=STORE_ERROR_CLASSES)``), so that the store layer or a ClickHouse
+client can map its own exceptions without the protocol core importing them, and without any
+process-wide registry. Lookup walks the exception's MRO; the most specific listed class wins.
+Built-in classes (:data:`BUILTIN_ERROR_CLASSES`, always present):
 
 =============================  =======================  =========================================
 exception type                 kind                     ``detail``
@@ -69,7 +71,7 @@ Cancellation is never swallowed. Callers catch ``Exception``, never ``BaseExcept
 and are never turned into a tool result. When a ``BaseExceptionGroup`` carrying a
 ``trio.Cancelled`` arrives, the caller splits the cancelled part off and re-raises it. If a
 ``BaseException`` that is not an ``Exception`` is passed anyway, it is classified ``internal``,
-never anything else, and :func:`register_error_class` refuses such types.
+never anything else, and :func:`merge_error_classes` refuses such types.
 
 Sources: ``shared/DESIGN.md`` §3 "Tool errors" (the five classes and the JSON key order);
 ``shared/STYLE.md`` habits 5 (one root, "Raised by … when …") and 6 (explicit classifier table,
@@ -88,11 +90,14 @@ import msgspec
 import trio
 
 __all__ = [
+    "BUILTIN_ERROR_CLASSES",
     "BackendUnavailable",
     "BadArgs",
     "DEFAULT_DETAILS",
     "DEFAULT_HINTS",
     "DeadlineExceeded",
+    "ErrorClass",
+    "ErrorClasses",
     "InternalFailure",
     "MAX_DETAIL_CHARS",
     "NotFound",
@@ -101,7 +106,7 @@ __all__ = [
     "ToolErrorKind",
     "ToolFailure",
     "classify_tool_error",
-    "register_error_class",
+    "merge_error_classes",
     "sanitize_detail",
     "tool_error_dict",
     "tool_error_json",
@@ -368,69 +373,80 @@ def sanitize_detail(text: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-class _Registration(NamedTuple):
-    kind: ToolErrorKind
-    hint: str | None
-    keep_message: bool
+class ErrorClass(NamedTuple):
+    """How one foreign exception type (and its subclasses) is classified.
 
-
-_REGISTRY: Final[dict[type[BaseException], _Registration]] = {}
-
-
-def register_error_class(
-    exc_type: type[BaseException],
-    kind: ToolErrorKind,
-    *,
-    hint: str | None = None,
-    keep_message: bool = False,
-) -> None:
-    """Map an exception type (and its subclasses) to a kind of tool error.
-
-    Meant to be called at import time by the layer that owns the type (the store, a
-    ClickHouse client), so the protocol core never imports it. Registering the same type
-    again replaces the earlier registration (last one wins). A registered subclass takes
-    precedence over a registered base class: lookup walks the MRO of the raised type.
-
-    Args:
-        exc_type: an ``Exception`` subclass. Not a :class:`ToolFailure` (it carries its own
-            kind), not an exception group (classified by its leaves), and not a
-            ``BaseException`` that is not an ``Exception`` (``trio.Cancelled``,
-            ``KeyboardInterrupt``...: cancellation is never turned into a tool result).
+    Attributes:
         kind: the kind to answer with.
         hint: the hint for the model; ``None`` uses :data:`DEFAULT_HINTS` for the kind.
         keep_message: show the exception's own text (sanitized) as ``detail``. Only for types
             whose messages are written for users (msgspec's validation errors name the field);
             otherwise the detail is the kind's generic sentence from :data:`DEFAULT_DETAILS`.
+    """
+
+    kind: ToolErrorKind
+    hint: str | None = None
+    keep_message: bool = False
+
+
+ErrorClasses = Mapping[type[BaseException], ErrorClass]
+"""Exception type -> its classification; lookup walks the raised type's MRO, so the most
+specific listed class wins."""
+
+BUILTIN_ERROR_CLASSES: Final[ErrorClasses] = MappingProxyType(
+    {
+        trio.TooSlowError: ErrorClass(ToolErrorKind.TIMEOUT),
+        TimeoutError: ErrorClass(ToolErrorKind.TIMEOUT),
+        ConnectionError: ErrorClass(ToolErrorKind.BACKEND_UNAVAILABLE),
+        # msgspec's messages name the field ("Expected `str`, got `int` - at `$.text`"): keep
+        # them.
+        msgspec.ValidationError: ErrorClass(ToolErrorKind.BAD_ARGS, keep_message=True),
+    }
+)
+"""The classes every server knows (the table in the module docstring)."""
+
+
+def merge_error_classes(*tables: ErrorClasses) -> ErrorClasses:
+    """Check ``tables`` and lay them over :data:`BUILTIN_ERROR_CLASSES`, later ones winning.
+
+    This is how the application hands its own mapping to the dispatcher at assembly
+    (``Server(..., error_classes=...)``): the layer that owns an exception type exports a
+    table, the protocol core never imports it, and no process-wide state is written.
+
+    Returns:
+        A read-only table for :func:`classify_tool_error`.
 
     Raises:
-        TypeError: ``exc_type`` is not a class, or is one of the refused types above.
-        ValueError: ``kind`` is not a :class:`ToolErrorKind` value.
+        TypeError: a key is not an ``Exception`` subclass (``trio.Cancelled``,
+            ``KeyboardInterrupt``...: cancellation is never a tool result), is a
+            :class:`ToolFailure` (it carries its own kind) or an exception group (classified
+            by its leaves: list the leaves).
+        ValueError: a kind is not a :class:`ToolErrorKind` value.
     """
-    if not issubclass(exc_type, Exception):
-        raise TypeError(
-            f"only Exception subclasses can be registered, not {exc_type.__qualname__} "
-            "(cancellation and interpreter exits are never tool errors)"
-        )
-    if issubclass(exc_type, ToolFailure):
-        raise TypeError(f"{exc_type.__qualname__} is a ToolFailure and carries its own kind")
-    if issubclass(exc_type, BaseExceptionGroup):
-        raise TypeError("exception groups are classified by their leaves; register the leaves")
-    _REGISTRY[exc_type] = _Registration(ToolErrorKind(kind), hint, keep_message)
+    merged: dict[type[BaseException], ErrorClass] = dict(BUILTIN_ERROR_CLASSES)
+    for table in tables:
+        for exc_type, entry in table.items():
+            if not issubclass(exc_type, Exception):
+                raise TypeError(
+                    f"only Exception subclasses can be mapped, not {exc_type!r} "
+                    "(cancellation and interpreter exits are never tool errors)"
+                )
+            if issubclass(exc_type, ToolFailure):
+                raise TypeError(
+                    f"{exc_type.__qualname__} is a ToolFailure and carries its own kind"
+                )
+            if issubclass(exc_type, BaseExceptionGroup):
+                raise TypeError("exception groups are classified by their leaves; map the leaves")
+            merged[exc_type] = ErrorClass(ToolErrorKind(entry.kind), entry.hint, entry.keep_message)
+    return MappingProxyType(merged)
 
 
-def _lookup(exc_type: type[BaseException]) -> _Registration | None:
+def _lookup(exc_type: type[BaseException], table: ErrorClasses) -> ErrorClass | None:
     for cls in exc_type.__mro__:
-        registration = _REGISTRY.get(cls)
-        if registration is not None:
-            return registration
+        entry = table.get(cls)
+        if entry is not None:
+            return entry
     return None
-
-
-register_error_class(trio.TooSlowError, ToolErrorKind.TIMEOUT)
-register_error_class(TimeoutError, ToolErrorKind.TIMEOUT)
-register_error_class(ConnectionError, ToolErrorKind.BACKEND_UNAVAILABLE)
-# msgspec's messages name the field ("Expected `str`, got `int` - at `$.text`"): keep them.
-register_error_class(msgspec.ValidationError, ToolErrorKind.BAD_ARGS, keep_message=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -474,12 +490,12 @@ def _leaves(group: BaseExceptionGroup[BaseException], depth: int = 0) -> Iterato
             yield exc
 
 
-def _classify_group(group: BaseExceptionGroup[BaseException]) -> ToolError:
+def _classify_group(group: BaseExceptionGroup[BaseException], table: ErrorClasses) -> ToolError:
     first: ToolError | None = None
     for count, leaf in enumerate(_leaves(group), start=1):
         if count > _MAX_GROUP_LEAVES:
             return _INTERNAL_ERROR
-        result = _classify_leaf(leaf)
+        result = _classify_leaf(leaf, table)
         if first is None:
             first = result
         elif result.error != first.error:
@@ -487,7 +503,7 @@ def _classify_group(group: BaseExceptionGroup[BaseException]) -> ToolError:
     return first if first is not None else _INTERNAL_ERROR
 
 
-def _classify_leaf(exc: BaseException) -> ToolError:
+def _classify_leaf(exc: BaseException, table: ErrorClasses) -> ToolError:
     if not isinstance(exc, Exception):
         # trio.Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit: never a tool error.
         return _INTERNAL_ERROR
@@ -502,7 +518,7 @@ def _classify_leaf(exc: BaseException) -> ToolError:
             detail=detail if isinstance(detail, str) else "",
             hint=hint if isinstance(hint, str) else None,
         )
-    registration = _lookup(type(exc))
+    registration = _lookup(type(exc), table)
     if registration is None:
         return _INTERNAL_ERROR
     return _build(
@@ -512,7 +528,9 @@ def _classify_leaf(exc: BaseException) -> ToolError:
     )
 
 
-def classify_tool_error(exc: BaseException | None) -> ToolError:
+def classify_tool_error(
+    exc: BaseException | None, error_classes: ErrorClasses = BUILTIN_ERROR_CLASSES
+) -> ToolError:
     """Turn a tool handler's exception into the :class:`ToolError` the model sees.
 
     Pure: no logging, no I/O; the caller logs the exception (with its traceback) itself.
@@ -527,14 +545,17 @@ def classify_tool_error(exc: BaseException | None) -> ToolError:
       leaf maps to the same kind, else ``internal``;
     - a :class:`ToolFailure` -> its ``kind``, its sanitized ``detail``, its sanitized
       ``hint`` or the kind's default hint;
-    - a registered type (:func:`register_error_class`, most specific class in the MRO wins)
-      -> its kind; the sanitized message when registered with ``keep_message``, else the
-      kind's generic sentence from :data:`DEFAULT_DETAILS`;
+    - a type listed in ``error_classes`` (most specific class in the MRO wins) -> its kind;
+      the sanitized message when listed with ``keep_message``, else the kind's generic
+      sentence from :data:`DEFAULT_DETAILS`;
     - anything else -> ``internal`` with ``"unexpected error; it has been logged on the
       server"``; ``str(exc)`` is never used.
 
     Args:
         exc: the exception caught around the handler, or ``None``.
+        error_classes: how foreign exception types are classified; the server passes the table
+            it was assembled with (:func:`merge_error_classes`), the default knows only
+            :data:`BUILTIN_ERROR_CLASSES`.
 
     Returns:
         A :class:`ToolError` whose ``retryable`` follows :data:`RETRYABLE` and whose ``detail``
@@ -546,8 +567,8 @@ def classify_tool_error(exc: BaseException | None) -> ToolError:
         if exc is None:
             return _INTERNAL_ERROR
         if isinstance(exc, BaseExceptionGroup):
-            return _classify_group(exc)
-        return _classify_leaf(exc)
+            return _classify_group(exc, error_classes)
+        return _classify_leaf(exc, error_classes)
     except Exception:
         return _INTERNAL_ERROR
 

@@ -167,6 +167,10 @@ class _Params(Struct, kw_only=True):
     meta: RequestMeta | UnsetType = field(default=UNSET, name="_meta")
 
 
+RequestParams = _Params
+"""The base of every request's params (public name): each carries ``_meta``."""
+
+
 class EmptyParams(_Params, kw_only=True):
     """Params of ``ping``, ``server/discover`` and other parameterless requests."""
 
@@ -194,6 +198,10 @@ class _RetryableParams(_Params, kw_only=True):
 
     input_responses: JsonObject | UnsetType = field(default=UNSET, name="inputResponses")
     request_state: str | UnsetType = field(default=UNSET, name="requestState")
+
+
+RetryableParams = _RetryableParams
+"""The base of the params that may carry MRTR ``inputResponses``/``requestState`` (public name)."""
 
 
 class CallToolParams(_RetryableParams, kw_only=True):

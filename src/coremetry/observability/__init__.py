@@ -26,9 +26,9 @@ from .budget import fit as fit
 from .catalog import TOOLS as TOOLS
 from .problems import NO_DETECTION_NOTE as NO_DETECTION_NOTE
 from .problems import ProblemSource as ProblemSource
+from .registration import STORE_ERROR_CLASSES as STORE_ERROR_CLASSES
 from .registration import TOOL_NAMES as TOOL_NAMES
 from .registration import register_observability as register_observability
-from .registration import register_store_errors as register_store_errors
 from .spec import ToolSpec as ToolSpec
 from .tools import ObservabilityTools as ObservabilityTools
 
@@ -38,6 +38,7 @@ __all__ = [
     "NO_DETECTION_NOTE",
     "ObservabilityTools",
     "ProblemSource",
+    "STORE_ERROR_CLASSES",
     "Shaped",
     "TOOLS",
     "TOOL_NAMES",
@@ -45,5 +46,4 @@ __all__ = [
     "Trimmable",
     "fit",
     "register_observability",
-    "register_store_errors",
 ]

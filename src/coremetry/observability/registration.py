@@ -5,7 +5,8 @@ handler returns a :class:`~.budget.Shaped` result; the registration passes it th
 :func:`~.budget.fit` with the configured budget before the dispatcher sees it, so no tool can
 exceed the output budget (resources and prompts fit their text the same way in
 :mod:`.entries`). The store's errors are mapped onto the tool-error classes here, because the
-store package never imports the protocol core (``coremetry.store.errors``):
+store package never imports the protocol core (``coremetry.store.errors``); the mapping is
+:data:`STORE_ERROR_CLASSES`, which the application passes to the ``Server`` it builds:
 
 ==========================  =======================  ==========================================
 store exception             tool error               detail
@@ -30,13 +31,14 @@ import msgspec
 
 from coremetry.detection.problem_store import ProblemFileError
 from coremetry.mcp import (
+    ErrorClass,
+    ErrorClasses,
     Prompt,
     PromptArgument,
     Resource,
     ResourceTemplate,
     Server,
     ToolErrorKind,
-    register_error_class,
 )
 from coremetry.store import (
     QueryRejected,
@@ -54,7 +56,7 @@ from .problems import ProblemSource
 from .spec import ToolSpec
 from .tools import ObservabilityTools
 
-__all__ = ["TOOL_NAMES", "register_observability", "register_store_errors"]
+__all__ = ["STORE_ERROR_CLASSES", "TOOL_NAMES", "register_observability"]
 
 TOOL_NAMES: Final = tuple(spec.name for spec in TOOLS)
 """Every tool this package registers, in catalog order."""
@@ -65,14 +67,16 @@ _STORE_HINT: Final = (
 )
 
 
-def register_store_errors() -> None:
-    """Map the store's exceptions onto the tool-error classes (idempotent; table above)."""
-    register_error_class(QueryRejected, ToolErrorKind.BAD_ARGS, keep_message=True)
-    register_error_class(ProblemFileError, ToolErrorKind.BACKEND_UNAVAILABLE)
-    register_error_class(StoreUnavailable, ToolErrorKind.BACKEND_UNAVAILABLE, hint=_STORE_HINT)
-    register_error_class(StoreClosed, ToolErrorKind.BACKEND_UNAVAILABLE, hint=_STORE_HINT)
-    register_error_class(StoreTimeout, ToolErrorKind.TIMEOUT)
-    register_error_class(StoreSchemaError, ToolErrorKind.INTERNAL, keep_message=True)
+STORE_ERROR_CLASSES: Final[ErrorClasses] = {
+    QueryRejected: ErrorClass(ToolErrorKind.BAD_ARGS, keep_message=True),
+    ProblemFileError: ErrorClass(ToolErrorKind.BACKEND_UNAVAILABLE),
+    StoreUnavailable: ErrorClass(ToolErrorKind.BACKEND_UNAVAILABLE, hint=_STORE_HINT),
+    StoreClosed: ErrorClass(ToolErrorKind.BACKEND_UNAVAILABLE, hint=_STORE_HINT),
+    StoreTimeout: ErrorClass(ToolErrorKind.TIMEOUT),
+    StoreSchemaError: ErrorClass(ToolErrorKind.INTERNAL, keep_message=True),
+}
+"""The store's exceptions as tool-error classes (table above); the application hands it to the
+dispatcher when it builds one (``Server(..., error_classes=STORE_ERROR_CLASSES)``)."""
 
 
 def register_observability(
@@ -103,7 +107,6 @@ def register_observability(
     """
     if budget_bytes < MIN_BUDGET_BYTES:
         raise ValueError(f"budget_bytes must be at least {MIN_BUDGET_BYTES}")
-    register_store_errors()
     tools = ObservabilityTools(store, clock=clock, problems=ProblemSource(problems_path))
     entries = ObservabilityEntries(tools, budget_bytes)
     for spec in specs:

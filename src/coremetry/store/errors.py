@@ -13,9 +13,9 @@
     │                                ClickHouse table or column missing or of another type)
     └── StoreClosed                  we closed the store; no more calls are accepted
 
-``coremetry.store`` registers these with the protocol core's classifier
-(:func:`coremetry.mcp.register_error_class`) in ``coremetry.observability`` — the store itself
-never imports the protocol core. ``QueryRejected`` -> ``bad_args`` (its message is written for
+``coremetry.observability`` maps these onto the protocol core's tool-error classes
+(``STORE_ERROR_CLASSES``, handed to the ``Server`` at assembly) — the store itself never
+imports the protocol core. ``QueryRejected`` -> ``bad_args`` (its message is written for
 users and names the field), ``StoreUnavailable`` / ``StoreClosed`` -> ``backend_unavailable``,
 ``StoreTimeout`` -> ``timeout``, ``StoreSchemaError`` -> ``internal`` (its message names the
 table or column, from the configuration, never the data).

@@ -19,8 +19,8 @@ from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
 from coremetry.cli import main
 from coremetry.config import ConfigError, load_config, render_config
-from coremetry.mcp import classify_tool_error
-from coremetry.observability.registration import register_store_errors
+from coremetry.mcp import classify_tool_error, merge_error_classes
+from coremetry.observability.registration import STORE_ERROR_CLASSES
 from coremetry.server import build_mcp_server, serve
 from coremetry.store import (
     LogQuery,
@@ -169,7 +169,7 @@ async def test_the_startup_check_names_every_missing_table_and_column() -> None:
 
 
 def test_clickhouse_errors_become_the_store_errors_and_tool_classes() -> None:
-    register_store_errors()
+    classes = merge_error_classes(STORE_ERROR_CLASSES)
     where = "http://ch:8123"
     timeout = map_error(DatabaseError("Code: 159. DB::Exception: Timeout", code=159), where)
     memory = map_error(DatabaseError("Code: 241. DB::Exception: Memory", code=241), where)
@@ -185,14 +185,14 @@ def test_clickhouse_errors_become_the_store_errors_and_tool_classes() -> None:
     assert isinstance(regexp, QueryRejected)
     assert regexp.field == "matchers"
     assert map_error(ours, where) is ours  # our own SQL bug: internal, never hidden
-    assert classify_tool_error(timeout).error == "timeout"
-    assert classify_tool_error(memory).error == "backend_unavailable"
-    assert classify_tool_error(refused).error == "backend_unavailable"
-    internal = classify_tool_error(schema)
+    assert classify_tool_error(timeout, classes).error == "timeout"
+    assert classify_tool_error(memory, classes).error == "backend_unavailable"
+    assert classify_tool_error(refused, classes).error == "backend_unavailable"
+    internal = classify_tool_error(schema, classes)
     assert internal.error == "internal"
     assert "[clickhouse] table names" in internal.detail
-    assert classify_tool_error(ours).error == "internal"
-    assert "Syntax" not in classify_tool_error(ours).detail
+    assert classify_tool_error(ours, classes).error == "internal"
+    assert "Syntax" not in classify_tool_error(ours, classes).detail
 
 
 async def test_rows_the_collector_wrote_are_read() -> None:

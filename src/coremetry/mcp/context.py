@@ -1,0 +1,213 @@
+"""What a handler sees while it runs: :class:`CallContext`.
+
+Contract:
+
+- ``deadline`` is absolute on trio's clock and ``budget_s`` the whole budget; both are set once,
+  when the call is routed (``min(entry budget, server maximum, _meta["coremetry/timeout_ms"])``).
+- Progress and log notifications go out only while the call runs: after :meth:`CallContext.close`
+  (the answer is being sent) they are silently dropped; so are they when the transport cannot
+  carry notifications or the client did not ask for them. A peer that went away is not an error
+  here (the transport cancels the call).
+- Server-to-client requests exist only in the handshake era, on a connection that can carry
+  them; otherwise :class:`ClientRequestError` is raised at once.
+"""
+
+import contextlib
+import math
+
+import trio
+from msgspec import UNSET, Struct, UnsetType
+
+from . import codes
+from .framing import Send
+from .gate import Caller
+from .outbound import ClientRequestError, OutboundRequests
+from .request_state import StateSealer
+from .versions import V2025_03_26, at_least
+from .wire import (
+    ENCODER,
+    LOG_LEVELS,
+    JsonObject,
+    LoggingMessageParams,
+    LogLevel,
+    Notification,
+    ProgressParams,
+    ProgressToken,
+    RequestId,
+)
+
+__all__ = ["CallContext", "ClientRequestError"]
+
+
+class CallContext:
+    """What a handler may use while it runs: identity, deadline, progress and logging.
+
+    Attributes:
+        request_id: the JSON-RPC id of the call.
+        caller: who is calling.
+        protocol_version: the revision in use for this request.
+        deadline: the call's absolute deadline on trio's clock (``trio.current_time()``), s.
+        budget_s: the call's whole budget in seconds (the deadline minus the start).
+        stateless: the request is served in the 2026-07-28 era.
+        client_capabilities: what the client declared (``initialize`` or the request's
+            ``_meta``); a handler must not use a client feature missing here.
+        client_capabilities_known: ``client_capabilities`` really is the client's declaration
+            (from the request's ``_meta``, or an ``initialize`` on this connection). False for a
+            handshake-era request on a transport without sessions (stateless HTTP): the
+            declaration was made on another request and is unknown here, so an empty
+            ``client_capabilities`` does not mean "declared nothing".
+        input_responses: 2026-07-28 MRTR: the client's answers to an earlier
+            :class:`~coremetry.mcp.registry.InputRequired`, by key (empty on a first attempt).
+        request_state: 2026-07-28 MRTR: the ``requestState`` echoed by the client, as sent
+            (verify it with :meth:`open_state` before trusting it).
+    """
+
+    def __init__(
+        self,
+        *,
+        request_id: RequestId,
+        caller: Caller,
+        protocol_version: str,
+        deadline: float,
+        budget_s: float,
+        progress_token: ProgressToken | UnsetType,
+        log_threshold: LogLevel | None,
+        send: Send | None,
+        outbound: OutboundRequests,
+        sealer: StateSealer,
+        stateless: bool = False,
+        client_capabilities: JsonObject | None = None,
+        client_capabilities_known: bool = True,
+        input_responses: JsonObject | None = None,
+        request_state: str | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.caller = caller
+        self.protocol_version = protocol_version
+        self.deadline = deadline
+        self.budget_s = budget_s
+        self.stateless = stateless
+        self.client_capabilities: JsonObject = client_capabilities or {}
+        self.client_capabilities_known = client_capabilities_known
+        self.input_responses: JsonObject = input_responses or {}
+        self.request_state = request_state
+        self._outbound = outbound
+        self._sealer = sealer
+        self._progress_token = progress_token
+        self._log_threshold = log_threshold
+        self._send = send
+        self._last_progress = -math.inf
+        self._closed = False
+
+    def remaining_s(self) -> float:
+        """Seconds left before the call's deadline (never negative)."""
+        return max(0.0, self.deadline - trio.current_time())
+
+    async def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Send ``notifications/progress`` for this call (``basic/utilities/progress``).
+
+        A no-op when the client sent no ``_meta.progressToken``, when the transport cannot carry
+        notifications, or once the call has completed (nothing is sent after the answer).
+
+        Args:
+            progress: work done so far; must strictly increase from call to call.
+            total: total work, if known (same unit as ``progress``).
+            message: a short human-readable status (2025-03-26+; dropped for older revisions).
+
+        Raises:
+            ValueError: ``progress`` did not increase.
+        """
+        if isinstance(self._progress_token, UnsetType) or self._closed or self._send is None:
+            return
+        if not progress > self._last_progress:
+            raise ValueError(
+                f"progress must strictly increase: {progress} after {self._last_progress}"
+            )
+        self._last_progress = progress
+        params = ProgressParams(
+            progress_token=self._progress_token,
+            progress=progress,
+            total=UNSET if total is None else total,
+            message=(
+                UNSET
+                if message is None or not at_least(self.protocol_version, V2025_03_26)
+                else message
+            ),
+        )
+        await self._notify("notifications/progress", params)
+
+    async def log(self, level: LogLevel, data: object, logger: str | None = None) -> None:
+        """Send ``notifications/message`` when ``level`` is at or above the client's threshold.
+
+        Handshake era: the threshold is the connection's ``logging/setLevel`` (else the server
+        default). 2026-07-28: only when the request's ``_meta`` carried a ``logLevel``
+        (``server/utilities/logging``). Never send secrets or personal data.
+
+        Args:
+            level: RFC 5424 severity.
+            data: any JSON-encodable value.
+            logger: the logger's name, optional.
+        """
+        threshold = self._log_threshold
+        if self._closed or self._send is None or threshold is None:
+            return
+        if LOG_LEVELS.index(level) < LOG_LEVELS.index(threshold):
+            return
+        params = LoggingMessageParams(
+            level=level, data=data, logger=UNSET if logger is None else logger
+        )
+        await self._notify("notifications/message", params)
+
+    async def _notify(self, method: str, params: Struct) -> None:
+        assert self._send is not None
+        # A peer that is gone makes the transport cancel the call; nothing more to do here.
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._send(ENCODER.encode(Notification(method=method, params=params)))
+
+    def close(self) -> None:
+        """Mark the call complete: later progress and log calls send nothing."""
+        self._closed = True
+
+    async def request(self, method: str, params: JsonObject) -> JsonObject:
+        """Send a server-to-client request and wait for its result (handshake era).
+
+        Used for ``sampling/createMessage``, ``elicitation/create`` and ``roots/list``; over
+        HTTP it rides the call's SSE response stream and the client answers with a new POST
+        (2025-03-26+ ``basic/transports``). In 2026-07-28 use
+        :class:`~coremetry.mcp.registry.InputRequired` instead (the spec forbids requests).
+
+        Args:
+            method: the request's method.
+            params: its params.
+
+        Returns:
+            The client's ``result`` object.
+
+        Raises:
+            ClientRequestError: the client answered with an error, the connection cannot carry
+                requests (a JSON-only HTTP answer, or the stateless era), or it closed.
+        """
+        if self._send is None or self.stateless or self._closed:
+            raise ClientRequestError(
+                codes.INTERNAL_ERROR,
+                f"cannot send {method} to this client (no stream to carry server requests)",
+            )
+        return await self._outbound.request(self._send, method, params)
+
+    def seal_state(self, data: bytes) -> str:
+        """Integrity-protect opaque state for an MRTR ``requestState`` (HMAC-SHA256).
+
+        Returns:
+            A URL-safe token carrying ``data`` (readable by the client, not forgeable).
+        """
+        return self._sealer.seal(data)
+
+    def open_state(self, token: str) -> bytes | None:
+        """Verify a ``requestState`` from :meth:`seal_state`.
+
+        Returns:
+            The sealed data, or ``None`` when the token was altered or is not ours.
+        """
+        return self._sealer.open(token)
