@@ -1,8 +1,9 @@
 """Assembly of the server process: the MCP registry, the ASGI app, hypercorn, shutdown.
 
-``serve()`` runs hypercorn's trio worker inside our own nursery (``shared/STYLE.md`` habit 18),
-reports the bound address through ``task_status`` and prints ``listening on http://HOST:PORT``
-to stderr once the socket is bound. SIGINT/SIGTERM (or the ``shutdown`` event) drain gracefully:
+``serve()`` runs hypercorn's trio worker (:mod:`coremetry.http_worker`: every connection
+contained) inside our own nursery (``shared/STYLE.md`` habit 18), reports the bound address
+through ``task_status`` and prints ``listening on http://HOST:PORT`` to stderr once the socket
+is bound. SIGINT/SIGTERM (or the ``shutdown`` event) drain gracefully:
 the listener stops accepting, long-lived streams end, in-flight calls get
 ``http.graceful_shutdown_s`` to finish, then everything still running is cancelled.
 """
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING
 import msgspec
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 
 from coremetry import __version__
 from coremetry.access import RateLimiter, make_call_gate
@@ -33,6 +33,7 @@ from coremetry.auth import (
     open_identity_store,
 )
 from coremetry.config import Config
+from coremetry.http_worker import serve_http
 from coremetry.mcp import CallContext, Resource, Server, versions
 from coremetry.store import TelemetryStore
 
@@ -375,7 +376,7 @@ async def serve(
             if install_signal_handlers:
                 nursery.start_soon(watch_signals, stop)
             binds: list[str] = await nursery.start(
-                partial(hypercorn_serve, app, hypercorn_config(config), shutdown_trigger=trigger)
+                partial(serve_http, app, hypercorn_config(config), shutdown_trigger=trigger)
             )
             url = binds[0]
             if first_admin_token is not None:
