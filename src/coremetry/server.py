@@ -36,6 +36,7 @@ from coremetry.config import Config
 from coremetry.http_worker import serve_http
 from coremetry.mcp import CallContext, Resource, Server, versions
 from coremetry.store import TelemetryStore
+from coremetry.supervision import supervise
 
 if TYPE_CHECKING:
     from coremetry.store.clickhouse import ClickHouseOptions
@@ -431,7 +432,16 @@ async def serve_with_store(
         if config.detection.enabled:
             from coremetry.detection.service import serve_detection
 
-            await nursery.start(partial(serve_detection, store, config.data_dir, config.detection))
+            # A bug in a detection run is logged and the detector starts again after an
+            # interval; it never ends the server (issue 13: every task is supervised).
+            nursery.start_soon(
+                partial(
+                    supervise,
+                    "problem detection",
+                    partial(serve_detection, store, config.data_dir, config.detection),
+                    restart_after_s=config.detection.interval_s,
+                )
+            )
         try:
             await serve(
                 config,

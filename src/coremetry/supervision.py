@@ -19,8 +19,8 @@ This module imports nothing of ours, so every layer may use it.
 
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
+from types import TracebackType
 from typing import Final
 
 import trio
@@ -33,38 +33,63 @@ def new_incident() -> str:
     return secrets.token_hex(4)
 
 
-class Incident:
-    """What :func:`contained` saw: ``id`` is set once a failure was logged (else ``None``)."""
+class Contained:
+    """The context manager :func:`contained` returns.
 
-    def __init__(self) -> None:
+    ``id`` is the incident id once a failure was logged (``None`` while nothing failed).
+    """
+
+    def __init__(self, what: str, logger: logging.Logger) -> None:
+        self.what = what
+        self.logger = logger
         self.id: str | None = None
 
+    def __enter__(self) -> "Contained":
+        return self
 
-@contextmanager
-def contained(what: str, logger: logging.Logger = log) -> Iterator[Incident]:
-    """Log and swallow an ``Exception`` escaping the block; let cancellation through.
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        if exc is None:
+            return False
+        if isinstance(exc, Exception):
+            self._log(exc)
+            return True
+        if not isinstance(exc, BaseExceptionGroup):
+            return False  # Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit
+        failures, rest = exc.split(Exception)
+        if failures is None:
+            return False
+        self._log(failures.exceptions[0] if len(failures.exceptions) == 1 else failures)
+        if rest is not None:
+            raise rest from None  # what is left (cancellation) goes on, without the failures
+        return True
+
+    def _log(self, failure: BaseException) -> None:
+        self.id = new_incident()
+        self.logger.error("%s failed (incident %s)", self.what, self.id, exc_info=failure)
+
+
+def contained(what: str, logger: logging.Logger = log) -> Contained:
+    """Log and swallow an ``Exception`` escaping the ``with`` block; let cancellation through.
 
     Args:
-        what: names the unit of work in the log line (``"WebSocket connection from ..."``).
-        logger: where the ERROR line (with the traceback) goes.
+        what: names the unit of work in the log line (``"HTTP connection from ..."``).
+        logger: where the ERROR line (with the traceback and the incident id) goes.
 
-    Yields:
-        An :class:`Incident` whose ``id`` is set when a failure was logged.
+    Returns:
+        A context manager; ``as`` gives the :class:`Contained`, whose ``id`` is set when a
+        failure was logged.
 
     Raises:
         BaseException: anything that is not an ``Exception`` (``trio.Cancelled``,
             ``KeyboardInterrupt``, ``SystemExit``), unchanged; from a mixed exception group,
-            the group of those members.
+            the group of those members (the ``Exception`` members are logged).
     """
-    incident = Incident()
-    try:
-        yield incident
-    except* Exception as group:
-        incident.id = new_incident()
-        failures = group.exceptions
-        # One failure: log it as itself (a readable traceback); several: the group.
-        shown: BaseException = failures[0] if len(failures) == 1 else group
-        logger.error("%s failed (incident %s)", what, incident.id, exc_info=shown)
+    return Contained(what, logger)
 
 
 async def supervise(
