@@ -30,8 +30,10 @@ from typing import Final
 import httpx
 import pytest
 import trio
+from hypercorn.typing import ASGIReceiveEvent, ASGISendEvent, ConnectionState, HTTPScope
 from trio_websocket import ConnectionClosed, wrap_client_stream
 
+from coremetry.app import CoremetryApp
 from coremetry.config import load_config
 from coremetry.server import build_mcp_server, serve
 
@@ -519,3 +521,58 @@ async def test_the_suite_itself_sees_a_dead_server() -> None:
             pass
         with pytest.raises((httpx.ConnectError, OSError, ConnectionClosed)):
             await assert_serves(live)
+
+
+async def test_a_failing_call_watcher_is_contained(caplog: pytest.LogCaptureFixture) -> None:
+    """The Streamable HTTP watcher of a long call runs in a trio *system* task, where an
+    exception would end the process; here ``receive`` breaks under it (as a buggy server
+    layer could), and only that call ends."""
+    app = CoremetryApp(load_config(environ={}), build_mcp_server(fixture=True))
+    transport = app.http_routes["/api/mcp"]
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "sleep_ms", "arguments": {"ms": 1000}},
+        }
+    ).encode()
+    delivered = False
+
+    async def receive() -> ASGIReceiveEvent:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        raise RuntimeError("a broken receive")
+
+    sent: list[ASGISendEvent] = []
+
+    async def send(event: ASGISendEvent) -> None:
+        sent.append(event)
+
+    scope: HTTPScope = {
+        "type": "http",
+        "asgi": {"spec_version": "2.3", "version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/mcp",
+        "raw_path": b"/api/mcp",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"127.0.0.1:8080"),
+            *((k.encode(), v.encode()) for k, v in JSON_HEADERS.items()),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+        "state": ConnectionState({}),
+        "extensions": {},
+    }
+    with trio.fail_after(LIMIT_S):
+        await transport(scope, receive, send)
+    assert sent == []  # the call was cancelled: nothing written to a client we cannot watch
+    logged = [r for r in caplog.records if "call watcher failed (incident" in r.getMessage()]
+    assert len(logged) == 1
+    assert "RuntimeError: a broken receive" in caplog.text  # with its traceback

@@ -34,6 +34,7 @@ Both eras on one endpoint (``shared/reference/mcp-spec.md`` §2; 2025-11-25 and 
 
 import base64
 import binascii
+import logging
 import math
 from collections import deque
 from typing import Final
@@ -53,6 +54,7 @@ from coremetry.mcp import (
     versions,
 )
 from coremetry.mcp.wire import JsonObject, RequestId
+from coremetry.supervision import contained
 
 from ._http import (
     SSE_HEADERS,
@@ -73,6 +75,8 @@ from ._http import (
 )
 
 ALLOWED_METHODS: Final = b"POST, OPTIONS"
+
+log: Final = logging.getLogger("coremetry.transports.streamable_http")
 
 
 class _PeekMeta(msgspec.Struct):
@@ -468,7 +472,21 @@ class _Supervisor:
                     await trio.sleep(delay)
                     continue
                 self._queue.popleft()
-                nursery.start_soon(_watch, entry)
+                nursery.start_soon(_watch_contained, entry)
+
+
+async def _watch_contained(entry: _Watched) -> None:
+    """:func:`_watch`, contained: a failing watcher is logged and its call cancelled.
+
+    The supervisor is a trio *system* task: an exception escaping one ends the whole run
+    (``TrioInternalError``), i.e. the process. A watcher that fails can no longer see its
+    client leave, so its call is cancelled; nothing else is touched.
+    """
+    with contained("Streamable HTTP call watcher", log) as incident:
+        await _watch(entry)
+    if incident.id is not None:
+        entry.stream.closed = True
+        entry.pending.cancel()
 
 
 async def _watch(entry: _Watched) -> None:
