@@ -47,6 +47,10 @@ INSTRUCTIONS = (
     "error, retryable, hint and detail: follow the hint."
 )
 
+DRAIN_ANSWER_MARGIN_S = 1.0
+"""After the drain's deadline, how long the answers of cut-off calls get to be written before
+the listener closes, in seconds."""
+
 Register = Callable[[Server], None]
 """Adds entries to a server's registries."""
 
@@ -362,11 +366,21 @@ async def serve(
     else:
         app = CoremetryApp(config, mcp, store=store)
     stop = shutdown if shutdown is not None else trio.Event()
+    grace_s = config.http.graceful_shutdown_s
 
-    async def trigger() -> None:
-        await stop.wait()
+    def begin_drain() -> None:
+        app.drain.begin(grace_s)
         app.shutting_down.set()
         mcp.end_subscriptions()
+
+    async def trigger() -> None:
+        # hypercorn stops listening when this returns: keep the listener open while calls are
+        # in flight, so new requests get 503 + Retry-After instead of a refused connection;
+        # at the deadline the drain answers what still runs, then the listener closes.
+        await stop.wait()
+        begin_drain()
+        with trio.move_on_at(app.drain.deadline + DRAIN_ANSWER_MARGIN_S):
+            await app.drain.wait_idle()
 
     async with trio.open_nursery() as outer:
         # The audit writer outlives the server: records of calls that finish while hypercorn
@@ -376,6 +390,7 @@ async def serve(
         async with trio.open_nursery() as nursery:
             if install_signal_handlers:
                 nursery.start_soon(watch_signals, stop)
+            nursery.start_soon(supervise, "drain", app.drain.run)
             binds: list[str] = await nursery.start(
                 partial(serve_http, app, hypercorn_config(config), shutdown_trigger=trigger)
             )
@@ -388,12 +403,12 @@ async def serve(
                 sys.stderr.flush()
             task_status.started(url)
             await stop.wait()
-            app.shutting_down.set()
-            mcp.end_subscriptions()
-            # hypercorn drains within graceful_timeout and returns; nothing else may linger
-            # (the signal watcher, when the stop came from elsewhere) past that bound.
+            begin_drain()
+            # The drain (grace_s + margin), then hypercorn's graceful_timeout for the
+            # connections still open; nothing else may linger (the signal watcher, when the
+            # stop came from elsewhere) past that bound.
             nursery.cancel_scope.deadline = (
-                trio.current_time() + config.http.graceful_shutdown_s + 5
+                trio.current_time() + 2 * grace_s + DRAIN_ANSWER_MARGIN_S + 5
             )
         if security is not None:
             with trio.CancelScope(shield=True):

@@ -28,8 +28,10 @@ Both eras on one endpoint (``shared/reference/mcp-spec.md`` §2; 2025-11-25 and 
   anonymous clients) reuse the same small ids, and one would cancel the other's call.
 - When the server starts draining, ``Server.end_subscriptions()`` makes every
   ``subscriptions/listen`` call answer ``SubscriptionsListenResult``, which ends its stream
-  cleanly (they have no natural end; every other call is left to finish within the
-  graceful-shutdown budget).
+  cleanly (they have no natural end). Every other call may finish within
+  ``http.graceful_shutdown_s``; one still running then is cancelled and answered with a
+  retryable shutdown error, and new requests get 503 with ``Retry-After``
+  (:mod:`coremetry.transports.drain`).
 """
 
 import base64
@@ -73,6 +75,8 @@ from ._http import (
     send_response,
     sse_event,
 )
+from .drain import RETRY_AFTER_S as DRAIN_RETRY_AFTER_S
+from .drain import SHUTDOWN_MESSAGE, Drain, shutdown_reply
 
 ALLOWED_METHODS: Final = b"POST, OPTIONS"
 
@@ -154,6 +158,8 @@ class StreamableHttp:
         policy: Origin/Host/body-size rules.
         authenticate: resolves the caller from the request headers.
         keepalive_interval_s: SSE comment interval on answers that stream, in seconds.
+        drain: the server's drain (:mod:`coremetry.transports.drain`): once it has begun, new
+            requests get 503 and calls still running at its deadline get a shutdown answer.
     """
 
     def __init__(
@@ -163,11 +169,13 @@ class StreamableHttp:
         *,
         authenticate: Authenticate = anonymous,
         keepalive_interval_s: float = 15.0,
+        drain: Drain | None = None,
     ) -> None:
         self.server = server
         self.policy = policy
         self.authenticate = authenticate
         self.keepalive_interval_s = keepalive_interval_s
+        self.drain = drain if drain is not None else Drain()
         self._supervisor = _Supervisor()
 
     async def __call__(
@@ -186,6 +194,18 @@ class StreamableHttp:
             "POST one JSON-RPC message per request",
         )
         if cors is None:
+            return
+        if self.drain.started.is_set():
+            await send_response(
+                send,
+                503,
+                jsonrpc_error_body(
+                    codes.INTERNAL_ERROR,
+                    f"Service Unavailable: {SHUTDOWN_MESSAGE}",
+                    {"retryable": True, "retry_after_ms": DRAIN_RETRY_AFTER_S * 1000},
+                ),
+                headers=[(b"retry-after", str(DRAIN_RETRY_AFTER_S).encode()), *cors],
+            )
             return
         await self._post(headers, receive, send, cors)
 
@@ -292,9 +312,23 @@ class StreamableHttp:
         )
         outcome = self.server.receive(body, conn)
         if isinstance(outcome, PendingCall | PendingBatch):
-            outcome = await _run_until_disconnect(outcome, receive, stream, self._supervisor)
+            pending = outcome
+            drain = self.drain
+            drain.track(pending)
+            try:
+                outcome = await _run_until_disconnect(pending, receive, stream, self._supervisor)
+            finally:
+                drain.untrack(pending)
             if stream.closed:
                 return
+            if outcome is None and drain.was_cut(pending):
+                version = (
+                    (peek.meta_version if peek is not None else None)
+                    or conn.protocol_version
+                    or versions.DEFAULT_WITHOUT_HEADER
+                )
+                method = peek.method if peek is not None else None
+                outcome = Reply(shutdown_reply(request_id, method, version))
         if outcome is None:
             if stream.started:
                 await stream.finish(None)
