@@ -124,9 +124,20 @@ async def serve_http(
     lifespan_state: LifespanState = {}
     lifespan = Lifespan(wrapped, config, lifespan_state)
     context = WorkerContext(None)
+    open_streams: set[trio.SocketStream] = set()
+    none_open = trio.Event()
 
     async def handle_connection(stream: trio.SocketStream) -> None:
         peer = _peer(stream)
+        open_streams.add(stream)
+        try:
+            await serve_connection(stream, peer)
+        finally:
+            open_streams.discard(stream)
+            if not open_streams:
+                none_open.set()
+
+    async def serve_connection(stream: trio.SocketStream, peer: str) -> None:
         with contained(f"HTTP connection from {peer}", log):
             # hypercorn types the stream as an SSLStream; it only uses what SocketStream has
             # (the AttributeError of the missing do_handshake selects the plain-TCP path).
@@ -171,8 +182,29 @@ async def serve_http(
             finally:
                 await context.terminated.set()
                 server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+                if open_streams:
+                    server_nursery.start_soon(_close_stuck_streams, open_streams, none_open)
         await lifespan.wait_for_shutdown()
         lifespan_nursery.cancel_scope.cancel()
+
+
+async def _close_stuck_streams(open_streams: set[trio.SocketStream], none_open: trio.Event) -> None:
+    """At the graceful deadline, close the sockets of connections that are still open.
+
+    hypercorn writes with ``send_all`` inside a *shielded* cancel scope, so a client that
+    stops reading (a full TCP window) blocks that write through any cancellation: the graceful
+    deadline alone would wait for it forever, and the process would never exit. Closing the
+    socket makes the blocked write fail (``ClosedResourceError``), which hypercorn handles as a
+    closed connection. Runs in the server nursery: cancelled at its deadline, or returns when
+    every connection has ended.
+    """
+    try:
+        await none_open.wait()
+    finally:
+        for stream in list(open_streams):
+            if stream.socket.fileno() != -1:
+                log.warning("closing a connection still open at the graceful deadline")
+                stream.socket.close()
 
 
 def _peer(stream: trio.SocketStream) -> str:

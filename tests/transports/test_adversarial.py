@@ -576,3 +576,26 @@ async def test_a_failing_call_watcher_is_contained(caplog: pytest.LogCaptureFixt
     logged = [r for r in caplog.records if "call watcher failed (incident" in r.getMessage()]
     assert len(logged) == 1
     assert "RuntimeError: a broken receive" in caplog.text  # with its traceback
+
+
+async def test_shutdown_completes_while_a_client_never_reads() -> None:
+    """hypercorn writes in a shielded scope: a client that stops reading used to block the
+    graceful shutdown forever (SIGTERM never ended the process). Its socket is now closed at
+    the graceful deadline and ``serve`` returns."""
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "big_output", "arguments": {"size_bytes": 8 * 1024 * 1024}},
+        }
+    ).encode()
+    with trio.fail_after(LIMIT_S):
+        async with live_server() as live:
+            stream = await connect(live)
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            await stream.send_all(post_head("/api/mcp", len(body), "application/json") + body)
+            status, _ = await read_head(stream)  # the answer has started; we read no more
+            assert status == 200
+        # Leaving live_server() stopped the server and waited for serve() to return.
+        await stream.aclose()
