@@ -3,9 +3,12 @@
 ``serve()`` runs hypercorn's trio worker (:mod:`coremetry.http_worker`: every connection
 contained) inside our own nursery (``shared/STYLE.md`` habit 18), reports the bound address
 through ``task_status`` and prints ``listening on http://HOST:PORT`` to stderr once the socket
-is bound. SIGINT/SIGTERM (or the ``shutdown`` event) drain gracefully:
-the listener stops accepting, long-lived streams end, in-flight calls get
-``http.graceful_shutdown_s`` to finish, then everything still running is cancelled.
+is bound. SIGINT/SIGTERM (or the ``shutdown`` event) drain gracefully
+(:mod:`coremetry.transports.drain`): long-lived streams end, new requests get 503 with
+``Retry-After`` while Streamable HTTP calls in flight get ``http.graceful_shutdown_s`` to
+finish — those still running then are answered with a retryable shutdown error — and once none
+is in flight the listener closes; hypercorn then gives the connections still open
+``graceful_shutdown_s`` more before cancelling them and closing their sockets.
 """
 
 import shutil
