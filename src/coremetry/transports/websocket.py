@@ -18,8 +18,8 @@ Handshake (before anything is upgraded, in this order):
   above — is refused during the handshake with HTTP 400 and a JSON-RPC error body that says
   what to send. (Earlier versions upgraded such a socket and closed it at once with 1002; a
   client's close frame crossing that close raced hypercorn's own close of the connection and
-  ended the process, issue 13 — see :mod:`coremetry.http_worker`. A browser script sees a
-  failed handshake, not the 400; the server log names it.) No refused caller is ever upgraded.
+  ended the process, issue 13 — see :mod:`coremetry.http_worker`. A browser script sees only a
+  failed handshake, not the 400 or its body.) No refused caller is ever upgraded.
 
 Session:
 
