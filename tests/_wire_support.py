@@ -12,9 +12,9 @@ from functools import partial
 
 import trio
 from conftest import check_emitted
-from hypercorn.trio import serve as hypercorn_serve
 
 from coremetry.app import CoremetryApp
+from coremetry.http_worker import serve_http
 from coremetry.server import hypercorn_config
 
 JsonObject = dict[str, object]
@@ -163,7 +163,8 @@ async def upgrade_by_hand(
     Args:
         host_port: ``host:port`` to connect to (also the default ``Host`` field).
         path: The request target, query included.
-        headers: Fields added to (or replacing) the upgrade request's own.
+        headers: Fields added to (or replacing) the upgrade request's own; an empty value
+            removes the field.
 
     Returns:
         The status code, the response's header fields (names lowercased) and its body
@@ -179,7 +180,8 @@ async def upgrade_by_hand(
         "sec-websocket-protocol": "mcp",
         **headers,
     }
-    request_head = f"GET {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
+    lines = [f"{name}: {value}\r\n" for name, value in fields.items() if value]  # "" omits
+    request_head = f"GET {path} HTTP/1.1\r\n" + "".join(lines)
     stream = await trio.open_tcp_stream(host, int(port))
     async with stream:
         await stream.send_all(request_head.encode("latin-1") + b"\r\n")
@@ -219,7 +221,7 @@ async def open_app_server(app: CoremetryApp) -> AsyncIterator[str]:
 
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(
-            partial(hypercorn_serve, app, hypercorn_config(app.config), shutdown_trigger=trigger)
+            partial(serve_http, app, hypercorn_config(app.config), shutdown_trigger=trigger)
         )
         try:
             yield binds[0]

@@ -15,7 +15,7 @@ import re
 import sqlite3
 import sys
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final, cast
@@ -675,3 +675,37 @@ async def test_admin_resource_hidden_from_viewers_readable_by_admins(tmp_path: P
     }
     assert audit.tail(1)[0].name == RECENT_URI
     assert audit.tail(1)[0].sub == "root"
+
+
+class FirstBatchBreaks(AuditLog):
+    """An audit log whose first batch meets a bug (not a database error) in the writer."""
+
+    broken = False
+
+    def _write(self, batch: Sequence[CallRecord]) -> None:
+        if not self.broken:
+            self.broken = True
+            raise TypeError("a record that cannot be encoded")
+        super()._write(batch)
+
+
+async def test_a_bug_writing_one_batch_is_logged_and_the_writer_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    audit = FirstBatchBreaks(tmp_path / DB_FILENAME, batch_size=2)
+    now = time.time_ns()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(audit.run_writer)
+            for i in range(2):
+                audit.observe(record(started_at_unix_nano=now + i))
+            await audit.wait_flushed()
+            for i in range(2, 5):
+                audit.observe(record(started_at_unix_nano=now + i))
+            await audit.aclose()
+    stats = audit.statistics()
+    assert (stats.written_total, stats.failed_total) == (3, 2)
+    assert [e.at_unix_nano for e in audit.tail()] == [now + 4, now + 3, now + 2]
+    failures = [r for r in caplog.records if "unexpected error" in r.getMessage()]
+    assert len(failures) == 1
+    assert failures[0].exc_info is not None

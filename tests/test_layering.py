@@ -210,7 +210,9 @@ LAYERS: Final[tuple[tuple[str, ...], ...]] = (
     # Lowest first; a unit imports only from units of a lower line (never from its own line).
     # ``config`` sits at the bottom beside ``roles`` (DESIGN.md does not rank it): it imports
     # nothing of ours, and ``store/open.py`` reads the configured store location from it.
-    ("roles", "config"),
+    # ``supervision`` (contain a task's failure: log it with an incident id) imports nothing of
+    # ours either; transports, the HTTP worker and the server use it.
+    ("roles", "config", "supervision"),
     ("mcp",),
     ("store",),
     ("analysis",),
@@ -226,7 +228,9 @@ LAYERS: Final[tuple[tuple[str, ...], ...]] = (
     ("transports",),
     ("rest",),
     ("demo", "conformance_fixture"),
-    ("app",),
+    # ``http_worker`` is hypercorn's trio worker with every connection contained; only the
+    # server runs it, beside the app it serves.
+    ("app", "http_worker"),
     ("server",),
     ("cli",),
     # ``python -m coremetry`` runs the CLI.

@@ -40,6 +40,7 @@ from coremetry.ingest.receiver import OTLP_PATHS, OtlpReceiver
 from coremetry.mcp import Server
 from coremetry.rest import LOGIN_PATH, LoginEndpoint, RestTools
 from coremetry.store import TelemetryStore
+from coremetry.transports.drain import Drain
 from coremetry.transports.sse import LegacySse
 from coremetry.transports.streamable_http import StreamableHttp
 from coremetry.transports.websocket import WebSocketTransport
@@ -64,6 +65,8 @@ class CoremetryApp:
 
     Attributes:
         shutting_down: set when the server starts draining; long-lived streams end on it.
+        drain: the Streamable HTTP drain (:mod:`coremetry.transports.drain`), begun by
+            :func:`coremetry.server.serve` on stop.
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class CoremetryApp:
         self.mcp = mcp
         self.authenticate = authenticate
         self.shutting_down = trio.Event()
+        self.drain = Drain()
         self.policy = HttpPolicy(
             bind_host=config.http.host,
             allowed_origins=config.http.allowed_origins,
@@ -94,6 +98,7 @@ class CoremetryApp:
             self.policy,
             authenticate=authenticate,
             keepalive_interval_s=config.sse.keepalive_interval_s,
+            drain=self.drain,
         )
         for path in MCP_PATHS:
             self.http_routes[path] = streamable

@@ -31,8 +31,9 @@ Writing — never on the call's path:
   refused because of the audit log.
 - :meth:`AuditLog.run_writer` (a long-running task) takes what is queued in batches of up to
   ``batch_size`` records and writes each batch in one transaction in a worker thread
-  (:func:`trio.to_thread.run_sync`). A batch that fails to write (``sqlite3.Error``) is logged
-  and counted as failed; the writer goes on.
+  (:func:`trio.to_thread.run_sync`). A batch that fails to write (``sqlite3.Error``, or any
+  other exception: a bug is logged with its traceback) is logged and counted as failed; the
+  writer goes on — a failure never ends the server.
 - Retention: when ``retention_days > 0`` the writer deletes rows older than that when it starts
   and then every ``retention_interval_s`` seconds (trio's clock).
 - Shutdown: :meth:`AuditLog.aclose` stops accepting records and waits until everything queued
@@ -416,6 +417,9 @@ class AuditLog:
         except sqlite3.Error as exc:
             self._failed += len(batch)
             log.error("audit log: could not write %d records: %s", len(batch), exc)
+        except Exception:  # a bug (a record that cannot be encoded, ...): that batch only
+            self._failed += len(batch)
+            log.exception("audit log: could not write %d records (unexpected error)", len(batch))
         else:
             self._written += len(batch)
             if self._dropped > self._dropped_reported:
@@ -439,6 +443,9 @@ class AuditLog:
             purged = await trio.to_thread.run_sync(self.purge_expired)
         except sqlite3.Error as exc:
             log.error("audit log: retention failed: %s", exc)
+            return
+        except Exception:  # a bug: retention tries again at its next interval
+            log.exception("audit log: retention failed (unexpected error)")
             return
         self._purged += purged
         if purged:

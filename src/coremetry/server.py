@@ -1,10 +1,14 @@
 """Assembly of the server process: the MCP registry, the ASGI app, hypercorn, shutdown.
 
-``serve()`` runs hypercorn's trio worker inside our own nursery (``shared/STYLE.md`` habit 18),
-reports the bound address through ``task_status`` and prints ``listening on http://HOST:PORT``
-to stderr once the socket is bound. SIGINT/SIGTERM (or the ``shutdown`` event) drain gracefully:
-the listener stops accepting, long-lived streams end, in-flight calls get
-``http.graceful_shutdown_s`` to finish, then everything still running is cancelled.
+``serve()`` runs hypercorn's trio worker (:mod:`coremetry.http_worker`: every connection
+contained) inside our own nursery (``shared/STYLE.md`` habit 18), reports the bound address
+through ``task_status`` and prints ``listening on http://HOST:PORT`` to stderr once the socket
+is bound. SIGINT/SIGTERM (or the ``shutdown`` event) drain gracefully
+(:mod:`coremetry.transports.drain`): long-lived streams end, new requests get 503 with
+``Retry-After`` while Streamable HTTP calls in flight get ``http.graceful_shutdown_s`` to
+finish — those still running then are answered with a retryable shutdown error — and once none
+is in flight the listener closes; hypercorn then gives the connections still open
+``graceful_shutdown_s`` more before cancelling them and closing their sockets.
 """
 
 import shutil
@@ -17,7 +21,6 @@ from pathlib import Path
 import msgspec
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 
 from coremetry import __version__
 from coremetry.access import RateLimiter, make_call_gate
@@ -34,16 +37,22 @@ from coremetry.auth import (
 from coremetry.config import Config
 from coremetry.conformance_fixture.fixture import register_fixture
 from coremetry.detection.service import serve_detection
+from coremetry.http_worker import serve_http
 from coremetry.mcp import CallContext, Resource, Server, versions
 from coremetry.observability import STORE_ERROR_CLASSES, register_observability
 from coremetry.store import TelemetryStore
 from coremetry.store.open import open_telemetry_store, store_location
+from coremetry.supervision import supervise
 
 INSTRUCTIONS = (
     "Coremetry exposes a system's telemetry (traces, logs, metrics, detected problems, deploys). "
     "Start from summaries, then drill down; every tool is read-only. Errors come as JSON with "
     "error, retryable, hint and detail: follow the hint."
 )
+
+DRAIN_ANSWER_MARGIN_S = 1.0
+"""After the drain's deadline, how long the answers of cut-off calls get to be written before
+the listener closes, in seconds."""
 
 Register = Callable[[Server], None]
 """Adds entries to a server's registries."""
@@ -267,11 +276,21 @@ async def serve(
     else:
         app = CoremetryApp(config, mcp, store=store)
     stop = shutdown if shutdown is not None else trio.Event()
+    grace_s = config.http.graceful_shutdown_s
 
-    async def trigger() -> None:
-        await stop.wait()
+    def begin_drain() -> None:
+        app.drain.begin(grace_s)
         app.shutting_down.set()
         mcp.end_subscriptions()
+
+    async def trigger() -> None:
+        # hypercorn stops listening when this returns: keep the listener open while calls are
+        # in flight, so new requests get 503 + Retry-After instead of a refused connection;
+        # at the deadline the drain answers what still runs, then the listener closes.
+        await stop.wait()
+        begin_drain()
+        with trio.move_on_at(app.drain.deadline + DRAIN_ANSWER_MARGIN_S):
+            await app.drain.wait_idle()
 
     async with trio.open_nursery() as outer:
         # The audit writer outlives the server: records of calls that finish while hypercorn
@@ -281,8 +300,9 @@ async def serve(
         async with trio.open_nursery() as nursery:
             if install_signal_handlers:
                 nursery.start_soon(watch_signals, stop)
+            nursery.start_soon(supervise, "drain", app.drain.run)
             binds: list[str] = await nursery.start(
-                partial(hypercorn_serve, app, hypercorn_config(config), shutdown_trigger=trigger)
+                partial(serve_http, app, hypercorn_config(config), shutdown_trigger=trigger)
             )
             url = binds[0]
             if first_admin_token is not None:
@@ -293,12 +313,12 @@ async def serve(
                 sys.stderr.flush()
             task_status.started(url)
             await stop.wait()
-            app.shutting_down.set()
-            mcp.end_subscriptions()
-            # hypercorn drains within graceful_timeout and returns; nothing else may linger
-            # (the signal watcher, when the stop came from elsewhere) past that bound.
+            begin_drain()
+            # The drain (grace_s + margin), then hypercorn's graceful_timeout for the
+            # connections still open; nothing else may linger (the signal watcher, when the
+            # stop came from elsewhere) past that bound.
             nursery.cancel_scope.deadline = (
-                trio.current_time() + config.http.graceful_shutdown_s + 5
+                trio.current_time() + 2 * grace_s + DRAIN_ANSWER_MARGIN_S + 5
             )
         if security is not None:
             with trio.CancelScope(shield=True):
@@ -335,7 +355,16 @@ async def serve_with_store(
     """
     async with open_telemetry_store(config) as store, trio.open_nursery() as nursery:
         if config.detection.enabled:
-            await nursery.start(partial(serve_detection, store, config.data_dir, config.detection))
+            # A bug in a detection run is logged and the detector starts again after an
+            # interval; it never ends the server (issue 13: every task is supervised).
+            nursery.start_soon(
+                partial(
+                    supervise,
+                    "problem detection",
+                    partial(serve_detection, store, config.data_dir, config.detection),
+                    restart_after_s=config.detection.interval_s,
+                )
+            )
         try:
             await serve(
                 config,

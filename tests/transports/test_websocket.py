@@ -548,18 +548,19 @@ async def test_refused_authentication_gets_401() -> None:
     assert as_object(refusal.json()["error"])["message"] == "Unauthorized"
 
 
-async def test_client_without_the_mcp_subprotocol_is_closed_with_1002() -> None:
+async def test_client_without_the_mcp_subprotocol_is_refused_with_400() -> None:
     with trio.fail_after(LIMIT_S):
         async with live_server() as url:
-            async with connect(url, subprotocols=()) as ws:
-                assert ws.subprotocol is None
-                code, reason = await closed_with(ws)
-            assert code == 1002
-            assert reason is not None
-            assert "mcp" in reason
-            async with connect(url, subprotocols=("graphql-ws",)) as ws:
-                code, _ = await closed_with(ws)
-            assert code == 1002
+            for offered in ("", "graphql-ws", "graphql-ws, chat"):
+                refusal = await upgrade_by_hand(url, {"sec-websocket-protocol": offered})
+                assert refusal.status == 400, offered
+                message = as_object(refusal.json()["error"])["message"]
+                assert isinstance(message, str)
+                assert "Sec-WebSocket-Protocol: mcp" in message
+            # The same client offering mcp is served.
+            async with session(url) as client:
+                await client.send(request(7, "ping"))
+                assert (await client.message())["id"] == 7
 
 
 async def test_connections_above_the_cap_are_refused_with_503() -> None:

@@ -28,12 +28,15 @@ Both eras on one endpoint (``shared/reference/mcp-spec.md`` §2; 2025-11-25 and 
   anonymous clients) reuse the same small ids, and one would cancel the other's call.
 - When the server starts draining, ``Server.end_subscriptions()`` makes every
   ``subscriptions/listen`` call answer ``SubscriptionsListenResult``, which ends its stream
-  cleanly (they have no natural end; every other call is left to finish within the
-  graceful-shutdown budget).
+  cleanly (they have no natural end). Every other call may finish within
+  ``http.graceful_shutdown_s``; one still running then is cancelled and answered with a
+  retryable shutdown error, and new requests get 503 with ``Retry-After``
+  (:mod:`coremetry.transports.drain`).
 """
 
 import base64
 import binascii
+import logging
 import math
 from collections import deque
 from typing import Final
@@ -70,8 +73,14 @@ from coremetry.mcp import (
     versions,
 )
 from coremetry.mcp.wire import JsonObject, RequestId
+from coremetry.supervision import contained
+
+from .drain import RETRY_AFTER_S as DRAIN_RETRY_AFTER_S
+from .drain import SHUTDOWN_MESSAGE, Drain, shutdown_reply
 
 ALLOWED_METHODS: Final = b"POST, OPTIONS"
+
+log: Final = logging.getLogger("coremetry.transports.streamable_http")
 
 
 class _PeekMeta(msgspec.Struct):
@@ -149,6 +158,8 @@ class StreamableHttp:
         policy: Origin/Host/body-size rules.
         authenticate: resolves the caller from the request headers.
         keepalive_interval_s: SSE comment interval on answers that stream, in seconds.
+        drain: the server's drain (:mod:`coremetry.transports.drain`): once it has begun, new
+            requests get 503 and calls still running at its deadline get a shutdown answer.
     """
 
     def __init__(
@@ -158,11 +169,13 @@ class StreamableHttp:
         *,
         authenticate: Authenticate = anonymous,
         keepalive_interval_s: float = 15.0,
+        drain: Drain | None = None,
     ) -> None:
         self.server = server
         self.policy = policy
         self.authenticate = authenticate
         self.keepalive_interval_s = keepalive_interval_s
+        self.drain = drain if drain is not None else Drain()
         self._supervisor = _Supervisor()
 
     async def __call__(
@@ -181,6 +194,18 @@ class StreamableHttp:
             "POST one JSON-RPC message per request",
         )
         if cors is None:
+            return
+        if self.drain.started.is_set():
+            await send_response(
+                send,
+                503,
+                jsonrpc_error_body(
+                    codes.INTERNAL_ERROR,
+                    f"Service Unavailable: {SHUTDOWN_MESSAGE}",
+                    {"retryable": True, "retry_after_ms": DRAIN_RETRY_AFTER_S * 1000},
+                ),
+                headers=[(b"retry-after", str(DRAIN_RETRY_AFTER_S).encode()), *cors],
+            )
             return
         await self._post(headers, receive, send, cors)
 
@@ -287,9 +312,23 @@ class StreamableHttp:
         )
         outcome = self.server.receive(body, conn)
         if isinstance(outcome, PendingCall | PendingBatch):
-            outcome = await _run_until_disconnect(outcome, receive, stream, self._supervisor)
+            pending = outcome
+            drain = self.drain
+            drain.track(pending)
+            try:
+                outcome = await _run_until_disconnect(pending, receive, stream, self._supervisor)
+            finally:
+                drain.untrack(pending)
             if stream.closed:
                 return
+            if outcome is None and drain.was_cut(pending):
+                version = (
+                    (peek.meta_version if peek is not None else None)
+                    or conn.protocol_version
+                    or versions.DEFAULT_WITHOUT_HEADER
+                )
+                method = peek.method if peek is not None else None
+                outcome = Reply(shutdown_reply(request_id, method, version))
         if outcome is None:
             if stream.started:
                 await stream.finish(None)
@@ -467,7 +506,21 @@ class _Supervisor:
                     await trio.sleep(delay)
                     continue
                 self._queue.popleft()
-                nursery.start_soon(_watch, entry)
+                nursery.start_soon(_watch_contained, entry)
+
+
+async def _watch_contained(entry: _Watched) -> None:
+    """:func:`_watch`, contained: a failing watcher is logged and its call cancelled.
+
+    The supervisor is a trio *system* task: an exception escaping one ends the whole run
+    (``TrioInternalError``), i.e. the process. A watcher that fails can no longer see its
+    client leave, so its call is cancelled; nothing else is touched.
+    """
+    with contained("Streamable HTTP call watcher", log) as incident:
+        await _watch(entry)
+    if incident.id is not None:
+        entry.stream.closed = True
+        entry.pending.cancel()
 
 
 async def _watch(entry: _Watched) -> None:

@@ -14,12 +14,12 @@ Handshake (before anything is upgraded, in this order):
   the handler falls back to ``websocket.close`` before accept, which hypercorn would turn into a
   bare 403 whatever the reason.
 - The client must offer the ``mcp`` subprotocol (``Sec-WebSocket-Protocol: mcp``); we accept
-  with ``mcp``. A client that does not offer it — but passed every check above — is upgraded
-  without a subprotocol and closed at once with 1002 and a reason that says what to send. A
-  close before accept would reach the client as hypercorn's bare 403, indistinguishable from an
-  Origin refusal, and browsers never show a handshake's HTTP status to scripts; a 1002 close
-  with its reason is visible to every WebSocket API. No caller refused by policy is ever
-  upgraded.
+  with ``mcp``. A client that does not offer it (none, or only others) — but passed every check
+  above — is refused during the handshake with HTTP 400 and a JSON-RPC error body that says
+  what to send. (Earlier versions upgraded such a socket and closed it at once with 1002; a
+  client's close frame crossing that close raced hypercorn's own close of the connection and
+  ended the process, issue 13 — see :mod:`coremetry.http_worker`. A browser script sees only a
+  failed handshake, not the 400 or its body.) No refused caller is ever upgraded.
 
 Session:
 
@@ -38,7 +38,7 @@ Close codes (RFC 6455 §7.4.1), each with a short reason:
 1000   normal: the client closed; hypercorn echoes its close frame
 1001   going away: the server is shutting down (``app.shutting_down``); in-flight calls are
        cancelled (every tool is read-only, so a client may retry elsewhere)
-1002   protocol error: the ``mcp`` subprotocol was not offered
+1002   protocol error: not sent today (a missing ``mcp`` subprotocol is refused with 400)
 1003   unsupported data: a binary frame
 1008   policy violation: not sent today; every policy refusal happens before the upgrade
 1009   message too big: a frame larger than ``websocket.max_message_bytes`` (UTF-8 bytes).
@@ -153,13 +153,12 @@ class WebSocketTransport:
             )
             return
         if SUBPROTOCOL not in scope["subprotocols"]:
-            await send({"type": "websocket.accept", "subprotocol": None, "headers": []})
-            await send(
-                {
-                    "type": "websocket.close",
-                    "code": CLOSE_PROTOCOL_ERROR,
-                    "reason": "subprotocol required: Sec-WebSocket-Protocol: mcp",
-                }
+            await _deny(
+                scope,
+                send,
+                400,
+                f"Bad Request: the WebSocket subprotocol {SUBPROTOCOL!r} is required "
+                f"(send Sec-WebSocket-Protocol: {SUBPROTOCOL})",
             )
             return
         self.active += 1

@@ -32,6 +32,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
+from functools import partial
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -64,6 +65,7 @@ from coremetry.store.interface import (
     WriteResult,
 )
 from coremetry.store.model import LogRecord, Span, TelemetryBatch
+from coremetry.supervision import supervise
 
 from . import _queries
 from ._runtime import ReadContext, connect, run_interruptible
@@ -404,7 +406,15 @@ async def open_sqlite_store(
     try:
         async with trio.open_nursery() as nursery:
             store._background = nursery.cancel_scope
-            nursery.start_soon(store._run_retention, retention_interval_s)
+            # A bug in a retention pass is logged and the loop starts again; never fatal.
+            nursery.start_soon(
+                partial(
+                    supervise,
+                    "store retention",
+                    partial(store._run_retention, retention_interval_s),
+                    restart_after_s=retention_interval_s,
+                )
+            )
             try:
                 yield store
             except BaseException as exc:

@@ -1,0 +1,215 @@
+"""hypercorn's trio worker, with every connection contained: one client cannot end the server.
+
+:func:`serve_http` is ``hypercorn.trio.serve`` (its ``worker_serve``: lifespan, bind, accept,
+graceful drain within ``graceful_timeout``) with two differences, both about failures:
+
+1. **Each connection runs in :func:`~coremetry.supervision.contained`.** In hypercorn a
+   connection's task (``TCPServer.run``: the reader, and the protocol code it drives) runs in
+   the server's own nursery, so any exception raised there — a protocol bug, an h11
+   ``LocalProtocolError`` after a client pipelined bytes behind an upgrade request, the race
+   below — ends ``serve`` and the process with it. Here it is logged with an incident id and
+   only that connection closes.
+2. **The close/send race of ``TCPServer`` is defused** (:class:`ContainedTCPServer`).
+   ``TCPServer._close`` calls ``stream.send_eof()`` without holding ``send_lock``, and trio's
+   ``SocketStream.send_eof`` checkpoints while it holds the stream's send-conflict detector.
+   When one task closes the connection (the ASGI app returned: ``StreamClosed`` -> ``Closed``)
+   while another writes (the reader answering the client's WebSocket close frame, a pong, an
+   error response), the writer's ``send_all`` raises ``trio.BusyResourceError: another task is
+   currently sending data on this SocketStream``, which hypercorn does not expect there. The
+   connection is closing at that moment, so the write is dropped and the protocol told the
+   connection is closed — what hypercorn already does when the peer is gone
+   (``BrokenResourceError``). Found as issue 13, item 1 (a WebSocket refused after its upgrade,
+   opened and closed in a loop); ``tests/transports/test_http_worker.py`` keeps a minimal
+   reproduction against hypercorn's own class.
+
+Also, the ASGI app runs inside :func:`~coremetry.supervision.contained` (hypercorn would log
+"Error in ASGI Framework" through its error log, which :func:`coremetry.server.hypercorn_config`
+turns off), so an exception in a handler is logged with an incident id; hypercorn then answers
+500 (HTTP, nothing sent yet) or closes the socket (1011 for an accepted WebSocket).
+
+Only plain TCP binds are served (no TLS, no QUIC): Coremetry terminates TLS in front of it.
+"""
+
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Final
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.events import Closed, Event
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.statsd import StatsdLogger
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import (
+    ASGIFramework,
+    ASGIReceiveCallable,
+    ASGISendCallable,
+    ConnectionState,
+    LifespanState,
+    Scope,
+)
+from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr
+
+from coremetry.supervision import contained
+
+log: Final = logging.getLogger("coremetry.http")
+
+
+class ContainedApp:
+    """hypercorn's ``AppWrapper`` around an ASGI app, logging what the app raises.
+
+    An ``Exception`` escaping the app is logged (ERROR, incident id) and swallowed; hypercorn
+    then finishes the exchange as for any app that returned early (500, or a 1011 close).
+    Cancellation propagates.
+    """
+
+    def __init__(self, app: ASGIFramework) -> None:
+        self.app = app
+
+    async def __call__(
+        self,
+        scope: Scope,
+        receive: ASGIReceiveCallable,
+        send: ASGISendCallable,
+        sync_spawn: object,
+        call_soon: object,
+    ) -> None:
+        """Run the app for one ASGI scope (``sync_spawn``/``call_soon`` are for WSGI; unused)."""
+        if scope["type"] == "lifespan":  # hypercorn's Lifespan handles (and logs) its failures
+            await self.app(scope, receive, send)
+            return
+        what = f"{scope['type']} {scope.get('path', '')}".rstrip()
+        with contained(f"ASGI app ({what})", log):
+            await self.app(scope, receive, send)
+
+
+class ContainedTCPServer(TCPServer):
+    """hypercorn's connection handler with its close/send race defused (module docstring)."""
+
+    async def protocol_send(self, event: Event) -> None:
+        """Write ``event`` (see ``TCPServer``); a write racing the close is dropped."""
+        try:
+            await super().protocol_send(event)
+        except trio.BusyResourceError:
+            # Another task is inside _close() -> send_eof(): the connection is closing, so the
+            # bytes can no longer matter. Tell the protocol, as hypercorn does for a broken
+            # stream.
+            await self.protocol.handle(Closed())
+
+
+async def serve_http(
+    app: ASGIFramework,
+    config: HypercornConfig,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` on ``config.bind`` until ``shutdown_trigger()`` returns, then drain.
+
+    The same life cycle as ``hypercorn.trio.serve`` (module docstring): ASGI lifespan startup,
+    bind and listen, report the bound URLs (``["http://127.0.0.1:PORT"]``) through
+    ``task_status``, accept; when ``shutdown_trigger`` returns, stop accepting and give open
+    connections ``config.graceful_timeout`` seconds before cancelling them; lifespan shutdown.
+
+    Raises:
+        OSError: an address cannot be bound.
+        ValueError: the config asks for TLS or QUIC (not served by this worker).
+    """
+    if config.ssl_enabled:
+        raise ValueError("coremetry serves plain HTTP; terminate TLS in front of it")
+    config.set_statsd_logger_class(StatsdLogger)
+    wrapped = ContainedApp(app)
+    lifespan_state: LifespanState = {}
+    lifespan = Lifespan(wrapped, config, lifespan_state)
+    context = WorkerContext(None)
+    open_streams: set[trio.SocketStream] = set()
+    none_open = trio.Event()
+
+    async def handle_connection(stream: trio.SocketStream) -> None:
+        peer = _peer(stream)
+        open_streams.add(stream)
+        try:
+            await serve_connection(stream, peer)
+        finally:
+            open_streams.discard(stream)
+            if not open_streams:
+                none_open.set()
+
+    async def serve_connection(stream: trio.SocketStream, peer: str) -> None:
+        with contained(f"HTTP connection from {peer}", log):
+            # hypercorn types the stream as an SSLStream; it only uses what SocketStream has
+            # (the AttributeError of the missing do_handshake selects the plain-TCP path).
+            server = ContainedTCPServer(
+                wrapped,
+                config,
+                context,
+                ConnectionState(lifespan_state.copy()),
+                stream,  # type: ignore[arg-type]
+            )
+            await server.run()
+
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        async with trio.open_nursery() as server_nursery:
+            sockets = config.create_sockets()
+            listeners: list[trio.SocketListener] = []
+            binds: list[str] = []
+            for sock in sockets.insecure_sockets:
+                sock.listen(config.backlog)
+                listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+                binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+            task_status.started(binds)
+            try:
+                async with trio.open_nursery(strict_exception_groups=True) as nursery:
+                    nursery.start_soon(raise_shutdown, shutdown_trigger)
+                    nursery.start_soon(raise_shutdown, context.terminate.wait)
+                    nursery.start_soon(
+                        partial(
+                            trio.serve_listeners,
+                            handle_connection,
+                            listeners,
+                            handler_nursery=server_nursery,
+                        )
+                    )
+                    await trio.sleep_forever()
+            except BaseExceptionGroup as error:
+                _, other_errors = error.split((ShutdownError, KeyboardInterrupt))
+                if other_errors is not None:
+                    raise other_errors from None  # the group it came from is all noise
+            finally:
+                await context.terminated.set()
+                server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+                if open_streams:
+                    server_nursery.start_soon(_close_stuck_streams, open_streams, none_open)
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()
+
+
+async def _close_stuck_streams(open_streams: set[trio.SocketStream], none_open: trio.Event) -> None:
+    """At the graceful deadline, close the sockets of connections that are still open.
+
+    hypercorn writes with ``send_all`` inside a *shielded* cancel scope, so a client that
+    stops reading (a full TCP window) blocks that write through any cancellation: the graceful
+    deadline alone would wait for it forever, and the process would never exit. Closing the
+    socket makes the blocked write fail (``ClosedResourceError``), which hypercorn handles as a
+    closed connection. Runs in the server nursery: cancelled at its deadline, or returns when
+    every connection has ended.
+    """
+    try:
+        await none_open.wait()
+    finally:
+        for stream in list(open_streams):
+            if stream.socket.fileno() != -1:
+                log.warning("closing a connection still open at the graceful deadline")
+                stream.socket.close()
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        host, port, *_ = stream.socket.getpeername()
+    except (OSError, ValueError):
+        return "a client that already left"
+    return f"{host}:{port}"
