@@ -34,6 +34,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Never, TextIO
 
+import trio
+
 from coremetry.config import Config
 from coremetry.ingest._convert import ItemRejected
 from coremetry.ingest.csv_series import parse_timestamp
@@ -131,8 +133,6 @@ def run_ingest(args: argparse.Namespace, config: Config, out: TextIO | None = No
     Returns:
         The exit status (see the module docstring).
     """
-    import trio
-
     stream = out if out is not None else sys.stdout
     try:
         labels = _labels(list(args.label))
