@@ -21,6 +21,7 @@ from coremetry.mcp.wire import ToolAnnotations
 
 from .budget import JsonObject, Shaped, fit
 from .ranges import RangeArgs, range_description
+from .results import Result, output_schema
 from .tools import ObservabilityTools
 
 __all__ = [
@@ -168,8 +169,10 @@ class ToolSpec(Generic[ArgsT]):
         min_role: ``""`` (any authenticated identity, the viewer floor), ``"editor"`` or
             ``"admin"``; enforced by the gate, and ``tools/list`` hides what a caller may not use.
         annotations: behaviour hints served with the tool (:data:`READ_ONLY`).
-        output: the type of the result a client receives (``structuredContent``): today every
-            tool answers a JSON object (:data:`~.budget.JsonObject`).
+        output: the type of the result a client receives (``structuredContent``), a
+            :class:`~.results.Result` Struct; the served ``outputSchema`` is generated from it
+            (:func:`~.results.output_schema`: the result, the budget's minimal object, or the
+            tool-error object).
     """
 
     name: str
@@ -178,8 +181,8 @@ class ToolSpec(Generic[ArgsT]):
     description: str
     short_description: str
     min_role: str = ""
+    output: type[Result]
     annotations: ToolAnnotations = READ_ONLY
-    output: type[JsonObject] = JsonObject
 
     @property
     def title(self) -> str:
@@ -189,6 +192,10 @@ class ToolSpec(Generic[ArgsT]):
     def input_schema(self) -> JsonObject:
         """The served input schema (:func:`input_schema` of :attr:`args`)."""
         return input_schema(self.args)
+
+    def output_schema(self) -> JsonObject:
+        """The served output schema (:func:`~.results.output_schema` of :attr:`output`)."""
+        return output_schema(self.output)
 
     def tool(self, tools: ObservabilityTools, budget_bytes: int) -> Tool[ArgsT]:
         """The MCP registration of this tool over ``tools``, every result fit to ``budget_bytes``.
@@ -210,4 +217,5 @@ class ToolSpec(Generic[ArgsT]):
             title=self.title,
             min_role=self.min_role,
             input_schema=self.input_schema(),
+            output_schema=self.output_schema(),
         )
