@@ -8,7 +8,8 @@
 - the ``google-genai`` SDK converts every schema to a Gemini ``Schema`` (refusing unsupported
   fields) in which every node has a ``type`` (the Gemini API refuses a declaration with an
   untyped parameter), and builds a ``FunctionDeclaration`` with the tool's name;
-- the old ``{key: value}`` map of ``labels``/``attributes`` is still decoded (not advertised).
+- the old ``{key: value}`` map of ``labels``/``attributes`` is still decoded (not advertised),
+  and a cursor continues a query whichever form (or order) its filters came in.
 """
 
 import copy
@@ -18,6 +19,7 @@ import re
 
 import msgspec
 import pytest
+import trio
 from agents.strict_schema import ensure_strict_json_schema
 from google.genai import types
 
@@ -29,6 +31,9 @@ from coremetry.observability.tools import (
     SearchTracesArgs,
     filter_map,
 )
+
+from ._client import mcp_client, structured
+from .conftest import DemoServer
 
 JsonObject = dict[str, object]
 GEMINI_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
@@ -125,3 +130,27 @@ def test_filters_are_a_list_and_the_old_map_still_decodes() -> None:
     twice = [AttributeFilter(key="a", value="1"), AttributeFilter(key="a", value="2")]
     with pytest.raises(BadArgs, match="attributes: key 'a' is given twice"):
         filter_map(twice, "attributes")
+
+
+async def test_a_cursor_continues_whichever_form_the_filters_were_sent_in(
+    demo_server: DemoServer,
+) -> None:
+    listed = [{"key": "service.name", "value": "ts-travel-service"}]
+    query = {"range": "24h", "limit": 2, "attributes": listed}
+    with trio.fail_after(300):
+        async with mcp_client(demo_server.mcp_url, demo_server.admin_token) as client:
+            first = structured(await client.call_tool("search_traces", query))
+            as_map = {**query, "attributes": {"service.name": "ts-travel-service"}}
+            again = structured(await client.call_tool("search_traces", as_map))
+            assert again["traces"] == first["traces"]
+            after_list = structured(
+                await client.call_tool("search_traces", {**query, "cursor": first["cursor"]})
+            )
+            after_map = structured(
+                await client.call_tool("search_traces", {**as_map, "cursor": first["cursor"]})
+            )
+    assert after_map["traces"] == after_list["traces"]
+    assert after_list["traces"] != first["traces"]
+    traces = after_list["traces"]
+    assert isinstance(traces, list)
+    assert all("ts-travel-service" in t["services"] for t in traces)

@@ -6,7 +6,9 @@ annotations and its result type. Everything a client sees of a tool is derived f
 the served ``tools/list`` entry and the MCP registration (:meth:`ToolSpec.tool`), the REST
 listing and calls (which go through that registration), and the catalog that
 ``coremetry tools --catalog compact|full`` prints (:mod:`.catalog`, which also holds the list of
-specs). The input schema is generated from the argument Struct (:func:`input_schema`).
+specs). The input schema is generated from the argument Struct (:func:`input_schema`: one
+``type`` per argument, nested Structs inlined), the output schema from the result Struct
+(:func:`~.results.output_schema`).
 """
 
 from collections.abc import Awaitable, Callable

@@ -823,6 +823,8 @@ class ObservabilityTools:
     async def search_traces(self, args: SearchTracesArgs, ctx: CallContext) -> Shaped:
         """``search_traces``: traces with a span matching every condition, newest first."""
         min_ns = None if args.min_duration_ms is None else int(args.min_duration_ms * NS_PER_MS)
+        # As a map, the filters are one query in any order or form (the cursor's fingerprint).
+        args = msgspec.structs.replace(args, attributes=filter_map(args.attributes, "attributes"))
         pager = self._pager("search_traces", args, args.cursor)
         window = pager.window
         trace_query = TraceQuery(
@@ -1123,6 +1125,7 @@ class ObservabilityTools:
         it, and the result's ``window`` is that aligned window. A step giving more than 1000
         buckets is widened to the smallest "nice" step that does not, with a ``note``.
         """
+        args = msgspec.structs.replace(args, labels=filter_map(args.labels, "labels"))
         pager = self._pager("query_metric", args, args.cursor)
         window = pager.window
         length = window.end_unix_nano - window.start_unix_nano
