@@ -238,7 +238,7 @@ async def test_pod_latency_rises_at_both_fault_times(demo_server: DemoServer) ->
                         {
                             "name": "http.server.request.duration",
                             "service": TRAVEL,
-                            "labels": {"quantile": "0.99"},
+                            "labels": [{"key": "quantile", "value": "0.99"}],
                             "step": "1m",
                             **window(at - 30 * MINUTE, at + 5 * MINUTE),
                         },
@@ -347,7 +347,7 @@ async def test_the_readme_walkthrough_calls_answer_as_it_says(demo_server: DemoS
                     {
                         "name": "http.server.request.duration",
                         "service": TRAVEL,
-                        "labels": {"quantile": "0.99"},
+                        "labels": [{"key": "quantile", "value": "0.99"}],
                         "step": "1m",
                         "start": focus["start"],
                         "end": focus["end"],
@@ -361,7 +361,7 @@ async def test_the_readme_walkthrough_calls_answer_as_it_says(demo_server: DemoS
                     {
                         "name": "http.server.request.duration",
                         "service": TRAVEL,
-                        "labels": {"quantile": "0.99"},
+                        "labels": [{"key": "quantile", "value": "0.99"}],
                         "step": "1m",
                         "start": rfc3339(cpu - 30 * MINUTE),
                         "end": rfc3339(cpu - 2 * MINUTE),

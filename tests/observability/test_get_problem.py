@@ -14,17 +14,20 @@ from typing import Final
 import msgspec
 import pytest
 from conftest import check_emitted
+from jsonschema import Draft202012Validator
 
 from coremetry.detection import Anomaly, Problem, ServiceRank
 from coremetry.detection.problem_store import PROBLEMS_FILE, merge_live
 from coremetry.mcp import Connection
 from coremetry.mcp.versions import LATEST_HANDSHAKE
+from coremetry.observability.results import GetProblemResult, output_schema
 from coremetry.server import build_mcp_server
 from coremetry.store.sqlite import open_sqlite_store
 
 BUDGET: Final = 16 * 1024
 T0: Final = 1_767_225_600 * 1_000_000_000
 MINUTE: Final = 60 * 1_000_000_000
+GET_PROBLEM_SCHEMA: Final = output_schema(GetProblemResult)
 
 
 class RankRow(msgspec.Struct):
@@ -100,6 +103,8 @@ async def call(
     assert reply is not None
     message = json.loads(reply.body)
     check_emitted(message, LATEST_HANDSHAKE, "tools/call")
+    # Whatever the budget cut, the answer is a shape the tool's outputSchema declares.
+    Draft202012Validator(GET_PROBLEM_SCHEMA).validate(message["result"]["structuredContent"])
     text = message["result"]["content"][0]["text"]
     assert isinstance(text, str)
     return msgspec.json.decode(reply.body, type=Envelope).result, len(text.encode())

@@ -19,6 +19,7 @@ from coremetry.mcp.versions import LATEST_HANDSHAKE
 from coremetry.observability import TOOLS, ObservabilityTools, Shaped, ToolSpec
 from coremetry.observability import register_observability as register
 from coremetry.observability.catalog import catalog
+from coremetry.observability.results import Result
 from coremetry.server import build_mcp_server, serve
 from coremetry.store.sqlite import open_sqlite_store
 
@@ -34,12 +35,22 @@ class EchoArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 async def echo(tools: ObservabilityTools, args: EchoArgs, ctx: CallContext) -> Shaped:
     """Echo the text, and whether the handlers' store is empty."""
     stats = await tools.store.statistics()
-    return Shaped({"echo": args.text, "empty_store": stats.newest_unix_nano is None})
+    return Shaped(
+        {"echo": args.text, "empty_store": stats.newest_unix_nano is None, "truncated": False}
+    )
+
+
+class EchoResult(Result, kw_only=True):
+    """The throwaway tool's result."""
+
+    echo: str
+    empty_store: bool
 
 
 THROWAWAY: Final = ToolSpec(
     name="throwaway_echo",
     args=EchoArgs,
+    output=EchoResult,
     handler=echo,
     description="Echo text back, and say whether the store is empty. Next: nothing.",
     short_description="Echo text.",
@@ -88,7 +99,7 @@ async def test_one_spec_is_served_by_tools_list_rest_and_the_catalog(
     assert listed.status_code == 200
     assert {t["name"] for t in listed.json()["tools"]} >= set(served)
     assert called.status_code == 200
-    assert called.json() == {"echo": "hi", "empty_store": True}
+    assert called.json() == {"echo": "hi", "empty_store": True, "truncated": False}
     assert refused.status_code == 400
     assert refused.json()["error"] == "bad_args"
     assert "text" in refused.json()["detail"]

@@ -144,7 +144,7 @@ async def test_the_walkthrough_says_what_the_tools_answer(demo_server: DemoServe
             p99_args: JsonObject = {
                 "name": "http.server.request.duration",
                 "service": TRAVEL,
-                "labels": {"quantile": "0.99"},
+                "labels": [{"key": "quantile", "value": "0.99"}],
                 "step": "1m",
                 "start": focus["start"],
                 "end": focus["end"],

@@ -7,11 +7,12 @@ and short description, role, annotations, result type). Everything else is deriv
 same registry, serve it), and :func:`catalog` renders it:
 
 - **full**: each tool as ``tools/list`` serves it — ``name``, ``title``, ``description`` (the long
-  text), ``inputSchema`` (generated from the argument Struct) and ``annotations``;
+  text), ``inputSchema`` (generated from the argument Struct), ``outputSchema`` (generated from
+  the result Struct, :mod:`.results`) and ``annotations``;
 - **compact**: for chat-style catalogs that pay for every byte in the model's context — ``name``,
   the one-line ``short_description`` as ``description``, and the input schema without its
   ``description``/``title`` keywords (types, enums, bounds, defaults and ``required`` stay, so a
-  call can still be formed).
+  call can still be formed), and no output schema.
 
 Both are compact JSON arrays; ``coremetry tools --catalog compact|full`` prints one and its size,
 ``bench/catalog_size.py`` compares them (a test compares the full catalog with what a client is
@@ -27,6 +28,7 @@ from typing import Final, Literal
 
 import msgspec
 
+from . import results
 from .budget import JsonObject
 from .spec import ToolSpec
 from .tools import (
@@ -65,6 +67,7 @@ TOOLS: Final = (
     ToolSpec(
         name="list_services",
         args=ListServicesArgs,
+        output=results.ListServicesResult,
         handler=ObservabilityTools.list_services,
         description=(
             "List every service that emitted spans in a window, busiest first, with RED figures: "
@@ -82,6 +85,7 @@ TOOLS: Final = (
     ToolSpec(
         name="get_service",
         args=GetServiceArgs,
+        output=results.GetServiceResult,
         handler=ObservabilityTools.get_service,
         description=(
             "One service in depth: RED summary, top operations, upstream callers and downstream "
@@ -103,6 +107,7 @@ TOOLS: Final = (
     ToolSpec(
         name="get_service_map",
         args=GetServiceMapArgs,
+        output=results.GetServiceMapResult,
         handler=ObservabilityTools.get_service_map,
         description=(
             "The service dependency graph in a window: edges caller -> callee with call_count, "
@@ -119,6 +124,7 @@ TOOLS: Final = (
     ToolSpec(
         name="search_traces",
         args=SearchTracesArgs,
+        output=results.SearchTracesResult,
         handler=ObservabilityTools.search_traces,
         description=(
             "Find traces, newest first, having one span that matches every given condition: "
@@ -137,6 +143,7 @@ TOOLS: Final = (
     ToolSpec(
         name="get_trace",
         args=GetTraceArgs,
+        output=results.GetTraceResult,
         handler=ObservabilityTools.get_trace,
         description=(
             "One trace as a compact tree (depth-first, children by start): per span service, name, "
@@ -158,6 +165,7 @@ TOOLS: Final = (
     ToolSpec(
         name="search_logs",
         args=SearchLogsArgs,
+        output=results.SearchLogsResult,
         handler=ObservabilityTools.search_logs,
         description=(
             "Search log records, newest first (best match first with text): text (words must all "
@@ -176,6 +184,7 @@ TOOLS: Final = (
     ToolSpec(
         name="list_metrics",
         args=ListMetricsArgs,
+        output=results.ListMetricsResult,
         handler=ObservabilityTools.list_metrics,
         description=(
             "Discover metrics with points in a window: name, type (gauge/sum/histogram), unit "
@@ -191,6 +200,7 @@ TOOLS: Final = (
     ToolSpec(
         name="query_metric",
         args=QueryMetricArgs,
+        output=results.QueryMetricResult,
         handler=ObservabilityTools.query_metric,
         description=(
             "One metric as bucketed series: aggregation per bucket (avg, min, max, sum, count, "
@@ -211,6 +221,7 @@ TOOLS: Final = (
     ToolSpec(
         name="list_deploys",
         args=ListDeploysArgs,
+        output=results.ListDeploysResult,
         handler=ObservabilityTools.list_deploys,
         description=(
             "Versions per service as seen in spans (the service.version resource attribute), "
@@ -225,6 +236,7 @@ TOOLS: Final = (
     ToolSpec(
         name="compare_deploys",
         args=CompareDeploysArgs,
+        output=results.CompareDeploysResult,
         handler=ObservabilityTools.compare_deploys,
         description=(
             "RED of one service before versus after a version change, side by side: each side's "
@@ -240,6 +252,7 @@ TOOLS: Final = (
     ToolSpec(
         name="list_problems",
         args=ListProblemsArgs,
+        output=results.ListProblemsResult,
         handler=ObservabilityTools.list_problems,
         description=(
             "Problems found by the anomaly detector (coremetry detect), overlapping a window, "
@@ -258,6 +271,7 @@ TOOLS: Final = (
     ToolSpec(
         name="get_problem",
         args=GetProblemArgs,
+        output=results.GetProblemResult,
         handler=ObservabilityTools.get_problem,
         description=(
             "One detected problem by id (from list_problems): the origin ranking with a reason and "
@@ -277,6 +291,7 @@ TOOLS: Final = (
     ToolSpec(
         name="list_anomalies",
         args=ListAnomaliesArgs,
+        output=results.ListAnomaliesResult,
         handler=ObservabilityTools.list_anomalies,
         description=(
             "Anomalous episodes of series (RED per service and metrics) the detector found, "
@@ -315,6 +330,7 @@ def catalog(
                     "title": spec.title,
                     "description": spec.description,
                     "inputSchema": spec.input_schema(),
+                    "outputSchema": spec.output_schema(),
                     "annotations": msgspec.to_builtins(spec.annotations),
                 }
             )

@@ -6,7 +6,9 @@ annotations and its result type. Everything a client sees of a tool is derived f
 the served ``tools/list`` entry and the MCP registration (:meth:`ToolSpec.tool`), the REST
 listing and calls (which go through that registration), and the catalog that
 ``coremetry tools --catalog compact|full`` prints (:mod:`.catalog`, which also holds the list of
-specs). The input schema is generated from the argument Struct (:func:`input_schema`).
+specs). The input schema is generated from the argument Struct (:func:`input_schema`: one
+``type`` per argument, nested Structs inlined), the output schema from the result Struct
+(:func:`~.results.output_schema`).
 """
 
 from collections.abc import Awaitable, Callable
@@ -21,6 +23,7 @@ from coremetry.mcp.wire import ToolAnnotations
 
 from .budget import JsonObject, Shaped, fit
 from .ranges import RangeArgs, range_description
+from .results import Result, output_schema
 from .tools import ObservabilityTools
 
 __all__ = [
@@ -29,6 +32,7 @@ __all__ = [
     "ToolMethod",
     "ToolSpec",
     "input_schema",
+    "single_typed",
     "title_of",
 ]
 
@@ -52,14 +56,82 @@ def title_of(name: str) -> str:
     return name.replace("_", " ").capitalize()
 
 
+_JSON_TYPES: Final = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"))
+
+
+def _enum_type(values: list[object]) -> str | None:
+    """The one JSON type of an enum's values, if they share one."""
+    kinds = set()
+    for value in values:
+        kinds.add(next((name for py, name in _JSON_TYPES if isinstance(value, py)), None))
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _inline(node: object, defs: JsonObject) -> object:
+    """``node`` with every ``$ref`` to ``#/$defs/…`` replaced by its definition (no docstring)."""
+    if isinstance(node, list):
+        return [_inline(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        target = dict(_as_object(defs[ref.removeprefix("#/$defs/")]))
+        target.pop("title", None)
+        target.pop("description", None)  # the Struct's docstring, written for developers
+        rest = {k: v for k, v in node.items() if k != "$ref"}
+        return _inline({**target, **rest}, defs)
+    return {str(k): _inline(v, defs) for k, v in node.items()}
+
+
+def _as_object(value: object) -> JsonObject:
+    assert isinstance(value, dict), value
+    return {str(k): v for k, v in value.items()}
+
+
+def single_typed(node: object) -> object:
+    """A schema in which every value has exactly one ``type`` (the form strict clients accept).
+
+    - ``anyOf`` alternatives of type ``null`` are dropped (an optional argument is simply not
+      ``required``; the Struct still decodes an explicit ``null`` where it did), and so is a
+      ``default`` of ``null``;
+    - of the remaining alternatives the first is served: it is the advertised form, and later
+      ones are accepted on input for compatibility only (e.g. the ``{key: value}`` map of
+      :data:`~.tools.Filters`);
+    - an ``enum`` gets the ``type`` of its values.
+    """
+    if isinstance(node, list):
+        return [single_typed(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: JsonObject = {str(k): single_typed(v) for k, v in node.items()}
+    branches = out.get("anyOf")
+    if isinstance(branches, list):
+        kept = [b for b in branches if not (isinstance(b, dict) and b.get("type") == "null")]
+        if kept:
+            del out["anyOf"]
+            out = {**_as_object(kept[0]), **out}
+    if "default" in out and out["default"] is None:
+        del out["default"]
+    enum = out.get("enum")
+    if isinstance(enum, list) and "type" not in out:
+        kind = _enum_type(enum)
+        if kind is not None:
+            out = {"type": kind, **out}
+    return out
+
+
 def input_schema(args: type[msgspec.Struct]) -> JsonObject:
     """The served input schema: generated from the Struct, without the Struct's docstring.
 
-    For a windowed tool (a :class:`~.ranges.RangeArgs`), the ``range`` property's description
-    names the tool's own default window (:attr:`~.ranges.RangeArgs.default_range`, the value
-    the handler uses).
+    Nested Structs are inlined (no ``$defs``/``$ref``, which Gemini's function declarations
+    do not take) and every property has exactly one ``type`` (:func:`single_typed`). For a
+    windowed tool (a :class:`~.ranges.RangeArgs`), the ``range`` property's description names
+    the tool's own default window (:attr:`~.ranges.RangeArgs.default_range`, the value the
+    handler uses).
     """
-    schema = schema_for(args)
+    generated = schema_for(args)
+    defs = _as_object(generated.pop("$defs", {}))
+    schema = _as_object(single_typed(_inline(generated, defs)))
     schema.pop("description", None)
     properties = schema.get("properties")
     if issubclass(args, RangeArgs) and isinstance(properties, dict):
@@ -99,8 +171,10 @@ class ToolSpec(Generic[ArgsT]):
         min_role: ``""`` (any authenticated identity, the viewer floor), ``"editor"`` or
             ``"admin"``; enforced by the gate, and ``tools/list`` hides what a caller may not use.
         annotations: behaviour hints served with the tool (:data:`READ_ONLY`).
-        output: the type of the result a client receives (``structuredContent``): today every
-            tool answers a JSON object (:data:`~.budget.JsonObject`).
+        output: the type of the result a client receives (``structuredContent``), a
+            :class:`~.results.Result` Struct; the served ``outputSchema`` is generated from it
+            (:func:`~.results.output_schema`: the result, the budget's minimal object, or the
+            tool-error object).
     """
 
     name: str
@@ -109,8 +183,8 @@ class ToolSpec(Generic[ArgsT]):
     description: str
     short_description: str
     min_role: str = ""
+    output: type[Result]
     annotations: ToolAnnotations = READ_ONLY
-    output: type[JsonObject] = JsonObject
 
     @property
     def title(self) -> str:
@@ -120,6 +194,10 @@ class ToolSpec(Generic[ArgsT]):
     def input_schema(self) -> JsonObject:
         """The served input schema (:func:`input_schema` of :attr:`args`)."""
         return input_schema(self.args)
+
+    def output_schema(self) -> JsonObject:
+        """The served output schema (:func:`~.results.output_schema` of :attr:`output`)."""
+        return output_schema(self.output)
 
     def tool(self, tools: ObservabilityTools, budget_bytes: int) -> Tool[ArgsT]:
         """The MCP registration of this tool over ``tools``, every result fit to ``budget_bytes``.
@@ -141,4 +219,5 @@ class ToolSpec(Generic[ArgsT]):
             title=self.title,
             min_role=self.min_role,
             input_schema=self.input_schema(),
+            output_schema=self.output_schema(),
         )

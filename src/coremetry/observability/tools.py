@@ -104,6 +104,9 @@ __all__ = [
     "QueryMetricArgs",
     "SearchLogsArgs",
     "SearchTracesArgs",
+    "AttributeFilter",
+    "Filters",
+    "filter_map",
     "key_attributes",
 ]
 
@@ -169,6 +172,44 @@ _Service = Annotated[str, msgspec.Meta(min_length=1, description="service.name, 
 _OptService = Annotated[str | None, msgspec.Meta(description="Only this service.name (exact).")]
 
 
+class AttributeFilter(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One equality condition on an attribute (a closed object: ``{"key": …, "value": …}``).
+
+    Attributes:
+        key: the attribute key, exactly (e.g. ``http.response.status_code``).
+        value: the value it must have, compared as text (``"500"`` matches the integer 500).
+    """
+
+    key: Annotated[str, msgspec.Meta(min_length=1, description="Attribute key, exactly.")]
+    value: Annotated[str, msgspec.Meta(description="Required value, compared as text.")]
+
+
+Filters = list[AttributeFilter] | dict[str, str]
+"""Equality filters as a tool accepts them: a list of :class:`AttributeFilter` (the form the
+input schema advertises, a closed object every strict client converts), or — for callers of
+earlier versions — a ``{key: value}`` map, still decoded but no longer advertised
+(:func:`~.spec.input_schema` serves the first branch of a union only)."""
+
+
+def filter_map(filters: Filters, field: str) -> dict[str, str]:
+    """``filters`` as ``{key: value}``, whichever form was sent.
+
+    Raises:
+        BadArgs: one key given twice with different values (naming ``field`` and the key).
+    """
+    if isinstance(filters, dict):
+        return dict(filters)
+    found: dict[str, str] = {}
+    for condition in filters:
+        if found.get(condition.key, condition.value) != condition.value:
+            raise BadArgs(
+                f"{field}: key {condition.key!r} is given twice with different values; a value "
+                "must equal both, so nothing could match"
+            )
+        found[condition.key] = condition.value
+    return found
+
+
 class ListServicesArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
     """Arguments of ``list_services``."""
 
@@ -204,12 +245,12 @@ class SearchTracesArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
         StatusFilter, msgspec.Meta(description="error: spans with status ERROR; ok: others.")
     ] = "any"
     attributes: Annotated[
-        dict[str, str],
+        Filters,
         msgspec.Meta(
             description="Span or resource attributes equal to these (as text), e.g. "
-            '{"http.response.status_code": "500"}.'
+            '[{"key": "http.response.status_code", "value": "500"}].'
         ),
-    ] = msgspec.field(default_factory=dict)
+    ] = msgspec.field(default_factory=list)
     limit: Annotated[int, msgspec.Meta(ge=1, le=100, description="Most traces.")] = 20
     cursor: _Cursor = None
 
@@ -265,9 +306,12 @@ class QueryMetricArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
     name: Annotated[str, msgspec.Meta(min_length=1, description="Metric name, from list_metrics.")]
     service: _OptService = None
     labels: Annotated[
-        dict[str, str],
-        msgspec.Meta(description='Point attributes equal to these, e.g. {"quantile": "0.99"}.'),
-    ] = msgspec.field(default_factory=dict)
+        Filters,
+        msgspec.Meta(
+            description='Point attributes equal to these, e.g. [{"key": "quantile", '
+            '"value": "0.99"}].'
+        ),
+    ] = msgspec.field(default_factory=list)
     group_by: Annotated[
         list[str] | None,
         msgspec.Meta(
@@ -779,6 +823,8 @@ class ObservabilityTools:
     async def search_traces(self, args: SearchTracesArgs, ctx: CallContext) -> Shaped:
         """``search_traces``: traces with a span matching every condition, newest first."""
         min_ns = None if args.min_duration_ms is None else int(args.min_duration_ms * NS_PER_MS)
+        # As a map, the filters are one query in any order or form (the cursor's fingerprint).
+        args = msgspec.structs.replace(args, attributes=filter_map(args.attributes, "attributes"))
         pager = self._pager("search_traces", args, args.cursor)
         window = pager.window
         trace_query = TraceQuery(
@@ -787,7 +833,7 @@ class ObservabilityTools:
             operation=args.operation,
             min_duration_ns=min_ns,
             status=args.status,
-            attributes=dict(args.attributes),
+            attributes=filter_map(args.attributes, "attributes"),
         )
         page = await self.store.search_traces(
             trace_query, limit=pager.fetch_limit(args.limit), cursor=pager.store_cursor
@@ -1079,6 +1125,7 @@ class ObservabilityTools:
         it, and the result's ``window`` is that aligned window. A step giving more than 1000
         buckets is widened to the smallest "nice" step that does not, with a ``note``.
         """
+        args = msgspec.structs.replace(args, labels=filter_map(args.labels, "labels"))
         pager = self._pager("query_metric", args, args.cursor)
         window = pager.window
         length = window.end_unix_nano - window.start_unix_nano
@@ -1106,7 +1153,10 @@ class ObservabilityTools:
                 time_range=query_range,
                 step_ns=step,
                 aggregation=args.aggregation,
-                matchers=[LabelMatcher(label=k, value=v) for k, v in sorted(args.labels.items())],
+                matchers=[
+                    LabelMatcher(label=k, value=v)
+                    for k, v in sorted(filter_map(args.labels, "labels").items())
+                ],
                 service_name=args.service,
                 group_by=args.group_by,
             ),
