@@ -1,4 +1,5 @@
-"""Bad tool arguments and params name the accepted values of an enumerated field (issue 21).
+"""Bad tool arguments and params name what is accepted: the values of an enumerated field, the
+fields of an object that got an unknown one (issue 21).
 
 Through the dispatcher: a ``tools/call`` whose argument is not one of a ``Literal``'s or an
 ``Enum``'s values answers a ``bad_args`` result whose detail names the field *and* the values it
@@ -110,3 +111,17 @@ async def test_bad_log_level_is_invalid_params_naming_the_levels() -> None:
     assert "'debug', 'info', 'notice', 'warning', 'error', 'critical', 'alert', 'emergency'" in (
         text(error["message"])
     )
+
+
+async def test_unknown_argument_names_the_accepted_fields() -> None:
+    # A misnamed argument ('id' for 'problem_id') is answered with the names the tool takes.
+    detail = await _detail({"severity": "ERROR"})
+    assert "unknown field `severity`" in detail
+    assert "accepted fields: min_severity, unit, matchers, many, limit" in detail
+
+
+async def test_unknown_field_of_a_nested_object_names_that_objects_fields() -> None:
+    detail = await _detail({"matchers": [{"key": "a", "op": "=", "value": "b"}]})
+    assert "unknown field `value`" in detail
+    assert "$.matchers[0]" in detail
+    assert "accepted fields: key, op)" in detail

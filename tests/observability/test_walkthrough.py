@@ -327,11 +327,24 @@ async def test_the_walkthrough_says_what_the_tools_answer(demo_server: DemoServe
         next(s for s in objs(t["services"]) if s["service"] == GATEWAY) for t in delayed
     ]
     claim(
-        "The gateway's `self_time_ms` there is a few milliseconds; its `call_wait_ms` holds the "
+        "the gateway's `self_time_ms` there is a few milliseconds; its `call_wait_ms` holds the "
         "wait.",
         all(
             num(row["self_time_ms"]) < 10 and num(row["call_wait_ms"]) > 0.9 * num(t["duration_ms"])
             for row, t in zip(gateway_rows, delayed, strict=True)
+        ),
+    )
+    claim(
+        "(On the `critical_path`, the `HTTP POST` span's own `self_time_ms` is that wait: no span "
+        "of travel's covers it.)",
+        all(
+            num(
+                next(p for p in objs(t["critical_path"]) if p["span_id"] == d["span_id"])[
+                    "self_time_ms"
+                ]
+            )
+            > 0.9 * num(row["call_wait_ms"])
+            for d, row, t in zip(waits, gateway_rows, delayed, strict=True)
         ),
     )
 
@@ -362,7 +375,10 @@ async def test_the_walkthrough_says_what_the_tools_answer(demo_server: DemoServe
     focus_minutes = (
         clock.recorded(focus["end"]) - clock.recorded(focus["start"])
     ).total_seconds() / 60
-    claim("(the 20 minutes around the slow traces)", 19 <= focus_minutes <= 21)
+    claim(
+        "its `likely_origin.focus`, the 20 minutes around the slow traces)",
+        19 <= focus_minutes <= 21,
+    )
     (series,) = objs(p99["series"])
     (fine,) = objs(scrapes["series"])
     minute_ns, half_ns, second_ns = 60 * 10**9, 30 * 10**9, 10**9

@@ -261,6 +261,7 @@ MAX_LISTED_VALUES: Final = 12
 """An enumerated field with at most this many accepted values has them listed in the error."""
 
 _INVALID_ENUM = re.compile(r"Invalid enum value .*? - at `\$(?P<path>[^`]*)`")
+_UNKNOWN_FIELD = re.compile(r"Object contains unknown field `[^`]*`(?: - at `\$(?P<path>[^`]*)`)?")
 _PATH_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[\.\.\.\]")
 
 
@@ -376,14 +377,48 @@ def _field_owner(info: Type, field: str | None) -> tuple[type[Struct], str] | No
     return None
 
 
+def accepted_fields(target: type[Struct], path: str) -> list[str] | None:
+    """The field names (as encoded) of the object at msgspec's error ``path`` (``""``: the root).
+
+    Returns:
+        The names in declaration order, or ``None`` when the path does not lead to a Struct.
+    """
+    info: Type | None = type_info(target)
+    position = 0
+    while info is not None and position < len(path):
+        step = _PATH_STEP.match(path, position)
+        if step is None:
+            return None
+        info = _child(info, step.group(1))
+        position = step.end()
+    while isinstance(info, Metadata):
+        info = info.type
+    if isinstance(info, UnionType):
+        info = next((t for t in info.types if isinstance(t, StructType)), None)
+    if not isinstance(info, StructType):
+        return None
+    return [candidate.encode_name for candidate in info.fields]
+
+
 def decode_error_message(exc: Exception, target: type[Struct]) -> str:
-    """Msgspec's decode error for ``target``, plus the accepted values of an enumerated field.
+    """Msgspec's decode error for ``target``, plus what is accepted where it helps.
 
     ``Invalid enum value 'error' - at `$.severity``` becomes ``Invalid enum value 'error' - at
     `$.severity` (accepted: 'info', 'warn')`` when there are at most
-    :data:`MAX_LISTED_VALUES` of them, else it says how many there are.
+    :data:`MAX_LISTED_VALUES` of them, else it says how many there are; ``Object contains
+    unknown field `id``` gains the object's field names (``(accepted fields: problem_id,
+    service)``), so a misnamed argument is named right in the next call.
     """
     text = str(exc)
+    unknown = _UNKNOWN_FIELD.fullmatch(text)
+    if unknown is not None:
+        try:
+            fields = accepted_fields(target, unknown.group("path") or "")
+        except Exception:  # pragma: no cover - introspection must never turn into a 500
+            fields = None
+        if not fields:
+            return text
+        return f"{text} (accepted fields: {', '.join(fields)})"
     match = _INVALID_ENUM.fullmatch(text)
     if match is None:
         return text
