@@ -457,3 +457,23 @@ def test_a_revoked_tokens_name_can_be_reused(tmp_path: Path) -> None:
     everything = json.dumps(rows)
     assert first.stdout.strip() not in everything
     assert second.stdout.strip() not in everything
+
+
+def test_token_create_replace_rotates_the_token(tmp_path: Path) -> None:
+    first = coremetry(tmp_path, "token", "create", "--name", "bot", "--role", "viewer")
+    assert first.returncode == 0, first.stderr
+    second = coremetry(
+        tmp_path, "token", "create", "--name", "bot", "--role", "viewer", "--replace"
+    )
+    assert second.returncode == 0, second.stderr
+    assert re.fullmatch(r"cmk_[A-Za-z0-9_-]{43,}", second.stdout.strip())
+    states = [
+        line.split("\t")[2] for line in coremetry(tmp_path, "token", "list").stdout.splitlines()
+    ]
+    assert states == ["revoked", "active"]
+    with open_identity_store(tmp_path) as store:
+        with pytest.raises(RevokedToken):
+            store.verify_token(first.stdout.strip())
+        assert store.verify_token(second.stdout.strip()).token_name == "bot"
+    names = [(row["name"], row["outcome"]) for row in _audit_rows(tmp_path)]
+    assert names == [("token create bot", "ok"), ("token replace bot", "ok")]

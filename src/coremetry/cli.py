@@ -15,7 +15,8 @@ Subcommands:
   ``user disable|enable|delete NAME`` / ``user passwd NAME [--password-stdin]`` — login users;
   disable, delete and passwd end the user's sessions at once, in every process.
 - ``coremetry token create --name N --role R [--expires-in 30d]`` (prints the token alone on
-  stdout, once) / ``token list`` / ``token revoke NAME`` (frees the name) — service tokens.
+  stdout, once; ``--replace`` revokes the token of that name first) / ``token list`` /
+  ``token revoke NAME`` (frees the name) — service tokens.
 - Every ``user``/``token`` change is written to the audit log (``call_kind`` ``admin``).
 - ``coremetry audit tail [-n N] [--sub SUB]`` — the newest audit records, oldest first.
 - ``coremetry ingest FILE… [--format …]`` — import telemetry files into the configured
@@ -175,6 +176,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     token_create.add_argument("--name", required=True)
     token_create.add_argument("--role", choices=ROLES, required=True)
+    token_create.add_argument(
+        "--replace",
+        action="store_true",
+        help="revoke the token of that name, if any, and create the new one (a rotation)",
+    )
     token_create.add_argument(
         EXPIRES_IN,
         type=_expires_in_s,
@@ -623,6 +629,8 @@ def _admin_store(args: argparse.Namespace, data_dir: Path, audit: AuditLog) -> i
         action = (
             f"{args.command} {args.user_command if args.command == 'user' else args.token_command}"
         )
+        if action == "token create" and args.replace:
+            action = "token replace"
         password = ""
         if action in ("user add", "user passwd"):
             command = (
@@ -685,9 +693,9 @@ def _admin_change(
     elif action == "user delete":
         store.delete_user(name)
         print(f"deleted user {name}; its sessions have ended", file=sys.stderr)
-    elif action == "token create":
+    elif action in ("token create", "token replace"):
         expires: float | None = args.expires_in  # seconds, from _expires_in_s
-        secret, _info = store.create_token(name, str(args.role), expires)
+        secret, _info = store.create_token(name, str(args.role), expires, replace=args.replace)
         sys.stdout.write(secret + "\n")
     else:
         store.revoke_token(name)

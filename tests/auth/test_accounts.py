@@ -148,3 +148,16 @@ def test_a_version_1_database_is_migrated(data_dir: Path) -> None:
             store.verify_token("cmk_" + "A" * 43)
     with sqlite3.connect(data_dir / DB_FILENAME) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_create_token_with_replace_rotates(store: IdentityStore) -> None:
+    old, _ = store.create_token("deploy", "viewer", None)
+    stamp = store.revocation_stamp()
+    new, info = store.create_token("deploy", "admin", None, replace=True)
+    assert info.role == "admin"
+    assert store.revocation_stamp() != stamp  # cached copies of the old token stop hitting
+    with pytest.raises(RevokedToken):
+        store.verify_token(old)
+    assert store.verify_token(new).token_name == "deploy"
+    fresh, _ = store.create_token("fresh", "viewer", None, replace=True)  # nothing to replace
+    assert store.verify_token(fresh).token_name == "fresh"

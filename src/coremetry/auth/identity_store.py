@@ -633,7 +633,7 @@ class IdentityStore:
         return token, info
 
     def create_token(
-        self, name: str, role: str, expires_in_s: float | None
+        self, name: str, role: str, expires_in_s: float | None, *, replace: bool = False
     ) -> tuple[str, TokenInfo]:
         """Create a service token. Blocks for one write.
 
@@ -643,6 +643,8 @@ class IdentityStore:
             role: ``viewer``, ``editor`` or ``admin``.
             expires_in_s: lifetime in seconds (rounded up to whole seconds), or ``None`` for
                 no expiry.
+            replace: revoke the token of that name, if any, in the same transaction (then
+                wait :data:`REVOCATION_SETTLE_S`, as :meth:`revoke_token`): a rotation.
 
         Returns:
             ``(token, info)``. The token (``cmk_`` + 43 URL-safe characters) exists only in this
@@ -660,7 +662,17 @@ class IdentityStore:
             )
         try:
             with self._transaction() as db:
-                return self._insert_token(db, name, role, expires_in_s)
+                revoked = 0
+                if replace:
+                    revoked = db.execute(
+                        "UPDATE auth_service_tokens SET revoked_at = ?"
+                        " WHERE name = ? AND revoked_at IS NULL",
+                        (self._now(), name),
+                    ).rowcount
+                created = self._insert_token(db, name, role, expires_in_s)
+            if revoked:
+                self._signal_revocation()
+            return created
         except sqlite3.IntegrityError:
             raise ValueError(
                 f"a token named {name!r} already exists (revoke it first to reuse the name)"
