@@ -22,6 +22,7 @@ other ``-32602``                400
 The request body is the tool's arguments as a JSON object (empty body = ``{}``).
 """
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -57,6 +58,8 @@ from coremetry.http_edge import (
 from coremetry.mcp import Connection, PendingBatch, PendingCall, Server, codes, versions
 from coremetry.mcp.wire import JsonObject
 from coremetry.roles import Caller, role_satisfies
+
+_log: Final = logging.getLogger(__name__)
 
 TOOLS_PATH: Final = "/api/tools"
 """``GET`` lists the caller's tools; ``POST {TOOLS_PATH}/<name>`` calls one."""
@@ -409,7 +412,8 @@ class AdminUsers:
     method. "At once" holds across processes: every server sharing the data dir refuses the
     user's JWTs from the next request on. Every request of an authenticated caller, allowed or
     refused, writes one audit row (:meth:`~coremetry.audit.AuditLog.record_admin`, transport
-    ``rest``) before the answer; the password is never logged, audited or echoed.
+    ``rest``) before the answer (when that write fails, the error is logged and the change
+    stands); the password is never logged, audited or echoed.
 
     Args:
         store: the identity store (called through ``trio.to_thread``).
@@ -477,11 +481,21 @@ class AdminUsers:
             status, payload, outcome = refusal.status, refusal.body, refusal.outcome
         except ClientGone:
             return
-        await trio.to_thread.run_sync(
-            lambda: self.audit.record_admin(
-                caller, transport="rest", action=action, target=name[:128], outcome=outcome
+        try:
+            await trio.to_thread.run_sync(
+                lambda: self.audit.record_admin(
+                    caller, transport="rest", action=action, target=name[:128], outcome=outcome
+                )
             )
-        )
+        except Exception as exc:  # sqlite3.Error and the like: the change itself stands
+            _log.error(
+                "could not audit %s %r by %r (outcome %s): %s",
+                action,
+                name[:128],
+                caller.subject,
+                outcome,
+                exc,
+            )
         await send_response(send, status, payload, headers=[(b"cache-control", b"no-store"), *cors])
 
     async def _act(
