@@ -1006,10 +1006,19 @@ async def test_credential_attacks_get_401_and_valid_credentials_pass(
                 ),
                 Attempt(
                     "JWT signed with the real secret",
-                    bearer(hs256(claims(), secret)),
+                    # With alice's session generation: a JWT without it is from before an
+                    # account change (test_accounts_e2e.py).
+                    bearer(
+                        hs256(claims(gen=live.security.store.session_generation("alice")), secret)
+                    ),
                     accepted=True,
                 ),
                 # Refused.
+                Attempt("JWT of an older session generation", bearer(hs256(claims(), secret))),
+                Attempt(
+                    "JWT of a user who does not exist",
+                    bearer(hs256(claims(sub="mallory"), secret)),
+                ),
                 Attempt("no credentials", {}, token_sent=False),
                 Attempt("Basic", {"authorization": "Basic YWxpY2U6cGFzc3dvcmQ="}, token_sent=False),
                 Attempt(

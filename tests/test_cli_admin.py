@@ -15,6 +15,7 @@ import httpx
 import pytest
 import trio
 
+from coremetry.auth import LoginFailed, RevokedToken, open_identity_store
 from coremetry.cli import main
 
 LIMIT_S = 60
@@ -344,3 +345,135 @@ def test_ctrl_c_at_the_password_prompt_exits_130_with_one_line(tmp_path: Path) -
     lines = [line for line in shown.replace("\r", "").split("\n") if line]
     assert lines == ["password for erin: ", "coremetry: interrupted"]
     assert "erin" not in coremetry(tmp_path, "user", "list").stdout
+
+
+# ---- account lifecycle -------------------------------------------------------------------------
+
+
+def _audit_rows(data_dir: Path) -> list[dict[str, object]]:
+    tail = coremetry(data_dir, "audit", "tail", "-n", "100")
+    assert tail.returncode == 0, tail.stderr
+    return [json.loads(line) for line in tail.stdout.splitlines()]
+
+
+def test_user_lifecycle_commands_change_the_account_and_are_audited(tmp_path: Path) -> None:
+    old, new = "the first password", "the second password"
+    added = coremetry(
+        tmp_path, "user", "add", "frank", "--role", "editor", "--password-stdin", stdin=old + "\n"
+    )
+    assert added.returncode == 0, added.stderr
+    disabled = coremetry(tmp_path, "user", "disable", "frank")
+    assert disabled.returncode == 0, disabled.stderr
+    assert "frank\teditor\t" in coremetry(tmp_path, "user", "list").stdout
+    assert coremetry(tmp_path, "user", "list").stdout.rstrip("\n").endswith("\tdisabled")
+    with open_identity_store(tmp_path) as store, pytest.raises(LoginFailed):
+        store.check_password("frank", old)
+    assert coremetry(tmp_path, "user", "enable", "frank").returncode == 0
+    assert "disabled" not in coremetry(tmp_path, "user", "list").stdout
+    changed = coremetry(tmp_path, "user", "passwd", "frank", "--password-stdin", stdin=new + "\n")
+    assert changed.returncode == 0, changed.stderr
+    with open_identity_store(tmp_path) as store:
+        with pytest.raises(LoginFailed):
+            store.check_password("frank", old)
+        assert store.check_password("frank", new).sub == "frank"
+    assert coremetry(tmp_path, "user", "delete", "frank").returncode == 0
+    assert coremetry(tmp_path, "user", "list").stdout == ""
+    rows = _audit_rows(tmp_path)
+    assert [(row["name"], row["outcome"], row["call_kind"]) for row in rows] == [
+        ("user add frank", "ok", "admin"),
+        ("user disable frank", "ok", "admin"),
+        ("user enable frank", "ok", "admin"),
+        ("user passwd frank", "ok", "admin"),
+        ("user delete frank", "ok", "admin"),
+    ]
+    assert all(str(row["sub"]).startswith("local:") for row in rows)
+    everything = json.dumps(rows)
+    assert old not in everything
+    assert new not in everything
+
+
+def test_user_lifecycle_commands_refuse_cleanly(tmp_path: Path) -> None:
+    for action in ("disable", "enable", "delete"):
+        missing = coremetry(tmp_path, "user", action, "nobody")
+        assert missing.returncode == 1
+        assert missing.stderr == "coremetry: no user named 'nobody'\n"
+    coremetry(
+        tmp_path, "user", "add", "gina", "--role", "viewer", "--password-stdin", stdin="p" * 9
+    )
+    no_tty = coremetry(tmp_path, "user", "passwd", "gina")
+    assert no_tty.returncode == 2  # at once: no prompt without a terminal
+    (line,) = no_tty.stderr.splitlines()
+    assert line.startswith("coremetry: no terminal to ask for the password on")
+    assert "--password-stdin" in line
+    short = coremetry(tmp_path, "user", "passwd", "gina", "--password-stdin", stdin="short\n")
+    assert short.returncode == 2
+    assert "at least 8 characters" in short.stderr
+    with open_identity_store(tmp_path) as store:
+        assert store.check_password("gina", "p" * 9).sub == "gina"  # unchanged
+    outcomes = [(row["name"], row["outcome"]) for row in _audit_rows(tmp_path)]
+    assert ("user disable nobody", "not_found") in outcomes
+    assert ("user passwd gina", "bad_args") in outcomes
+    assert ("user passwd gina", "ok") not in outcomes
+
+
+def test_the_passwd_prompt_on_a_terminal(tmp_path: Path) -> None:
+    coremetry(
+        tmp_path, "user", "add", "hank", "--role", "viewer", "--password-stdin", stdin="p" * 9
+    )
+    status, shown = on_terminal(
+        tmp_path, ["user", "passwd", "hank"], b"typed at the prompt\r", after=b"password for hank: "
+    )
+    assert status == 0, shown
+    assert "typed at the prompt" not in shown  # not echoed
+    with open_identity_store(tmp_path) as store:
+        assert store.check_password("hank", "typed at the prompt").sub == "hank"
+
+
+def test_a_revoked_tokens_name_can_be_reused(tmp_path: Path) -> None:
+    first = coremetry(tmp_path, "token", "create", "--name", "ci", "--role", "viewer")
+    assert first.returncode == 0, first.stderr
+    taken = coremetry(tmp_path, "token", "create", "--name", "ci", "--role", "viewer")
+    assert taken.returncode == 2
+    assert "revoke it first" in taken.stderr
+    assert coremetry(tmp_path, "token", "revoke", "ci").returncode == 0
+    second = coremetry(tmp_path, "token", "create", "--name", "ci", "--role", "editor")
+    assert second.returncode == 0, second.stderr
+    listed = coremetry(tmp_path, "token", "list").stdout.splitlines()
+    assert [line.split("\t")[:3] for line in listed] == [
+        ["ci", "viewer", "revoked"],
+        ["ci", "editor", "active"],
+    ]
+    with open_identity_store(tmp_path) as store:
+        with pytest.raises(RevokedToken):
+            store.verify_token(first.stdout.strip())
+        assert store.verify_token(second.stdout.strip()).role == "editor"
+    rows = _audit_rows(tmp_path)
+    assert [(row["name"], row["outcome"]) for row in rows] == [
+        ("token create ci", "ok"),
+        ("token create ci", "bad_args"),
+        ("token revoke ci", "ok"),
+        ("token create ci", "ok"),
+    ]
+    everything = json.dumps(rows)
+    assert first.stdout.strip() not in everything
+    assert second.stdout.strip() not in everything
+
+
+def test_token_create_replace_rotates_the_token(tmp_path: Path) -> None:
+    first = coremetry(tmp_path, "token", "create", "--name", "bot", "--role", "viewer")
+    assert first.returncode == 0, first.stderr
+    second = coremetry(
+        tmp_path, "token", "create", "--name", "bot", "--role", "viewer", "--replace"
+    )
+    assert second.returncode == 0, second.stderr
+    assert re.fullmatch(r"cmk_[A-Za-z0-9_-]{43,}", second.stdout.strip())
+    states = [
+        line.split("\t")[2] for line in coremetry(tmp_path, "token", "list").stdout.splitlines()
+    ]
+    assert states == ["revoked", "active"]
+    with open_identity_store(tmp_path) as store:
+        with pytest.raises(RevokedToken):
+            store.verify_token(first.stdout.strip())
+        assert store.verify_token(second.stdout.strip()).token_name == "bot"
+    names = [(row["name"], row["outcome"]) for row in _audit_rows(tmp_path)]
+    assert names == [("token create bot", "ok"), ("token replace bot", "ok")]

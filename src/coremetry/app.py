@@ -11,6 +11,8 @@ Routing, by path:
 - ``/api/auth/login`` — a session JWT for a user name and password (:mod:`coremetry.rest`).
 - ``/api/tools`` and ``/api/tools/<name>`` — the tools over REST, through the same gate
   (:mod:`coremetry.rest`).
+- ``/api/admin/users/<name>[/disable|/enable|/password]`` — admin-only account management
+  (:class:`coremetry.rest.AdminUsers`), when an identity store and an audit log are given.
 - ``/v1/traces``, ``/v1/logs``, ``/v1/metrics`` — the OTLP/HTTP receiver
   (:mod:`coremetry.ingest.receiver`), when a store is given and ``ingest.enabled``; any other
   ``/v1/*`` path then gets the receiver's JSON (or protobuf) 404, not an HTML page.
@@ -33,12 +35,13 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from coremetry import __version__
-from coremetry.auth import LoginService
+from coremetry.audit import AuditLog
+from coremetry.auth import IdentityStore, LoginService
 from coremetry.config import Config
 from coremetry.http_edge import Authenticate, HttpPolicy, anonymous
 from coremetry.ingest.receiver import OTLP_PATHS, OtlpReceiver
 from coremetry.mcp import Server
-from coremetry.rest import LOGIN_PATH, LoginEndpoint, RestTools
+from coremetry.rest import LOGIN_PATH, AdminUsers, LoginEndpoint, RestTools
 from coremetry.store import TelemetryStore
 from coremetry.transports.drain import Drain
 from coremetry.transports.sse import LegacySse
@@ -62,6 +65,8 @@ class CoremetryApp:
         authenticate: resolves callers (default: everyone is an anonymous viewer).
         login: serves ``POST /api/auth/login`` when given.
         store: the telemetry store the OTLP/HTTP receiver writes into (none: no receiver).
+        identities: with ``audit``, serves the admin account routes over this identity store.
+        audit: where the admin account routes record what they do.
 
     Attributes:
         shutting_down: set when the server starts draining; long-lived streams end on it.
@@ -77,6 +82,8 @@ class CoremetryApp:
         authenticate: Authenticate = anonymous,
         login: LoginService | None = None,
         store: TelemetryStore | None = None,
+        identities: IdentityStore | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
         self.config = config
         self.mcp = mcp
@@ -123,6 +130,9 @@ class CoremetryApp:
         self.rest = RestTools(mcp, self.policy, authenticate=authenticate)
         if login is not None:
             self.http_routes[LOGIN_PATH] = LoginEndpoint(login, self.policy)
+        self.admin_users: AdminUsers | None = None
+        if identities is not None and audit is not None:
+            self.admin_users = AdminUsers(identities, audit, self.policy, authenticate=authenticate)
         if store is not None and config.ingest.enabled:
             receiver = OtlpReceiver(
                 store,
@@ -151,6 +161,9 @@ class CoremetryApp:
                 return
             if self.rest.matches(scope["path"]):
                 await self.rest(scope, receive, send)
+                return
+            if self.admin_users is not None and self.admin_users.matches(scope["path"]):
+                await self.admin_users(scope, receive, send)
                 return
         elif scope["type"] == "websocket":
             ws_handler = self.websocket_routes.get(scope["path"])

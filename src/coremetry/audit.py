@@ -40,6 +40,14 @@ Writing — never on the call's path:
   is written; if the writer task is cancelled instead, it still writes what is queued (shielded)
   before it returns.
 
+Administration — accounts and tokens: :meth:`AuditLog.record_admin` writes one row per admin
+action (``user add|disable|enable|delete|passwd``, ``token create|revoke``), from the CLI or the
+admin REST API, synchronously (the action is rare; the row is on disk when the command or request
+answers). Such a row has ``call_kind`` ``"admin"``, ``name`` the action and its target (``"user
+disable alice"``), ``transport`` ``"cli"`` or ``"rest"``, ``source`` :data:`ADMIN_SOURCE`,
+``outcome`` ``ok``, ``not_found``, ``bad_args`` or ``denied``, and an empty
+``arguments_sha256``: never a password or a token, nor a digest of one.
+
 Reading: :meth:`AuditLog.tail` (synchronous, blocking; call it from a worker thread inside trio)
 returns the newest rows first; records still queued are not visible yet.
 :func:`register_audit_resource` exposes the newest :data:`RECENT_LIMIT` rows as the admin-only
@@ -63,6 +71,7 @@ import trio
 
 from coremetry.config import Config
 from coremetry.mcp import CallContext, CallRecord, Resource, Server
+from coremetry.roles import Caller
 
 log = logging.getLogger("coremetry.audit")
 
@@ -74,6 +83,12 @@ BUSY_TIMEOUT_MS: Final = 5000
 
 SOURCE: Final = "mcp"
 """The ``source`` of every row written by the MCP server."""
+
+ADMIN_SOURCE: Final = "admin"
+"""The ``source`` of the rows :meth:`AuditLog.record_admin` writes."""
+
+ADMIN_CALL_KIND: Final = "admin"
+"""The ``call_kind`` of an admin action's row."""
 
 RECENT_URI: Final = "coremetry://audit/recent"
 """The admin-only MCP resource listing the newest audit rows."""
@@ -143,13 +158,14 @@ class AuditEntry(msgspec.Struct, frozen=True, kw_only=True):
         kind: how the caller authenticated (``jwt``, ``service_token``, ``local``, ...).
         role: the caller's role at the time of the call.
         transport: ``stdio``, ``http``, ``sse``, ``ws``, ...
-        call_kind: ``tool``, ``resource`` or ``prompt``.
-        name: the tool or prompt name, or the resource URI (a template's, for a templated read).
+        call_kind: ``tool``, ``resource`` or ``prompt``; ``admin`` for an admin action.
+        name: the tool or prompt name, or the resource URI (a template's, for a templated read);
+            for an admin action, the action and its target (``"user disable alice"``).
         arguments_sha256: hex SHA-256 of the arguments (never the arguments).
         outcome: ``ok``, one of the five tool-error classes, ``denied``, ``rate_limited`` or
             ``cancelled``.
         duration_ms: how long the call took, in milliseconds.
-        source: who wrote the row (``"mcp"``).
+        source: who wrote the row (``"mcp"``, or ``"admin"`` for an admin action).
     """
 
     at_unix_nano: int
@@ -510,6 +526,55 @@ class AuditLog:
                 deleted += count
                 if count < _PURGE_BATCH:
                     return deleted
+        finally:
+            conn.close()
+
+    # -- administration ----------------------------------------------------------------------
+
+    def record_admin(
+        self,
+        actor: Caller,
+        *,
+        transport: str,
+        action: str,
+        target: str,
+        outcome: str,
+        at_unix_nano: int | None = None,
+    ) -> None:
+        """Write one admin action's row now (synchronous and blocking; see the module docstring).
+
+        Uses its own short-lived connection, so it is safe from any thread, from the CLI, and
+        while the writer runs; inside trio call it through :func:`trio.to_thread.run_sync`.
+
+        Args:
+            actor: who did it (for the CLI: ``kind="local"``, the operating-system user).
+            transport: ``"cli"`` or ``"rest"``.
+            action: what was done, e.g. ``"user disable"``, ``"token revoke"``.
+            target: the user or token name acted on (never a secret).
+            outcome: ``ok``, ``not_found``, ``bad_args`` or ``denied``.
+            at_unix_nano: when, in ns since the epoch (default: now).
+
+        Raises:
+            sqlite3.Error: the database could not be written.
+        """
+        row: _Row = (
+            time.time_ns() if at_unix_nano is None else at_unix_nano,
+            actor.subject,
+            actor.token_name,
+            actor.kind,
+            actor.role,
+            transport,
+            ADMIN_CALL_KIND,
+            f"{action} {target}",
+            "",
+            outcome,
+            0.0,
+            ADMIN_SOURCE,
+        )
+        conn = self._open()
+        try:
+            with conn:
+                conn.execute(_INSERT, row)
         finally:
             conn.close()
 

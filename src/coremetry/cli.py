@@ -11,9 +11,13 @@ Subcommands:
   launch a local process, e.g. Claude Desktop); the identity comes from the token in
   ``COREMETRY_TOKEN`` (a ``cmk_`` service token or a session JWT), and it refuses to start
   without a valid one. Logs go to stderr.
-- ``coremetry user add NAME --role R [--password-stdin]`` / ``user list`` — login users.
+- ``coremetry user add NAME --role R [--password-stdin]`` / ``user list`` /
+  ``user disable|enable|delete NAME`` / ``user passwd NAME [--password-stdin]`` — login users;
+  disable, delete and passwd end the user's sessions at once, in every process.
 - ``coremetry token create --name N --role R [--expires-in 30d]`` (prints the token alone on
-  stdout, once) / ``token list`` / ``token revoke NAME`` — service tokens.
+  stdout, once; ``--replace`` revokes the token of that name first) / ``token list`` /
+  ``token revoke NAME`` (frees the name) — service tokens.
+- Every ``user``/``token`` change is written to the audit log (``call_kind`` ``admin``).
 - ``coremetry audit tail [-n N] [--sub SUB]`` — the newest audit records, oldest first.
 - ``coremetry ingest FILE… [--format …]`` — import telemetry files into the configured
   telemetry store (:mod:`coremetry.ingest.cli`).
@@ -42,6 +46,7 @@ import getpass
 import logging
 import os
 import re
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -54,7 +59,14 @@ import trio
 
 from coremetry import __version__
 from coremetry.audit import AuditLog
-from coremetry.auth import TOKEN_PREFIX, AuthError, UnknownName, open_identity_store
+from coremetry.auth import (
+    TOKEN_PREFIX,
+    AuthError,
+    IdentityStore,
+    RevokedToken,
+    UnknownName,
+    open_identity_store,
+)
 from coremetry.config import Config, ConfigError, load_config, render_config
 from coremetry.conformance_fixture.conformance import build_conformance_server
 from coremetry.demo.cli import add_demo_parser, prepare_serve_demo, run_demo
@@ -140,6 +152,23 @@ def _parser() -> argparse.ArgumentParser:
         help="read the password from stdin (8 characters to 1024 bytes)",
     )
     user_sub.add_parser("list", help="list users (never their passwords)", parents=[common])
+    for action, text in (
+        ("disable", "disable a user: no login, its sessions end at once"),
+        ("enable", "let a disabled user log in again"),
+        ("delete", "delete a user; its sessions end at once"),
+    ):
+        user_sub.add_parser(action, help=text, parents=[common]).add_argument("name")
+    user_passwd = user_sub.add_parser(
+        "passwd",
+        help="set a user's password (from a prompt or stdin); its sessions end at once",
+        parents=[common],
+    )
+    user_passwd.add_argument("name")
+    user_passwd.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the password from stdin (8 characters to 1024 bytes)",
+    )
     token = sub.add_parser("token", help="manage service tokens")
     token_sub = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     token_create = token_sub.add_parser(
@@ -148,12 +177,19 @@ def _parser() -> argparse.ArgumentParser:
     token_create.add_argument("--name", required=True)
     token_create.add_argument("--role", choices=ROLES, required=True)
     token_create.add_argument(
+        "--replace",
+        action="store_true",
+        help="revoke the token of that name, if any, and create the new one (a rotation)",
+    )
+    token_create.add_argument(
         EXPIRES_IN,
         type=_expires_in_s,
         help="lifetime such as 30d, 12h, 90m or 3600s (default: no expiry)",
     )
     token_sub.add_parser("list", help="list tokens (never the tokens themselves)", parents=[common])
-    token_revoke = token_sub.add_parser("revoke", help="revoke a token at once", parents=[common])
+    token_revoke = token_sub.add_parser(
+        "revoke", help="revoke a token at once (its name may then be reused)", parents=[common]
+    )
     token_revoke.add_argument("name")
     audit = sub.add_parser("audit", help="read the audit log")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
@@ -352,6 +388,8 @@ def _run_stdio(build_mcp: Callable[[TelemetryStore], Server], config: Config) ->
                 claims = security.store.verify_token(token)
             else:
                 claims = security.issuer.verify(token)
+                if security.store.session_generation(claims.sub) != claims.generation:
+                    raise RevokedToken(f"JWT of user {claims.sub!r} ended by an account change")
         except AuthError:
             print("coremetry: COREMETRY_TOKEN is not a valid token", file=sys.stderr)
             return 2
@@ -515,7 +553,7 @@ def _admin(args: argparse.Namespace, config: Config) -> int:
                 sys.stdout.write(msgspec.json.encode(entry).decode() + "\n")
             sys.stdout.flush()
             return 0
-        return _admin_store(args, data_dir)
+        return _admin_store(args, data_dir, AuditLog.from_config(config))
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): stop quietly, as Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -531,64 +569,137 @@ def _stdin_is_a_terminal() -> bool:
     return sys.stdin is not None and sys.stdin.isatty()
 
 
-def _admin_store(args: argparse.Namespace, data_dir: Path) -> int:
-    """``coremetry user|token …`` against the identity store."""
+def _local_actor() -> Caller:
+    """Who runs an admin command, for the audit log: the operating-system user."""
+    try:
+        who = getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (a bare container)
+        who = f"uid{os.getuid()}"
+    return Caller(subject=f"local:{who}", role="admin", kind="local")
+
+
+def _read_password(args: argparse.Namespace, command: str) -> str | int:
+    """The new password of ``user add|passwd``: from stdin, or a prompt on a terminal only.
+
+    Returns:
+        The password, or the exit status when none could be read (never prompts when stdin is
+        not a terminal).
+    """
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    if not _stdin_is_a_terminal():
+        # getpass would ask on /dev/tty even so, and wait for a person who may not be there
+        # (a script, CI, a test run from a terminal): never prompt then.
+        print(
+            "coremetry: no terminal to ask for the password on: pipe it in with"
+            " --password-stdin (e.g. printf '%s\\n' \"$PASSWORD\" | coremetry user"
+            f" {command} --password-stdin)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        return getpass.getpass(f"password for {args.name}: ")
+    except EOFError:
+        print("\ncoremetry: no password given (use --password-stdin to pipe one)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        # Ctrl-C at the prompt: one line, no traceback (getpass restored echo).
+        print("\ncoremetry: interrupted", file=sys.stderr)
+        return 130
+
+
+def _admin_store(args: argparse.Namespace, data_dir: Path, audit: AuditLog) -> int:
+    """``coremetry user|token …`` against the identity store; every change is audited."""
     with open_identity_store(data_dir) as store:
+        if args.command == "user" and args.user_command == "list":
+            for user in store.list_users():
+                state = "\tdisabled" if user.disabled else ""
+                print(f"{user.name}\t{user.role}\tcreated {_when(user.created_at)}{state}")
+            return 0
+        if args.command == "token" and args.token_command == "list":
+            now = int(time.time())
+            for info in store.list_tokens():
+                expired = info.expires_at is not None and info.expires_at <= now
+                state = "revoked" if info.revoked else "expired" if expired else "active"
+                print(
+                    f"{info.name}\t{info.role}\t{state}\tcreated {_when(info.created_at)}"
+                    f"\texpires {_when(info.expires_at)}\tlast used {_when(info.last_used_at)}"
+                )
+            return 0
+        action = (
+            f"{args.command} {args.user_command if args.command == 'user' else args.token_command}"
+        )
+        if action == "token create" and args.replace:
+            action = "token replace"
+        password = ""
+        if action in ("user add", "user passwd"):
+            command = (
+                f"add {args.name} --role {args.role}"
+                if action == "user add"
+                else f"passwd {args.name}"
+            )
+            read = _read_password(args, command)
+            if isinstance(read, int):
+                return read
+            password = read
+        outcome, status = "ok", 0
         try:
-            if args.command == "user" and args.user_command == "add":
-                if args.password_stdin:
-                    password = sys.stdin.readline().rstrip("\n")
-                elif not _stdin_is_a_terminal():
-                    # getpass would ask on /dev/tty even so, and wait for a person who may not
-                    # be there (a script, CI, a test run from a terminal): never prompt then.
-                    print(
-                        "coremetry: no terminal to ask for the password on: pipe it in with"
-                        " --password-stdin (e.g. printf '%s\\n' \"$PASSWORD\" | coremetry user"
-                        f" add {args.name} --role {args.role} --password-stdin)",
-                        file=sys.stderr,
-                    )
-                    return 2
-                else:
-                    try:
-                        password = getpass.getpass(f"password for {args.name}: ")
-                    except EOFError:
-                        print(
-                            "\ncoremetry: no password given (use --password-stdin to pipe one)",
-                            file=sys.stderr,
-                        )
-                        return 2
-                    except KeyboardInterrupt:
-                        # Ctrl-C at the prompt: one line, no traceback (getpass restored echo).
-                        print("\ncoremetry: interrupted", file=sys.stderr)
-                        return 130
-                store.add_user(str(args.name), str(args.role), password)
-                print(f"added user {args.name} ({args.role})", file=sys.stderr)
-            elif args.command == "user":
-                for user in store.list_users():
-                    print(f"{user.name}\t{user.role}\tcreated {_when(user.created_at)}")
-            elif args.token_command == "create":
-                expires: float | None = args.expires_in  # seconds, from _expires_in_s
-                secret, _info = store.create_token(str(args.name), str(args.role), expires)
-                sys.stdout.write(secret + "\n")
-            elif args.token_command == "list":
-                now = int(time.time())
-                for info in store.list_tokens():
-                    expired = info.expires_at is not None and info.expires_at <= now
-                    state = "revoked" if info.revoked else "expired" if expired else "active"
-                    print(
-                        f"{info.name}\t{info.role}\t{state}\tcreated {_when(info.created_at)}"
-                        f"\texpires {_when(info.expires_at)}\tlast used {_when(info.last_used_at)}"
-                    )
-            else:
-                store.revoke_token(str(args.name))
-                print(f"revoked token {args.name}", file=sys.stderr)
+            _admin_change(store, action, args, password)
         except UnknownName as exc:
             print(f"coremetry: {exc}", file=sys.stderr)
-            return 1
+            outcome, status = "not_found", 1
         except ValueError as exc:
             print(f"coremetry: {exc}", file=sys.stderr)
-            return 2
-    return 0
+            outcome, status = "bad_args", 2
+        try:
+            audit.record_admin(
+                _local_actor(),
+                transport="cli",
+                action=action,
+                target=str(args.name),
+                outcome=outcome,
+            )
+        except sqlite3.Error as exc:
+            print(
+                f"coremetry: {action} {args.name}: could not write the audit log: {exc}",
+                file=sys.stderr,
+            )
+            return status or 1
+    return status
+
+
+def _admin_change(
+    store: IdentityStore, action: str, args: argparse.Namespace, password: str
+) -> None:
+    """Apply one ``user``/``token`` change and say what was done (the token alone on stdout).
+
+    Raises:
+        UnknownName: no such user or token.
+        ValueError: a bad name, role, password or lifetime, or a name already taken.
+    """
+    name = str(args.name)
+    if action == "user add":
+        store.add_user(name, str(args.role), password)
+        print(f"added user {name} ({args.role})", file=sys.stderr)
+    elif action == "user passwd":
+        store.set_password(name, password)
+        print(f"changed the password of user {name}; its sessions have ended", file=sys.stderr)
+    elif action == "user disable":
+        store.disable_user(name)
+        print(f"disabled user {name}; its sessions have ended", file=sys.stderr)
+    elif action == "user enable":
+        store.enable_user(name)
+        print(f"enabled user {name}", file=sys.stderr)
+    elif action == "user delete":
+        store.delete_user(name)
+        print(f"deleted user {name}; its sessions have ended", file=sys.stderr)
+    elif action in ("token create", "token replace"):
+        expires: float | None = args.expires_in  # seconds, from _expires_in_s
+        secret, _info = store.create_token(name, str(args.role), expires, replace=args.replace)
+        sys.stdout.write(secret + "\n")
+    else:
+        store.revoke_token(name)
+        print(f"revoked token {name}", file=sys.stderr)
 
 
 def _conformance_fixture(args: argparse.Namespace) -> int:

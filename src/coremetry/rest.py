@@ -22,14 +22,25 @@ other ``-32602``                400
 The request body is the tool's arguments as a JSON object (empty body = ``{}``).
 """
 
+import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Final
 
 import msgspec
+import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 
-from coremetry.auth import SESSION_COOKIE, LoginFailed, LoginService, LoginThrottled
+from coremetry.audit import AuditLog
+from coremetry.auth import (
+    SESSION_COOKIE,
+    IdentityStore,
+    LoginFailed,
+    LoginService,
+    LoginThrottled,
+    UnknownName,
+)
 from coremetry.http_edge import (
     AUTH_CHALLENGE,
     Authenticate,
@@ -46,6 +57,9 @@ from coremetry.http_edge import (
 )
 from coremetry.mcp import Connection, PendingBatch, PendingCall, Server, codes, versions
 from coremetry.mcp.wire import JsonObject
+from coremetry.roles import Caller, role_satisfies
+
+_log: Final = logging.getLogger(__name__)
 
 TOOLS_PATH: Final = "/api/tools"
 """``GET`` lists the caller's tools; ``POST {TOOLS_PATH}/<name>`` calls one."""
@@ -349,4 +363,192 @@ class LoginEndpoint:
         )
 
 
-__all__ = ["LOGIN_PATH", "TOOLS_PATH", "LoginEndpoint", "RestTools"]
+ADMIN_USERS_PATH: Final = "/api/admin/users"
+"""Admin-only account management: ``POST {ADMIN_USERS_PATH}/<name>/disable`` (``/enable``,
+``/password``) and ``DELETE {ADMIN_USERS_PATH}/<name>``."""
+
+_ADMIN_ACTIONS: Final = {
+    "disable": "user disable",
+    "enable": "user enable",
+    "password": "user passwd",
+}
+
+
+class _PasswordRequest(msgspec.Struct, forbid_unknown_fields=True):
+    password: str
+
+
+_PASSWORD_DECODER: Final = msgspec.json.Decoder(_PasswordRequest)
+
+
+class _AdminRefusal(Exception):
+    """An admin request refused with ``status`` and a JSON body; ``outcome`` is audited."""
+
+    def __init__(self, status: int, error: str, detail: str, outcome: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.body = _ENCODER.encode({"error": error, "detail": detail})
+        self.outcome = outcome
+
+
+class AdminUsers:
+    """ASGI handler of the admin account routes (the REST side of ``coremetry user …``).
+
+    ==============================================  ===========================================
+    request                                         effect
+    ==============================================  ===========================================
+    ``POST /api/admin/users/<name>/disable``        no login; the user's sessions end at once
+    ``POST /api/admin/users/<name>/enable``         login works again (old sessions stay ended)
+    ``POST /api/admin/users/<name>/password``       body ``{"password": "…"}`` (8 characters to
+                                                    1024 bytes); the user's sessions end at once
+    ``DELETE /api/admin/users/<name>``              the user is gone; its sessions end at once
+    ==============================================  ===========================================
+
+    Answers are JSON: 200 with the user (``name``, ``role``, ``disabled``, ``disabled_at``;
+    ``{"name", "deleted": true}`` for a delete, ``{"name", "password_changed": true}``), 401 with
+    the Bearer challenge without valid credentials, 403 ``forbidden`` for a caller whose role is
+    not ``admin``, 404 ``not_found`` naming the user, 400 ``bad_request`` naming the field of a
+    bad body, 415 for a body that is not ``application/json``, 405 with ``Allow`` for another
+    method. "At once" holds across processes: every server sharing the data dir refuses the
+    user's JWTs from the next request on. Every request of an authenticated caller, allowed or
+    refused, writes one audit row (:meth:`~coremetry.audit.AuditLog.record_admin`, transport
+    ``rest``) before the answer (when that write fails, the error is logged and the change
+    stands); the password is never logged, audited or echoed.
+
+    Args:
+        store: the identity store (called through ``trio.to_thread``).
+        audit: where the admin actions are recorded.
+        policy: Origin/Host/body-size rules (the same as the other endpoints).
+        authenticate: resolves the caller (the same hook as the MCP transports).
+    """
+
+    def __init__(
+        self,
+        store: IdentityStore,
+        audit: AuditLog,
+        policy: HttpPolicy,
+        *,
+        authenticate: Authenticate = anonymous,
+    ) -> None:
+        self.store = store
+        self.audit = audit
+        self.policy = policy
+        self.authenticate = authenticate
+
+    def matches(self, path: str) -> bool:
+        """Whether ``path`` is under :data:`ADMIN_USERS_PATH`."""
+        return path == ADMIN_USERS_PATH or path.startswith(ADMIN_USERS_PATH + "/")
+
+    async def __call__(
+        self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        """Serve one admin request (see the class docstring)."""
+        headers = Headers(scope["headers"])
+        parts = scope["path"][len(ADMIN_USERS_PATH) + 1 :].split("/")
+        name = parts[0]
+        if len(parts) == 1 and name:
+            action, method = "user delete", "DELETE"
+        elif len(parts) == 2 and name and parts[1] in _ADMIN_ACTIONS:
+            action, method = _ADMIN_ACTIONS[parts[1]], "POST"
+        else:
+            await send_response(send, 404, _error(f"no admin route at {scope['path']}"))
+            return
+        cors = await admit(
+            scope,
+            send,
+            headers,
+            self.policy,
+            method=method,
+            allow=f"{method}, OPTIONS".encode(),
+            error_body=_error,
+        )
+        if cors is None:
+            return
+        try:
+            caller = await self.authenticate(headers)
+        except Exception as exc:  # the auth layer's reason is never sent
+            await send_response(
+                send,
+                401,
+                _ENCODER.encode({"error": "unauthorized"}),
+                headers=[challenge_for(exc), *cors],
+            )
+            return
+        try:
+            status, payload = await self._act(caller, action, name, headers, receive)
+            outcome = "ok"
+        except _AdminRefusal as refusal:
+            status, payload, outcome = refusal.status, refusal.body, refusal.outcome
+        except ClientGone:
+            return
+        try:
+            await trio.to_thread.run_sync(
+                lambda: self.audit.record_admin(
+                    caller, transport="rest", action=action, target=name[:128], outcome=outcome
+                )
+            )
+        except Exception as exc:  # sqlite3.Error and the like: the change itself stands
+            _log.error(
+                "could not audit %s %r by %r (outcome %s): %s",
+                action,
+                name[:128],
+                caller.subject,
+                outcome,
+                exc,
+            )
+        await send_response(send, status, payload, headers=[(b"cache-control", b"no-store"), *cors])
+
+    async def _act(
+        self,
+        caller: Caller,
+        action: str,
+        name: str,
+        headers: Headers,
+        receive: ASGIReceiveCallable,
+    ) -> tuple[int, bytes]:
+        if not role_satisfies(caller.role, "admin"):
+            raise _AdminRefusal(403, "forbidden", "managing users needs the admin role", "denied")
+        change: Callable[[], object]
+        if action == "user passwd":
+            password = await self._password(headers, receive)
+            change = lambda: self.store.set_password(name, password)  # noqa: E731
+        elif action == "user disable":
+            change = lambda: self.store.disable_user(name)  # noqa: E731
+        elif action == "user enable":
+            change = lambda: self.store.enable_user(name)  # noqa: E731
+        else:
+            change = lambda: self.store.delete_user(name)  # noqa: E731
+        try:
+            result = await trio.to_thread.run_sync(change)
+        except UnknownName as exc:
+            raise _AdminRefusal(404, "not_found", str(exc), "not_found") from None
+        except ValueError as exc:
+            raise _AdminRefusal(400, "bad_request", f"password: {exc}", "bad_args") from None
+        if action == "user delete":
+            return 200, _ENCODER.encode({"name": name, "deleted": True})
+        if action == "user passwd":
+            return 200, _ENCODER.encode({"name": name, "password_changed": True})
+        return 200, _ENCODER.encode(result)
+
+    async def _password(self, headers: Headers, receive: ASGIReceiveCallable) -> str:
+        if not is_json_content_type(headers.get("content-type")):
+            raise _AdminRefusal(415, "bad_request", "send application/json", "bad_args")
+        try:
+            body = await read_body(receive, min(self.policy.max_body_bytes, 64 * 1024))
+            return _PASSWORD_DECODER.decode(body).password
+        except BodyTooLarge:
+            raise _AdminRefusal(413, "bad_request", "the body is too large", "bad_args") from None
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            raise _AdminRefusal(
+                400, "bad_request", f"expected {{'password': str}}: {exc}", "bad_args"
+            ) from None
+
+
+__all__ = [
+    "ADMIN_USERS_PATH",
+    "LOGIN_PATH",
+    "TOOLS_PATH",
+    "AdminUsers",
+    "LoginEndpoint",
+    "RestTools",
+]

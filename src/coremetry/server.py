@@ -271,7 +271,13 @@ async def serve(
     if security is not None:
         security.install(mcp)
         app = CoremetryApp(
-            config, mcp, authenticate=security.authenticator, login=security.login, store=store
+            config,
+            mcp,
+            authenticate=security.authenticator,
+            login=security.login,
+            store=store,
+            identities=security.store,
+            audit=security.audit,
         )
     else:
         app = CoremetryApp(config, mcp, store=store)

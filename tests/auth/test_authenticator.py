@@ -121,7 +121,10 @@ def test_authenticator_fits_the_transport_hook(store: IdentityStore, issuer: Jwt
 
 async def test_jwt_in_header_and_cookie(store: IdentityStore, issuer: JwtIssuer) -> None:
     authenticate = Authenticator(store, issuer)
-    token = issuer.issue(issuer.session_claims("alice", "editor"))
+    store.add_user("alice", "editor", "alice-password")
+    generation = store.session_generation("alice")
+    assert generation is not None
+    token = issuer.issue(issuer.session_claims("alice", "editor", generation))
     expected = Caller(subject="alice", role="editor", kind="jwt", token_name="")
     assert await authenticate(headers(("authorization", f"Bearer {token}"))) == expected
     assert await authenticate(headers(("cookie", f"{SESSION_COOKIE}={token}"))) == expected

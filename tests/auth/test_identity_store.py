@@ -188,7 +188,12 @@ def test_check_password(store: IdentityStore, clock: FakeClock) -> None:
     store.add_user("heidi", "editor", "pw-heidi")
     claims = store.check_password("heidi", "pw-heidi")
     assert claims == Claims(
-        sub="heidi", role="editor", kind="jwt", issued_at=int(clock.now), expires_at=None
+        sub="heidi",
+        role="editor",
+        kind="jwt",
+        issued_at=int(clock.now),
+        expires_at=None,
+        generation=store.session_generation("heidi") or -1,
     )
 
 

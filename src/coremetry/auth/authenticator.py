@@ -41,6 +41,14 @@ lifetime are checked on every hit too. ``cache_ttl_s=0`` turns the cache off. Th
 at most ``cache_max_entries`` header values (the oldest goes first); like the request headers
 themselves, they stay in memory only.
 
+Session JWTs end early too: a JWT is accepted only while its user exists, is not disabled and
+still has the session generation the JWT carries (claim ``gen``; a disable, a deletion or a
+password change replaces it). The user's current generation is read from the store
+(:meth:`~coremetry.auth.IdentityStore.session_generation`) and cached per user name the same way
+as service tokens: for ``cache_ttl_s`` at most, and only while the store's revocation stamp is
+unchanged — every account change signals it like a token revocation, in any process (the CLI
+included), so the JWT is refused on the very next request.
+
 Logging: refusals are logged with their ``reason`` (DEBUG when nothing was presented, INFO
 otherwise); a token, a cookie or a header value is never logged.
 """
@@ -58,7 +66,7 @@ from coremetry.roles import Caller
 
 from .identity_store import TOKEN_PREFIX, IdentityStore, RevocationStamp
 from .jwt_verifier import JwtIssuer
-from .principal import AuthError, Claims, InvalidToken, MissingCredentials
+from .principal import AuthError, Claims, InvalidToken, MissingCredentials, RevokedToken
 
 _log: Final = logging.getLogger(__name__)
 
@@ -138,6 +146,12 @@ class _CacheEntry(msgspec.Struct, frozen=True):
     stamp: RevocationStamp  # taken before the token was verified
 
 
+class _SessionEntry(msgspec.Struct, frozen=True):
+    generation: int | None  # the user's current one; None: unknown or disabled user
+    stale_at: float  # trio clock, seconds
+    stamp: RevocationStamp  # taken before the store was read
+
+
 class Authenticator:
     """The HTTP transports' ``Authenticate`` hook: headers to :class:`~coremetry.roles.Caller`.
 
@@ -146,7 +160,7 @@ class Authenticator:
         issuer: verifies session JWTs (inline; pure CPU).
         cache_ttl_s: how long a verified service token is served from memory, in seconds; ``0``
             disables the cache. Revocations bypass it at once (module docstring).
-        cache_max_entries: most service tokens remembered at once.
+        cache_max_entries: most service tokens (and, separately, user names) remembered at once.
         clock: wall clock in unix seconds, for expiry checks on cache hits (tests inject one).
     """
 
@@ -167,6 +181,8 @@ class Authenticator:
         self._clock = clock
         # Keyed on the Authorization header's value as presented (module docstring).
         self._cache: dict[str, _CacheEntry] = {}
+        # Keyed on the user name (a JWT's sub): its current session generation.
+        self._sessions: dict[str, _SessionEntry] = {}
 
     async def __call__(self, headers: HeaderSource) -> Caller:
         """Authenticate a request; see :meth:`authenticate`.
@@ -198,7 +214,8 @@ class Authenticator:
             MissingCredentials: nothing usable was presented (``token_sent`` false).
             InvalidToken: a malformed, tampered, foreign or unknown token.
             ExpiredToken: an expired JWT or service token.
-            RevokedToken: a revoked service token.
+            RevokedToken: a revoked service token, or a JWT of a disabled or deleted user or
+                from before its password changed.
         """
         authorization = headers.get("authorization")
         if authorization is not None:
@@ -230,13 +247,37 @@ class Authenticator:
                 # extract_credential refuses a service token anywhere but in Authorization.
                 key = authorization if source == "authorization" else None
                 return await self._verify_service_token(token, key)
-            return self._issuer.verify(token)
+            claims = self._issuer.verify(token)
+            await self._check_session(claims)
+            return claims
         except AuthError as refusal:
             level = logging.INFO if refusal.token_sent else logging.DEBUG
             _log.log(
                 level, "authentication refused (%s): %s", type(refusal).__name__, refusal.reason
             )
             raise
+
+    async def _check_session(self, claims: Claims) -> None:
+        """Refuse a JWT whose user is gone or disabled, or whose generation is not current."""
+        entry = self._sessions.get(claims.sub)
+        if entry is None or not (
+            entry.stamp == self._store.revocation_stamp() and trio.current_time() < entry.stale_at
+        ):
+            # Taken before reading: an account change that lands while we read makes it stale.
+            stamp = self._store.revocation_stamp()
+            now = trio.current_time()
+            generation = await trio.to_thread.run_sync(self._store.session_generation, claims.sub)
+            entry = _SessionEntry(generation, now + self.cache_ttl_s, stamp)
+            if self.cache_ttl_s > 0:
+                if claims.sub not in self._sessions and len(self._sessions) >= (
+                    self._cache_max_entries
+                ):
+                    del self._sessions[next(iter(self._sessions))]
+                self._sessions[claims.sub] = entry
+        if entry.generation is None:
+            raise RevokedToken(f"JWT of user {claims.sub!r}, who is disabled or deleted")
+        if entry.generation != claims.generation:
+            raise RevokedToken(f"JWT of user {claims.sub!r} from before an account change")
 
     async def _verify_service_token(self, token: str, cache_key: str | None) -> Claims:
         # Taken before verifying: a revocation that lands while we read makes this entry stale.

@@ -9,10 +9,19 @@ a busy timeout of :data:`BUSY_TIMEOUT_S`.
 Schema (forward-only migrations, numbered by ``PRAGMA user_version``; tables prefixed ``auth_``
 because other subsystems share the file):
 
-- ``auth_users(name, role, password_hash, created_at, password_changed_at)``: the password is
-  stored only as an scrypt hash (:mod:`coremetry.auth.passwords`).
-- ``auth_service_tokens(name, role, token_sha256, created_at, expires_at, last_used_at,
-  revoked_at)``: the token itself is never stored, only its SHA-256.
+- ``auth_users(name, role, password_hash, created_at, password_changed_at,
+  session_generation, disabled_at)``: the password is stored only as an scrypt hash
+  (:mod:`coremetry.auth.passwords`). ``session_generation`` is written into every session JWT
+  of the user (claim ``gen``) and replaced by a fresh value on every disable, password change
+  (and a deleted user's row is gone): a JWT whose ``gen`` is not the user's current one, or
+  whose user is disabled or deleted, is refused (:meth:`IdentityStore.session_generation`).
+- ``auth_counters(name, value)``: the source of session generations. Every new value is
+  taken from one counter for all users, so a user deleted and added again never gets a
+  generation an old JWT of the same name carries.
+- ``auth_service_tokens(id, name, role, token_sha256, created_at, expires_at, last_used_at,
+  revoked_at)``: the token itself is never stored, only its SHA-256. A name is unique among
+  the tokens not revoked (a partial unique index): revoking a token frees its name for a new
+  one, and the revoked row stays (listed, and its token still refused).
 
 Why a fast, unsalted hash is right for service tokens (unlike passwords): a token is
 ``cmk_`` + 32 random bytes (256 bits). Nobody can guess it, whatever the hash speed, so a slow
@@ -24,21 +33,22 @@ lookup. Someone who reads the database learns no usable token.
 owns it; another subsystem that shares ``coremetry.db`` must add its migrations to the same
 numbered list (or keep its own file), or the two will misread each other's versions.
 
-Revocation is immediate across processes. The database is the truth; in addition, the data
-dir holds the revocation marker ``<data_dir>/token-revocations``, a small file that every
-revocation, in any process, replaces (write a temporary file, ``os.replace`` it into place)
-with :data:`REVOCATION_MARKER_SIZE` fresh random bytes after the database commit.
-Each store re-reads the marker at most once per :data:`REVOCATION_CHECK_INTERVAL_S` (5 ms;
-between reads :meth:`IdentityStore.revocation_stamp` is a clock reading and a comparison: no
-system call, and the GIL is kept, which matters because the audit writer's thread would
-otherwise take it on every request), and its stamp is a generation number that goes up every
-time the content it reads differs from the last (absence included), so a marker that returns
-to an earlier state — deleted again, restored from a copy — is still a change.
-``revoke_token`` returns only :data:`REVOCATION_SETTLE_S` (twice that interval) after writing
-the marker, so every server that authenticates a request after ``revoke_token`` (or
-``coremetry token revoke``) returned has read the new content: its caches of verified tokens
-(the authenticator's) compare the stamp on every request and refuse the revoked token on the
-very next one. A revocation by the server's own process changes its stamp at once.
+Revocation is immediate across processes, for service tokens and for the sessions (JWTs) an account
+change ends (disable, enable, delete, password change: all signal the same way). The database is
+the truth; in addition, the data dir holds the revocation marker ``<data_dir>/token-revocations``,
+a small file that every revocation, in any process, replaces (write a temporary file,
+``os.replace`` it into place) with :data:`REVOCATION_MARKER_SIZE` fresh random bytes after the
+database commit. Each store re-reads the marker at most once per
+:data:`REVOCATION_CHECK_INTERVAL_S` (5 ms; between reads :meth:`IdentityStore.revocation_stamp` is
+a clock reading and a comparison: no system call, and the GIL is kept, which matters because the
+audit writer's thread would otherwise take it on every request), and its stamp is a generation
+number that goes up every time the content it reads differs from the last (absence included), so a
+marker that returns to an earlier state — deleted again, restored from a copy — is still a change.
+``revoke_token`` returns only :data:`REVOCATION_SETTLE_S` (twice that interval) after writing the
+marker, so every server that authenticates a request after ``revoke_token`` (or ``coremetry token
+revoke``) returned has read the new content: its caches of verified tokens (the authenticator's)
+compare the stamp on every request and refuse the revoked token on the very next one. A revocation
+by the server's own process changes its stamp at once.
 
 Why random bytes rather than a counter or a clock: two processes revoking at once could write
 the same counter value or the same ``time_ns``, and a cache that recorded that value between
@@ -163,10 +173,42 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         )
         """,
     ),
+    # 1 -> 2: account lifecycle (disable, session generations) and reusable token names.
+    (
+        "ALTER TABLE auth_users ADD COLUMN session_generation INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE auth_users ADD COLUMN disabled_at INTEGER",
+        """
+        CREATE TABLE auth_counters (
+            name TEXT PRIMARY KEY NOT NULL,
+            value INTEGER NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE auth_service_tokens_v2 (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL,
+            role TEXT NOT NULL CHECK (role IN ('viewer', 'editor', 'admin')),
+            token_sha256 BLOB NOT NULL UNIQUE CHECK (length(token_sha256) = 32),
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER,
+            last_used_at INTEGER,
+            revoked_at INTEGER
+        )
+        """,
+        "INSERT INTO auth_service_tokens_v2 (name, role, token_sha256, created_at, expires_at,"
+        " last_used_at, revoked_at) SELECT name, role, token_sha256, created_at, expires_at,"
+        " last_used_at, revoked_at FROM auth_service_tokens ORDER BY created_at, name",
+        "DROP TABLE auth_service_tokens",
+        "ALTER TABLE auth_service_tokens_v2 RENAME TO auth_service_tokens",
+        "CREATE UNIQUE INDEX auth_service_tokens_active_name ON auth_service_tokens (name)"
+        " WHERE revoked_at IS NULL",
+    ),
 )
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The ``PRAGMA user_version`` this code migrates to."""
+
+_USER_COLUMNS: Final = "name, role, created_at, password_changed_at, disabled_at"
 
 
 class IdentityStoreError(Exception):
@@ -178,7 +220,7 @@ class IdentityStoreError(Exception):
 
 
 class UnknownName(KeyError):
-    """Raised by :meth:`IdentityStore.set_password` or :meth:`~IdentityStore.revoke_token`.
+    """Raised by the account methods and :meth:`~IdentityStore.revoke_token` for a missing name.
 
     Raised when no user or token has the given name.
 
@@ -204,12 +246,16 @@ class UserInfo(msgspec.Struct, frozen=True, kw_only=True):
         role: ``viewer``, ``editor`` or ``admin``.
         created_at: unix seconds.
         password_changed_at: unix seconds.
+        disabled: whether the user is disabled (cannot log in; its sessions are refused).
+        disabled_at: unix seconds of the disable, or ``None``.
     """
 
     name: str
     role: str
     created_at: int
     password_changed_at: int
+    disabled: bool = False
+    disabled_at: int | None = None
 
 
 class TokenInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -373,17 +419,21 @@ class IdentityStore:
             with self._transaction() as db:
                 db.execute(
                     "INSERT INTO auth_users (name, role, password_hash, created_at,"
-                    " password_changed_at) VALUES (?, ?, ?, ?, ?)",
-                    (name, role, hashed, now, now),
+                    " password_changed_at, session_generation) VALUES (?, ?, ?, ?, ?, ?)",
+                    (name, role, hashed, now, now, _next_generation(db)),
                 )
         except sqlite3.IntegrityError:
             raise ValueError(f"a user named {name!r} already exists") from None
         return UserInfo(name=name, role=role, created_at=now, password_changed_at=now)
 
     def set_password(self, name: str, password: str) -> None:
-        """Replace a user's password. Blocks for one scrypt hash plus a write.
+        """Replace a user's password and end its sessions.
 
-        Sessions (JWTs) issued before keep working until they expire.
+        Blocks for one scrypt hash plus a write, then :data:`REVOCATION_SETTLE_S` (as
+        :meth:`revoke_token`).
+
+        Every session JWT issued before is refused from the next request on, in every process
+        (its ``gen`` claim no longer matches); a disabled user stays disabled.
 
         Raises:
             ValueError: an unacceptable password.
@@ -393,18 +443,87 @@ class IdentityStore:
         hashed = hash_password(password, self._params)
         with self._transaction() as db:
             cursor = db.execute(
-                "UPDATE auth_users SET password_hash = ?, password_changed_at = ? WHERE name = ?",
-                (hashed, self._now(), name),
+                "UPDATE auth_users SET password_hash = ?, password_changed_at = ?,"
+                " session_generation = ? WHERE name = ?",
+                (hashed, self._now(), _next_generation(db), name),
             )
             updated = cursor.rowcount
         if updated == 0:
             raise UnknownName("user", name)
+        self._signal_revocation()
 
-    def list_users(self) -> list[UserInfo]:
-        """All users, sorted by name, without their password hashes. Blocks for one read."""
+    def disable_user(self, name: str) -> UserInfo:
+        """Disable a user: no login, and every session JWT refused at once, in every process.
+
+        Blocks for a write, then :data:`REVOCATION_SETTLE_S`. Disabling a disabled user is
+        allowed and keeps the first ``disabled_at``. The password is kept (see
+        :meth:`enable_user`).
+
+        Returns:
+            The user after the change.
+
+        Raises:
+            UnknownName: no user has that name.
+        """
+        with self._transaction() as db:
+            updated = db.execute(
+                "UPDATE auth_users SET disabled_at = coalesce(disabled_at, ?),"
+                " session_generation = ? WHERE name = ?",
+                (self._now(), _next_generation(db), name),
+            ).rowcount
+        if updated == 0:
+            raise UnknownName("user", name)
+        self._signal_revocation()
+        return self._user(name)
+
+    def enable_user(self, name: str) -> UserInfo:
+        """Let a disabled user log in again (with its old password). Blocks for a write.
+
+        Sessions ended by the disable stay ended: only a new login works. Enabling an enabled
+        user changes nothing.
+
+        Returns:
+            The user after the change.
+
+        Raises:
+            UnknownName: no user has that name.
+        """
+        with self._transaction() as db:
+            updated = db.execute(
+                "UPDATE auth_users SET disabled_at = NULL WHERE name = ?", (name,)
+            ).rowcount
+        if updated == 0:
+            raise UnknownName("user", name)
+        # Caches elsewhere may remember the user as disabled: make them read again.
+        self._signal_revocation()
+        return self._user(name)
+
+    def delete_user(self, name: str) -> None:
+        """Delete a user; its sessions are refused at once, in every process.
+
+        Blocks for a write, then :data:`REVOCATION_SETTLE_S`. The name may be added again
+        later; sessions of the deleted user never become valid for the new one (generations
+        are never reused).
+
+        Raises:
+            UnknownName: no user has that name.
+        """
+        with self._transaction() as db:
+            deleted = db.execute("DELETE FROM auth_users WHERE name = ?", (name,)).rowcount
+        if deleted == 0:
+            raise UnknownName("user", name)
+        self._signal_revocation()
+
+    def _user(self, name: str) -> UserInfo:
+        users = self._select_users("WHERE name = ?", (name,))
+        if not users:
+            raise UnknownName("user", name)  # deleted meanwhile by another process
+        return users[0]
+
+    def _select_users(self, clause: str, parameters: tuple[str, ...]) -> list[UserInfo]:
         with self._lock:
             rows = self._connection.execute(
-                "SELECT name, role, created_at, password_changed_at FROM auth_users ORDER BY name"
+                f"SELECT {_USER_COLUMNS} FROM auth_users {clause}", parameters
             ).fetchall()
         return [
             UserInfo(
@@ -412,9 +531,33 @@ class IdentityStore:
                 role=str(role),
                 created_at=int(created_at),
                 password_changed_at=int(changed_at),
+                disabled=disabled_at is not None,
+                disabled_at=_optional_int(disabled_at),
             )
-            for name, role, created_at, changed_at in rows
+            for name, role, created_at, changed_at, disabled_at in rows
         ]
+
+    def list_users(self) -> list[UserInfo]:
+        """All users, sorted by name, without their password hashes. Blocks for one read."""
+        return self._select_users("ORDER BY name", ())
+
+    def session_generation(self, name: str) -> int | None:
+        """The session generation a JWT of user ``name`` must carry to be accepted.
+
+        Blocks for one indexed read. The authenticator caches the answer and asks again after
+        any account change anywhere (:meth:`revocation_stamp`).
+
+        Returns:
+            The user's current generation, or ``None`` when the user does not exist or is
+            disabled (no session of it is valid).
+        """
+        with self._lock:
+            row = self._connection.execute(
+                "SELECT session_generation, disabled_at FROM auth_users WHERE name = ?", (name,)
+            ).fetchone()
+        if row is None or row[1] is not None:
+            return None
+        return int(row[0])
 
     def check_password(self, name: str, password: str) -> Claims:
         """Verify a user's password. Blocks for one scrypt hash, whether or not the user exists.
@@ -425,32 +568,46 @@ class IdentityStore:
 
         Returns:
             The user's identity for a session: ``kind="jwt"``, ``sub`` the user name,
-            ``issued_at`` now and ``expires_at`` ``None`` (the JWT issuer sets the expiry).
+            ``issued_at`` now, ``expires_at`` ``None`` (the JWT issuer sets the expiry) and
+            ``generation`` the user's session generation.
 
         Raises:
-            LoginFailed: unknown user or wrong password, with the same message and the same
-                cost (a dummy hash is spent for an unknown user); ``reason`` tells them apart
-                for the server log.
+            LoginFailed: unknown user, wrong password or disabled user, with the same message
+                and the same cost (a dummy hash is spent for an unknown user; a disabled user's
+                password is checked as usual, and refused whether it is right or not, so the
+                answer never tells); ``reason`` tells them apart for the server log.
         """
         row = None
         if NAME_PATTERN.fullmatch(name):
             with self._lock:
                 row = self._connection.execute(
-                    "SELECT role, password_hash FROM auth_users WHERE name = ?", (name,)
+                    "SELECT role, password_hash, session_generation, disabled_at"
+                    " FROM auth_users WHERE name = ?",
+                    (name,),
                 ).fetchone()
         if row is None:
             spend_dummy_hash(password, self._params)
             raise LoginFailed(f"unknown user {name[:80]!r}")
         role, password_hash = str(row[0]), str(row[1])
+        generation, disabled = int(row[2]), row[3] is not None
         try:
             matches = verify_password(password, password_hash)
         except ValueError:
             spend_dummy_hash(password, self._params)
             _log.error("the stored password hash of user %r is malformed", name)
             raise LoginFailed(f"malformed stored password hash for user {name!r}") from None
+        if disabled:
+            raise LoginFailed(f"user {name!r} is disabled")
         if not matches:
             raise LoginFailed(f"wrong password for user {name!r}")
-        return Claims(sub=name, role=role, kind="jwt", issued_at=self._now(), expires_at=None)
+        return Claims(
+            sub=name,
+            role=role,
+            kind="jwt",
+            issued_at=self._now(),
+            expires_at=None,
+            generation=generation,
+        )
 
     # -- service tokens --------------------------------------------------------------------------
 
@@ -476,15 +633,18 @@ class IdentityStore:
         return token, info
 
     def create_token(
-        self, name: str, role: str, expires_in_s: float | None
+        self, name: str, role: str, expires_in_s: float | None, *, replace: bool = False
     ) -> tuple[str, TokenInfo]:
         """Create a service token. Blocks for one write.
 
         Args:
-            name: a unique name (``[A-Za-z0-9_.@-]{1,64}``); names of revoked tokens stay taken.
+            name: a name (``[A-Za-z0-9_.@-]{1,64}``) no token that is not revoked has; a
+                revoked token's name may be reused (the revoked token stays refused).
             role: ``viewer``, ``editor`` or ``admin``.
             expires_in_s: lifetime in seconds (rounded up to whole seconds), or ``None`` for
                 no expiry.
+            replace: revoke the token of that name, if any, in the same transaction (then
+                wait :data:`REVOCATION_SETTLE_S`, as :meth:`revoke_token`): a rotation.
 
         Returns:
             ``(token, info)``. The token (``cmk_`` + 43 URL-safe characters) exists only in this
@@ -492,7 +652,7 @@ class IdentityStore:
 
         Raises:
             ValueError: a bad name or role, a non-positive or non-finite ``expires_in_s``, or a
-                token with that name already exists.
+                token that is not revoked has that name.
         """
         _check_name("token", name)
         _check_role(role)
@@ -502,13 +662,25 @@ class IdentityStore:
             )
         try:
             with self._transaction() as db:
-                return self._insert_token(db, name, role, expires_in_s)
+                revoked = 0
+                if replace:
+                    revoked = db.execute(
+                        "UPDATE auth_service_tokens SET revoked_at = ?"
+                        " WHERE name = ? AND revoked_at IS NULL",
+                        (self._now(), name),
+                    ).rowcount
+                created = self._insert_token(db, name, role, expires_in_s)
+            if revoked:
+                self._signal_revocation()
+            return created
         except sqlite3.IntegrityError:
-            raise ValueError(f"a token named {name!r} already exists") from None
+            raise ValueError(
+                f"a token named {name!r} already exists (revoke it first to reuse the name)"
+            ) from None
 
     def list_tokens(self) -> list[TokenInfo]:
-        """All service tokens, revoked ones included, sorted by name. Blocks for one read."""
-        return self._select_tokens("ORDER BY name", ())
+        """All service tokens, revoked ones included, sorted by name then age. Blocks for a read."""
+        return self._select_tokens("ORDER BY name, id", ())
 
     def _select_tokens(self, clause: str, parameters: tuple[str, ...]) -> list[TokenInfo]:
         with self._lock:
@@ -535,24 +707,30 @@ class IdentityStore:
 
         Blocks for a write, then :data:`REVOCATION_SETTLE_S` (10 ms) after replacing the
         revocation marker, so that every process has re-read it when this returns (module
-        docstring). Revoking an already revoked token is allowed and keeps the first ``revoked_at``.
+        docstring). The name is free for :meth:`create_token` afterwards. Revoking a name whose
+        tokens are all revoked already is allowed and changes nothing.
 
         Returns:
-            The token's state after the revocation.
+            The revoked token's state (the newest of that name when all were revoked already).
 
         Raises:
             UnknownName: no token has that name.
         """
         with self._transaction() as db:
-            updated = db.execute(
-                "UPDATE auth_service_tokens SET revoked_at = coalesce(revoked_at, ?)"
-                " WHERE name = ?",
-                (self._now(), name),
-            ).rowcount
-        if updated == 0:
-            raise UnknownName("token", name)
+            row = db.execute(
+                "SELECT id FROM auth_service_tokens WHERE name = ?"
+                " ORDER BY revoked_at IS NULL DESC, id DESC LIMIT 1",
+                (name,),
+            ).fetchone()
+            if row is None:
+                raise UnknownName("token", name)
+            token_id = str(int(row[0]))
+            db.execute(
+                "UPDATE auth_service_tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?",
+                (self._now(), token_id),
+            )
         self._signal_revocation()
-        return self._select_tokens("WHERE name = ?", (name,))[0]
+        return self._select_tokens("WHERE id = ?", (token_id,))[0]
 
     def _signal_revocation(self) -> None:
         # A complete temporary file renamed into place: a reader sees the old content or the
@@ -666,7 +844,7 @@ class IdentityStore:
             raise InvalidToken("not shaped like a service token")
         with self._lock:
             row = self._connection.execute(
-                "SELECT name, role, created_at, expires_at, last_used_at, revoked_at"
+                "SELECT name, role, created_at, expires_at, last_used_at, revoked_at, id"
                 " FROM auth_service_tokens WHERE token_sha256 = ?",
                 (_token_digest(token),),
             ).fetchone()
@@ -681,7 +859,7 @@ class IdentityStore:
         if expires_at is not None and now >= expires_at:
             raise ExpiredToken(f"service token {name!r} expired")
         if last_used_at is None or now - last_used_at >= LAST_USED_RESOLUTION_S:
-            self._record_use(name, now)
+            self._record_use(name, int(row[6]), now)
         return Claims(
             sub=f"token:{name}",
             role=role,
@@ -691,13 +869,13 @@ class IdentityStore:
             kind="service_token",
         )
 
-    def _record_use(self, name: str, now: int) -> None:
+    def _record_use(self, name: str, token_id: int, now: int) -> None:
         # A busy database (another process writing) must not fail the request: last_used_at is
         # bookkeeping, and the next use retries.
         try:
             with self._lock:
                 self._connection.execute(
-                    "UPDATE auth_service_tokens SET last_used_at = ? WHERE name = ?", (now, name)
+                    "UPDATE auth_service_tokens SET last_used_at = ? WHERE id = ?", (now, token_id)
                 )
         except sqlite3.OperationalError as exc:
             _log.warning("could not record the use of service token %r: %s", name, exc)
@@ -728,6 +906,15 @@ class IdentityStore:
             if used is not None and int(used[0]):
                 return None
             return self._insert_token(db, FIRST_ADMIN_TOKEN_NAME, "admin", None)
+
+
+def _next_generation(db: sqlite3.Connection) -> int:
+    """Take the next session generation (inside a write transaction); never repeats."""
+    row = db.execute(
+        "INSERT INTO auth_counters (name, value) VALUES ('session_generation', 1)"
+        " ON CONFLICT (name) DO UPDATE SET value = value + 1 RETURNING value"
+    ).fetchone()
+    return int(row[0])
 
 
 def _user_version(connection: sqlite3.Connection) -> int:

@@ -18,7 +18,9 @@ best current practice of RFC 8725:
 - **Size**: a token over :data:`MAX_TOKEN_CHARS` characters, or not made of three base64url
   segments, is refused before parsing.
 
-Tokens carry ``sub``, ``role``, ``iat``, ``nbf``, ``exp``, ``iss``, ``aud`` and a random ``jti``.
+Tokens carry ``sub``, ``role``, ``gen`` (the user's session generation: the authenticator refuses
+the token once the user is disabled, deleted or changes password), ``iat``, ``nbf``, ``exp``,
+``iss``, ``aud`` and a random ``jti``.
 The role is read from the token, so a role change reaches an existing session when it expires
 (at most ``ttl_s`` later).
 
@@ -69,6 +71,7 @@ class _Payload(msgspec.Struct, kw_only=True):
     role: str
     iat: int
     exp: int
+    gen: int = 0  # absent in JWTs issued before account lifecycle existed
 
 
 class JwtIssuer:
@@ -114,11 +117,17 @@ class JwtIssuer:
         # Never the secret.
         return f"JwtIssuer(issuer={self.issuer!r}, audience={self.audience!r}, ttl_s={self.ttl_s})"
 
-    def session_claims(self, sub: str, role: str) -> Claims:
+    def session_claims(self, sub: str, role: str, generation: int = 0) -> Claims:
         """The claims of a new session for ``sub``: issued now, expiring after ``ttl_s``.
 
+        Args:
+            sub: the user name.
+            role: the user's role.
+            generation: the user's session generation (written as the ``gen`` claim).
+
         Returns:
-            ``Claims(kind="jwt", token_name="", issued_at=now, expires_at=now + ttl_s)``.
+            ``Claims(kind="jwt", token_name="", issued_at=now, expires_at=now + ttl_s,
+            generation=generation)``.
         """
         now = int(time.time())
         return Claims(
@@ -127,6 +136,7 @@ class JwtIssuer:
             issued_at=now,
             expires_at=now + math.ceil(self.ttl_s),
             kind="jwt",
+            generation=generation,
         )
 
     def issue(self, claims: Claims) -> str:
@@ -154,6 +164,7 @@ class JwtIssuer:
         payload: dict[str, object] = {
             "sub": claims.sub,
             "role": claims.role,
+            "gen": claims.generation,
             "iat": claims.issued_at,
             "nbf": claims.issued_at,
             "exp": expires_at,
@@ -170,7 +181,9 @@ class JwtIssuer:
             token: the compact JWS from a Bearer header or the session cookie.
 
         Returns:
-            ``Claims(kind="jwt", sub=…, role=…, issued_at=iat, expires_at=exp)``.
+            ``Claims(kind="jwt", sub=…, role=…, issued_at=iat, expires_at=exp,
+            generation=gen)``. Only the signature and times are checked here; whether the user
+            still exists, is enabled and has that generation is the authenticator's check.
 
         Raises:
             ExpiredToken: ``exp`` is more than ``leeway_s`` in the past.
@@ -209,6 +222,7 @@ class JwtIssuer:
             issued_at=payload.iat,
             expires_at=payload.exp,
             kind="jwt",
+            generation=payload.gen,
         )
 
 

@@ -1,7 +1,7 @@
 """Password login: check a user name and password, hand out a session JWT, slow down guessing.
 
-What ``POST /api/auth/login`` calls. The answer for an unknown user and for a wrong password is
-the same :class:`~coremetry.auth.LoginFailed`, after the same scrypt cost.
+What ``POST /api/auth/login`` calls. The answer for an unknown user, a wrong password and a
+disabled user is the same :class:`~coremetry.auth.LoginFailed`, after the same scrypt cost.
 
 Throttling, per user name and per client (the caller's ``client_key``, e.g. the peer address),
 each tracked separately:
@@ -150,7 +150,9 @@ class LoginService:
             ``expires_at`` after the issuer's ``ttl_s``).
 
         Raises:
-            LoginFailed: unknown user or wrong password (one message for both).
+            LoginFailed: unknown user, wrong password or disabled user (one message for all;
+                a disabled user's attempt counts as a failure whether the password was right or
+                not, so neither the answer nor the throttling tells).
             LoginThrottled: too many recent failures for this user name or client; the attempt
                 was refused without checking the password (``retry_after_s`` says when the
                 next one could run).
@@ -176,7 +178,7 @@ class LoginService:
                 state = self._states.get(key)
                 if state is not None:
                     state.pending -= 1
-        session = self._issuer.session_claims(claims.sub, claims.role)
+        session = self._issuer.session_claims(claims.sub, claims.role, claims.generation)
         _log.info("login: user %r (%s) from client %r", session.sub, session.role, client_key)
         return self._issuer.issue(session), session
 

@@ -10,7 +10,8 @@ Error tree::
     ├── MissingCredentials    nothing usable presented         token_sent False
     ├── InvalidToken          malformed, tampered, wrong iss/aud, unknown role, not yet valid
     ├── ExpiredToken          past ``exp`` (JWT) or ``expires_at`` (service token)
-    ├── RevokedToken          a revoked service token
+    ├── RevokedToken          a revoked service token; a JWT of a disabled or deleted user, or
+    │                         one issued before the user's password changed
     └── LoginFailed           wrong user name or password (one message for both)
         └── LoginThrottled    too many recent failures; carries ``retry_after_s``
 
@@ -46,6 +47,9 @@ class Claims(msgspec.Struct, frozen=True, kw_only=True):
         expires_at: when it stops being valid, unix seconds; ``None`` for a service token
             created without expiry.
         kind: ``"jwt"`` or ``"service_token"``.
+        generation: for a JWT, the user's session generation when it was issued (claim
+            ``gen``; ``0`` in JWTs from before account lifecycle existed): the session is valid
+            only while it equals the user's current one. ``0`` for a service token.
     """
 
     sub: str
@@ -54,6 +58,7 @@ class Claims(msgspec.Struct, frozen=True, kw_only=True):
     issued_at: int
     expires_at: int | None
     kind: CredentialKind
+    generation: int = 0
 
     def to_caller(self) -> Caller:
         """The protocol core's view of this identity (``kind`` and ``token_name`` carried)."""
@@ -116,7 +121,11 @@ class ExpiredToken(AuthError):
 
 
 class RevokedToken(AuthError):
-    """Raised by service-token verification when the token has been revoked."""
+    """Raised when a credential was ended early by an administrator.
+
+    A revoked service token, or a session JWT whose user was disabled or deleted, or whose
+    password changed after the JWT was issued.
+    """
 
     message: ClassVar[str] = "invalid token"
 
