@@ -15,9 +15,9 @@ import trio
 from conftest import check_emitted
 
 from coremetry.config import load_config
+from coremetry.conformance_fixture.fixture import NoArgs
 from coremetry.mcp import CallContext, Resource, Server, Tool
 from coremetry.server import build_mcp_server, serve
-from coremetry.conformance_fixture.fixture import NoArgs
 
 LIMIT_S: Final = 60.0
 """Generous bound of the test: a hang fails, a slow machine does not."""
