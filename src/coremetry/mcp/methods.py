@@ -10,6 +10,9 @@ Contract of :meth:`MethodSpec.route` (era selection, ``shared/reference/mcp-spec
   2026-07-28, is served statelessly (``server/discover`` always is): ``_meta`` must carry a
   supported stateless revision and the client capabilities (``-32602``/``-32022``, HTTP 400).
   Otherwise the connection's revision (or our latest handshake revision) applies.
+- An ``initialize`` whose ``_meta`` names no protocol version is the handshake, whatever the
+  connection is pinned to: it selects the handshake era (the revision it negotiates), so a
+  client sending ``MCP-Protocol-Version: 2026-07-28`` on it is not answered ``-32601``.
 - A method the stateless era removed is ``-32601`` (HTTP 404) in that era whatever its params
   or ``_meta``; params that do not fit the method are ``-32602`` naming the field (and the
   accepted values of an enumerated one).
@@ -47,6 +50,7 @@ MethodHandler = Callable[[Request, ParamsT, Connection], Reply | PendingCall]
 :class:`PendingCall` to run. Raises :class:`ProtocolError` to answer a JSON-RPC error."""
 
 _DISCOVER: Final = "server/discover"
+_INITIALIZE: Final = "initialize"
 
 
 class Method(Protocol):
@@ -121,7 +125,11 @@ class MethodSpec(Generic[ParamsT]):
         except DECODE_ERRORS as exc:
             raise self._undecodable(method, params, conn, exc) from None
         meta = decoded.meta if not isinstance(decoded.meta, UnsetType) else RequestMeta()
-        stateless = is_stateless_request(meta, conn) or method == _DISCOVER
+        # An initialize without a per-request protocol version selects the handshake era even
+        # when the transport's MCP-Protocol-Version header names a stateless revision: on an
+        # endpoint serving both eras, the handshake is how a client asks for the older one.
+        handshake = method == _INITIALIZE and isinstance(meta.protocol_version, UnsetType)
+        stateless = (is_stateless_request(meta, conn) and not handshake) or method == _DISCOVER
         if stateless:
             if not self._stateless_ok:
                 # Removed in the stateless era: not found whatever its _meta, checked before
@@ -137,6 +145,8 @@ class MethodSpec(Generic[ParamsT]):
             version = check_stateless_meta(meta)
         else:
             version = conn.protocol_version or LATEST_HANDSHAKE
+            if is_stateless(version):
+                version = LATEST_HANDSHAKE
             if in_batch and method == "initialize":
                 raise ProtocolError(
                     codes.INVALID_REQUEST, "Invalid Request: initialize must not be batched"
