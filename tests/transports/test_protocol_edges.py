@@ -72,6 +72,21 @@ async def test_initialize_with_the_2026_header_selects_the_handshake_era(
     assert as_object(result["serverInfo"])["name"] == "coremetry"
 
 
+async def test_bad_initialize_with_the_2026_header_is_invalid_params(nursery: trio.Nursery) -> None:
+    with trio.fail_after(LIMIT_S):
+        url = await start_server(nursery)
+        async with http_client() as client:
+            answer = await post(
+                client,
+                url,
+                rpc("initialize", 7, {"protocolVersion": 2025}),
+                {"mcp-protocol-version": STATELESS},
+                revision=LATEST_HANDSHAKE,
+            )
+    assert answer.status == 200, answer.body
+    assert answer.error_code() == -32602, "the handshake's params are wrong, the method exists"
+
+
 async def test_stateless_server_info_has_the_handshake_title(nursery: trio.Nursery) -> None:
     with trio.fail_after(LIMIT_S):
         url = await start_server(nursery)

@@ -167,7 +167,9 @@ class MethodSpec(Generic[ParamsT]):
     def _undecodable(
         self, method: str, params: bytes, conn: Connection, exc: Exception
     ) -> ProtocolError:
-        if not self._stateless_ok and is_stateless_request(meta_of(params), conn):
+        meta = meta_of(params)
+        handshake = method == _INITIALIZE and isinstance(meta.protocol_version, UnsetType)
+        if not self._stateless_ok and is_stateless_request(meta, conn) and not handshake:
             # A method the stateless era removed stays "not found", whatever its params.
             return ProtocolError(
                 codes.METHOD_NOT_FOUND, f"Method not found: {method}", http_status=404
