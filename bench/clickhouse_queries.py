@@ -337,7 +337,12 @@ def queries(
         "metric_series, cpu avg per pod, 24 h, 5 min": [
             partial(
                 store.metric_series,
-                MetricQuery(name="container.cpu.usage", time_range=day, step_ns=300 * SECOND),
+                MetricQuery(
+                    name="container.cpu.usage",
+                    time_range=day,
+                    step_ns=300 * SECOND,
+                    aggregation="avg",
+                ),
                 limit=100,
             )
         ],

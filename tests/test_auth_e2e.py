@@ -75,6 +75,9 @@ ROLE_ORDER: Final = ("viewer", "editor", "admin")
 
 CHALLENGE: Final = 'Bearer realm="coremetry"'
 INVALID_TOKEN_CHALLENGE: Final = 'Bearer realm="coremetry", error="invalid_token"'
+EXPIRED_CHALLENGE: Final = (
+    'Bearer realm="coremetry", error="invalid_token", error_description="The access token expired"'
+)
 
 MCP_PATH: Final = "/api/mcp"
 SSE_PATH: Final = "/api/mcp/sse"
@@ -888,6 +891,7 @@ class Attempt:
     query: str = ""
     accepted: bool = False
     token_sent: bool = True
+    expired: bool = False
 
 
 async def raw_upgrade(base: str, path: str, headers: Mapping[str, str]) -> tuple[int, str, bytes]:
@@ -904,6 +908,8 @@ async def attempt_everywhere(client: httpx.AsyncClient, base: str, attempt: Atte
     """Present ``attempt`` to every authenticated HTTP entry point; the unexpected answers."""
     problems: list[str] = []
     expected_challenge = INVALID_TOKEN_CHALLENGE if attempt.token_sent else CHALLENGE
+    if attempt.expired:
+        expected_challenge = EXPIRED_CHALLENGE
     query = f"?{attempt.query}" if attempt.query else ""
     headers = {"content-type": "application/json", "accept": BOTH, **attempt.headers}
     call = request(1, "tools/call", {"name": "echo", "arguments": {"text": "x"}})
@@ -929,6 +935,11 @@ async def attempt_everywhere(client: httpx.AsyncClient, base: str, attempt: Atte
             json.loads(body)
         except ValueError:
             problems.append(f"{attempt.label} @ {where}: the 401 body is not JSON: {body!r}")
+        # Every 401 says how to authenticate, and an expired credential that it expired.
+        if b"Authorization: Bearer" not in body or b"/api/auth/login" not in body:
+            problems.append(f"{attempt.label} @ {where}: the 401 says not how: {body!r}")
+        if (b"expired" in body) != attempt.expired:
+            problems.append(f"{attempt.label} @ {where}: expiry said wrongly: {body!r}")
 
     for revision in (V2025_11_25, V2026_07_28):
         body_params: JsonObject = dict(as_object(call["params"]))
@@ -970,6 +981,53 @@ async def attempt_everywhere(client: httpx.AsyncClient, base: str, attempt: Atte
     status, challenge, ws_body = await raw_upgrade(base, WS_PATH + query, attempt.headers)
     check(f"upgrade {WS_PATH}", status, challenge, ws_body, ok_status=101)
     return problems
+
+
+async def test_401_403_say_why_with_a_reason_phrase(tmp_path: Path) -> None:
+    """Issue 17: a 401 says how to authenticate (and that a credential expired), and the status
+    lines of 401 and 403 carry their reason phrase (the OTel exporters log ``reason``)."""
+    with trio.fail_after(LIMIT_S):
+        async with live_server(tmp_path) as live:
+            secret = (live.data_dir / "jwt.secret").read_bytes()
+            past = int(time.time()) - 7200
+            expired = hs256(claims(iat=past, nbf=past, exp=past + 60), secret)
+            call = request(1, "tools/call", {"name": "echo", "arguments": {"text": "x"}})
+            headers = {"content-type": "application/json", "accept": BOTH}
+            async with httpx.AsyncClient(base_url=live.base, timeout=LIMIT_S) as client:
+                anonymous = await client.post(MCP_PATH, json=call, headers=headers)
+                stale = await client.post(
+                    MCP_PATH, json=call, headers={**headers, **bearer(expired)}
+                )
+                otlp = await client.post(
+                    "/v1/traces", content=b"{}", headers={"content-type": "application/json"}
+                )
+                otlp_stale = await client.post(
+                    "/v1/traces",
+                    content=b"{}",
+                    headers={"content-type": "application/json", **bearer(expired)},
+                )
+                low = await client.post(
+                    "/v1/traces",
+                    content=b"{}",
+                    headers={
+                        "content-type": "application/json",
+                        **bearer(live.tokens["viewer"]),
+                    },
+                )
+    for refused in (anonymous, stale, otlp, otlp_stale):
+        assert (refused.status_code, refused.reason_phrase) == (401, "Unauthorized")
+        assert "Authorization: Bearer" in refused.text
+        assert "POST /api/auth/login" in refused.text
+    anonymous_error = as_object(anonymous.json()["error"])
+    check_emitted(anonymous.json(), LATEST_HANDSHAKE, None)
+    assert "expired" not in str(anonymous_error["message"])
+    assert str(as_object(stale.json()["error"])["message"]).startswith(
+        "Unauthorized: the credential has expired"
+    )
+    assert stale.headers["www-authenticate"] == EXPIRED_CHALLENGE
+    assert "expired" in otlp_stale.text
+    assert "expired" not in otlp.text
+    assert (low.status_code, low.reason_phrase) == (403, "Forbidden")
 
 
 async def test_credential_attacks_get_401_and_valid_credentials_pass(
@@ -1048,7 +1106,8 @@ async def test_credential_attacks_get_401_and_valid_credentials_pass(
                 Attempt("tampered signature", bearer(f"{header}.{payload}.{signature[::-1]}")),
                 Attempt(
                     "expired",
-                    bearer(
+                    expired=True,
+                    headers=bearer(
                         hs256(
                             claims(
                                 iat=int(time.time()) - 7200,
@@ -1121,7 +1180,7 @@ async def test_credential_attacks_get_401_and_valid_credentials_pass(
 
                 # The expiring token, past its expiry (a real wait of at most three seconds).
                 await trio.sleep(max(0.0, short_info.expires_at - time.time()) + 0.1)
-                expired = Attempt("expired service token", bearer(short))
+                expired = Attempt("expired service token", bearer(short), expired=True)
                 problems += await attempt_everywhere(client, live.base, expired)
     assert problems == []
     sent = [

@@ -16,13 +16,17 @@ Routing, by path:
 - ``/v1/traces``, ``/v1/logs``, ``/v1/metrics`` — the OTLP/HTTP receiver
   (:mod:`coremetry.ingest.receiver`), when a store is given and ``ingest.enabled``; any other
   ``/v1/*`` path then gets the receiver's JSON (or protobuf) 404, not an HTML page.
-- everything else — the QuartTrio app: ``GET /healthz`` (unauthenticated, no data) and, later,
-  the REST API.
+- everything else — the QuartTrio app: ``GET /healthz`` (unauthenticated, no data); any
+  other path or method answers JSON ``{"error": "not_found" | "method_not_allowed" | ...,
+  "detail": ...}`` with its status, never Quart's HTML page (clients probing
+  ``/.well-known/oauth-protected-resource``, ``/.well-known/oauth-authorization-server`` or
+  ``/register`` after a 401 parse the answer as JSON).
 """
 
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+import msgspec
 import trio
 from hypercorn.typing import (
     ASGIReceiveCallable,
@@ -33,6 +37,7 @@ from hypercorn.typing import (
 )
 from quart import Response
 from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
 
 from coremetry import __version__
 from coremetry.audit import AuditLog
@@ -182,4 +187,35 @@ def _quart_app() -> QuartTrio:
             f'{{"status":"ok","version":"{__version__}"}}', content_type="application/json"
         )
 
+    @app.errorhandler(HTTPException)
+    async def http_error(error: HTTPException) -> Response:
+        return json_error_response(error)
+
     return app
+
+
+def json_error_response(error: HTTPException) -> Response:
+    """A Quart/werkzeug HTTP error as JSON: ``{"error": <snake_case name>, "detail": <text>}``.
+
+    The status and any headers the error carries (``Allow`` on a 405) are kept. A 404 names
+    the path's absence; the OAuth discovery paths are among those that answer it until the
+    server implements them.
+    """
+    status = error.code or 500
+    name = (error.name or "error").lower().replace(" ", "_")
+    if status == 404:
+        detail = "no such path on this server (the MCP endpoint is /api/mcp)"
+    else:
+        detail = error.description or error.name or "error"
+    response = Response(
+        _JSON.encode({"error": name, "detail": detail}),
+        status=status,
+        content_type="application/json",
+    )
+    for key, value in error.get_headers():
+        if key.lower() not in ("content-type", "content-length"):
+            response.headers[key] = value
+    return response
+
+
+_JSON: Final = msgspec.json.Encoder()

@@ -161,13 +161,49 @@ INVALID_TOKEN_CHALLENGE: Final = (
 """The challenge when a credential was presented but refused (RFC 6750 §3.1)."""
 
 
+EXPIRED_TOKEN_CHALLENGE: Final = (
+    b"www-authenticate",
+    b'Bearer realm="coremetry", error="invalid_token", '
+    b'error_description="The access token expired"',
+)
+"""The challenge when the credential presented has expired (RFC 6750 §3, §3.1)."""
+
+HOW_TO_AUTHENTICATE: Final = (
+    "send Authorization: Bearer <token>, with a service token or the session JWT that "
+    "POST /api/auth/login returns for a user name and password"
+)
+"""How a client authenticates, in every 401's message (DESIGN.md §4)."""
+
+
+def _is_expired(refusal: BaseException) -> bool:
+    return bool(getattr(refusal, "expired", False))
+
+
 def challenge_for(refusal: BaseException) -> tuple[bytes, bytes]:
     """The ``WWW-Authenticate`` header for an :data:`Authenticate` refusal.
 
     An exception with a true ``token_sent`` attribute (the auth layer's errors carry one) means
-    a credential was presented and failed: ``error="invalid_token"`` is added.
+    a credential was presented and failed: ``error="invalid_token"`` is added, with an
+    ``error_description`` when its true ``expired`` attribute says it expired.
     """
+    if _is_expired(refusal):
+        return EXPIRED_TOKEN_CHALLENGE
     return INVALID_TOKEN_CHALLENGE if getattr(refusal, "token_sent", False) else AUTH_CHALLENGE
+
+
+def unauthorized_message(refusal: BaseException) -> str:
+    """The text of a 401 for an :data:`Authenticate` refusal: what failed and how to authenticate.
+
+    ``"Unauthorized: the credential has expired; ..."`` when the refusal's ``expired``
+    attribute is true, ``"Unauthorized: the credential was refused; ..."`` when a credential
+    was presented (``token_sent``), else ``"Unauthorized: ..."``; each ends with
+    :data:`HOW_TO_AUTHENTICATE`. The auth layer's detailed reason is never included.
+    """
+    if _is_expired(refusal):
+        return f"Unauthorized: the credential has expired; {HOW_TO_AUTHENTICATE}"
+    if getattr(refusal, "token_sent", False):
+        return f"Unauthorized: the credential was refused; {HOW_TO_AUTHENTICATE}"
+    return f"Unauthorized: {HOW_TO_AUTHENTICATE}"
 
 
 def media_types(header: str | None) -> list[tuple[str, float]]:

@@ -31,13 +31,15 @@ Only plain TCP binds are served (no TLS, no QUIC): Coremetry terminates TLS in f
 """
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from functools import partial
+from http import HTTPStatus
 from typing import Final
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.events import Closed, Event
+from hypercorn.events import Closed, Event, RawData
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.statsd import StatsdLogger
 from hypercorn.trio.tcp_server import TCPServer
@@ -85,11 +87,40 @@ class ContainedApp:
             await self.app(scope, receive, send)
 
 
+_BARE_STATUS_LINE: Final = re.compile(rb"HTTP/1\.1 ([1-5][0-9][0-9]) \r\n")
+"""An HTTP/1.1 status line without a reason phrase, as h11 writes it for hypercorn."""
+
+
+def with_reason_phrase(data: bytes) -> bytes:
+    r"""Give an HTTP/1.1 response head written by h11 its standard reason phrase.
+
+    hypercorn builds ``h11.Response`` without ``reason`` (ASGI has none), so every status line
+    is ``HTTP/1.1 401 \r\n``; clients that report the reason (the OpenTelemetry exporters log
+    ``reason: unknown``) show nothing. ``data`` is one write of the protocol: h11 writes a
+    response head (status line, headers and the blank line) as one chunk, which is what is
+    matched; anything else (body chunks, a head that already has a phrase, HTTP/2) is returned
+    unchanged. The phrase is RFC 9110 §15's (``Unauthorized``, ``Payload Too Large`` ...).
+    """
+    found = _BARE_STATUS_LINE.match(data)
+    if found is None or b"\r\n\r\n" not in data:
+        return data
+    try:
+        phrase = HTTPStatus(int(found.group(1))).phrase
+    except ValueError:  # a status code without a registered phrase
+        return data
+    return b"HTTP/1.1 %s %s\r\n" % (found.group(1), phrase.encode()) + data[found.end() :]
+
+
 class ContainedTCPServer(TCPServer):
-    """hypercorn's connection handler with its close/send race defused (module docstring)."""
+    """hypercorn's connection handler with its close/send race defused (module docstring).
+
+    It also writes each HTTP/1.1 status line with its reason phrase (:func:`with_reason_phrase`).
+    """
 
     async def protocol_send(self, event: Event) -> None:
         """Write ``event`` (see ``TCPServer``); a write racing the close is dropped."""
+        if isinstance(event, RawData) and event.data.startswith(b"HTTP/1.1 "):
+            event = RawData(data=with_reason_phrase(event.data), address=event.address)
         try:
             await super().protocol_send(event)
         except trio.BusyResourceError:

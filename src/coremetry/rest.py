@@ -54,6 +54,7 @@ from coremetry.http_edge import (
     is_json_content_type,
     read_body,
     send_response,
+    unauthorized_message,
 )
 from coremetry.mcp import Connection, PendingBatch, PendingCall, Server, codes, versions
 from coremetry.mcp.wire import JsonObject
@@ -131,7 +132,7 @@ class RestTools:
             await send_response(
                 send,
                 401,
-                _ENCODER.encode({"error": "unauthorized"}),
+                _ENCODER.encode({"error": "unauthorized", "detail": unauthorized_message(exc)}),
                 headers=[challenge_for(exc), *cors],
             )
             return

@@ -21,6 +21,7 @@ from coremetry.auth import (
 from coremetry.auth.principal import AuthError
 from coremetry.http_edge import (
     AUTH_CHALLENGE,
+    EXPIRED_TOKEN_CHALLENGE,
     INVALID_TOKEN_CHALLENGE,
     Authenticate,
     challenge_for,
@@ -159,7 +160,8 @@ async def test_bad_tokens_are_refused_as_sent(
     with pytest.raises(error) as refused:
         await Authenticator(store, issuer)(headers(("authorization", f"Bearer {token}")))
     assert refused.value.token_sent is True
-    assert challenge_for(refused.value) == INVALID_TOKEN_CHALLENGE
+    expected = EXPIRED_TOKEN_CHALLENGE if error is ExpiredToken else INVALID_TOKEN_CHALLENGE
+    assert challenge_for(refused.value) == expected
     assert token not in refused.value.reason
     assert token not in str(refused.value)
 

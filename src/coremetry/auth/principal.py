@@ -81,6 +81,9 @@ class AuthError(Exception):
 
     message: ClassVar[str] = "authentication failed"
     default_token_sent: ClassVar[bool] = True
+    expired: ClassVar[bool] = False
+    """Whether the credential was refused only because it expired: the HTTP layer then says
+    so (an expiry reveals nothing a client may not know; its ``exp`` is in its own token)."""
 
     def __init__(self, reason: str = "", *, token_sent: bool | None = None) -> None:
         super().__init__(self.message)
@@ -117,7 +120,8 @@ class InvalidToken(AuthError):
 class ExpiredToken(AuthError):
     """Raised by token verification when a token is past its expiry (beyond the leeway)."""
 
-    message: ClassVar[str] = "invalid token"
+    message: ClassVar[str] = "token expired"
+    expired: ClassVar[bool] = True
 
 
 class RevokedToken(AuthError):

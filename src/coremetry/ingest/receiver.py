@@ -65,6 +65,7 @@ from coremetry.http_edge import (
     challenge_for,
     read_body,
     send_response,
+    unauthorized_message,
 )
 from coremetry.ingest import _otlp_json as wire
 from coremetry.ingest.decoded import Decoded, Signal
@@ -254,7 +255,7 @@ class OtlpReceiver:
             caller = await self.authenticate(headers)
         except Exception as exc:  # the auth layer's reason is never sent
             await refuse(
-                401, _UNAUTHENTICATED, "authentication required", [challenge_for(exc), *cors]
+                401, _UNAUTHENTICATED, unauthorized_message(exc), [challenge_for(exc), *cors]
             )
             return
         if not role_satisfies(caller.role, self.min_role):

@@ -10,6 +10,10 @@ Contract of :meth:`MethodSpec.route` (era selection, ``shared/reference/mcp-spec
   2026-07-28, is served statelessly (``server/discover`` always is): ``_meta`` must carry a
   supported stateless revision and the client capabilities (``-32602``/``-32022``, HTTP 400).
   Otherwise the connection's revision (or our latest handshake revision) applies.
+- An ``initialize`` whose params name a ``protocolVersion`` and whose ``_meta`` names none is
+  the handshake, whatever the connection is pinned to: it selects the handshake era (the
+  revision it negotiates), so a client sending ``MCP-Protocol-Version: 2026-07-28`` on it is
+  not answered ``-32601`` (:func:`is_handshake`).
 - A method the stateless era removed is ``-32601`` (HTTP 404) in that era whatever its params
   or ``_meta``; params that do not fit the method are ``-32602`` naming the field (and the
   accepted values of an enumerated one).
@@ -35,7 +39,7 @@ from .framing import (
 )
 from .gate import CallKind
 from .versions import LATEST_HANDSHAKE, STATELESS_VERSIONS, is_stateless
-from .wire import RequestId, RequestMeta, RequestParams
+from .wire import META_PROTOCOL_VERSION, RequestId, RequestMeta, RequestParams
 
 Era = Literal["handshake", "stateless", "both"]
 """Where a method exists: the handshake revisions, the stateless (2026-07-28) one, or both."""
@@ -47,6 +51,7 @@ MethodHandler = Callable[[Request, ParamsT, Connection], Reply | PendingCall]
 :class:`PendingCall` to run. Raises :class:`ProtocolError` to answer a JSON-RPC error."""
 
 _DISCOVER: Final = "server/discover"
+_INITIALIZE: Final = "initialize"
 
 
 class Method(Protocol):
@@ -121,7 +126,11 @@ class MethodSpec(Generic[ParamsT]):
         except DECODE_ERRORS as exc:
             raise self._undecodable(method, params, conn, exc) from None
         meta = decoded.meta if not isinstance(decoded.meta, UnsetType) else RequestMeta()
-        stateless = is_stateless_request(meta, conn) or method == _DISCOVER
+        # A handshake selects the handshake era even when the transport's MCP-Protocol-Version
+        # header names a stateless revision: on an endpoint serving both eras, it is how a
+        # client asks for the older one.
+        handshake = method == _INITIALIZE and is_handshake(params)
+        stateless = (is_stateless_request(meta, conn) and not handshake) or method == _DISCOVER
         if stateless:
             if not self._stateless_ok:
                 # Removed in the stateless era: not found whatever its _meta, checked before
@@ -137,6 +146,8 @@ class MethodSpec(Generic[ParamsT]):
             version = check_stateless_meta(meta)
         else:
             version = conn.protocol_version or LATEST_HANDSHAKE
+            if is_stateless(version):
+                version = LATEST_HANDSHAKE
             if in_batch and method == "initialize":
                 raise ProtocolError(
                     codes.INVALID_REQUEST, "Invalid Request: initialize must not be batched"
@@ -157,7 +168,8 @@ class MethodSpec(Generic[ParamsT]):
     def _undecodable(
         self, method: str, params: bytes, conn: Connection, exc: Exception
     ) -> ProtocolError:
-        if not self._stateless_ok and is_stateless_request(meta_of(params), conn):
+        handshake = method == _INITIALIZE and is_handshake(params)
+        if not self._stateless_ok and is_stateless_request(meta_of(params), conn) and not handshake:
             # A method the stateless era removed stays "not found", whatever its params.
             return ProtocolError(
                 codes.METHOD_NOT_FOUND, f"Method not found: {method}", http_status=404
@@ -169,6 +181,26 @@ class MethodSpec(Generic[ParamsT]):
 
     def __repr__(self) -> str:
         return f"MethodSpec({self.params.__name__}, eras={self.eras!r}, gated={self.gated})"
+
+
+_LOOSE: Final = msgspec.json.Decoder()
+
+
+def is_handshake(params: bytes) -> bool:
+    """Whether ``initialize`` params are a handshake (a ``protocolVersion``, none in ``_meta``).
+
+    Such an ``initialize`` is served in the handshake era whatever the connection is pinned to
+    (issue 17: clients send ``MCP-Protocol-Version: 2026-07-28`` on it); any other
+    ``initialize`` on a 2026-07-28 connection stays a method that revision removed.
+    """
+    try:
+        decoded = _LOOSE.decode(params)
+    except msgspec.DecodeError:
+        return False
+    if not isinstance(decoded, dict) or "protocolVersion" not in decoded:
+        return False
+    meta = decoded.get("_meta")
+    return not (isinstance(meta, dict) and META_PROTOCOL_VERSION in meta)
 
 
 def is_stateless_request(meta: RequestMeta, conn: Connection) -> bool:

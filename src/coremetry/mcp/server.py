@@ -159,7 +159,8 @@ class Server:
         self.default_log_level: LogLevel = default_log_level
         self.resource_subscriptions = resource_subscriptions
         self.list_changed = list_changed
-        server_meta: JsonObject = {META_SERVER_INFO: msgspec.to_builtins(self.info)}
+        # The 2026-07-28 serverInfo is the handshake era's latest one, title included.
+        server_meta: JsonObject = {META_SERVER_INFO: msgspec.to_builtins(self.info_with_title)}
         self._server_meta = server_meta
         self._registry = Registry()
         self._outbound = OutboundRequests()

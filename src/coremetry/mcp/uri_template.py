@@ -24,10 +24,14 @@ Guarantees:
   never spans a path segment, a query or a fragment.
 - Values are percent-decoded exactly once (``%2541`` gives ``%41``). A malformed escape
   (``%zz``, ``%4``) or bytes that are not valid UTF-8 make the URI not match.
+- A reserved character percent-encoded in a value is part of the value (§3.2.2 encodes it so):
+  ``coremetry://logs/api%2Fgateway`` gives ``api/gateway``.
+- A ``#fragment`` is not part of the resource's identity (RFC 3986 §3.5): unless the template
+  itself has a ``#``, the URI is matched without it (``coremetry://trace/abc#x`` gives ``abc``).
 - Path traversal never matches: the 2026-07-28 ``server/resources`` "Security Considerations"
-  require servers to sanitise resource paths, so a value whose raw or decoded form is ``.`` or
-  ``..``, or whose decoded form contains ``/``, ``\`` or NUL (``%2F``, ``%2f``, ``%5C``,
-  ``%2e%2e``, ``%00``), is rejected.
+  require servers to sanitise resource paths, so a value whose raw form is ``.`` or ``..``,
+  whose decoded form has a ``/``-separated segment ``.`` or ``..`` (``%2e%2e``,
+  ``..%2Fetc``), or whose decoded form contains ``\`` or NUL (``%5C``, ``%00``), is rejected.
 - Matching time is linear in the URI length (times the template length). It does not use a
   backtracking regular expression: several placeholders in one segment (``{a}-{b}-{c}``) make a
   regex such as ``([^/?#]+)-([^/?#]+)-([^/?#]+)`` backtrack in cubic time. Instead every literal
@@ -62,7 +66,7 @@ _BAD_ESCAPE_RE: Final = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _OPERATORS: Final = frozenset("+#./;?&=,!@|")
 """RFC 6570 §2.2 operator characters (levels 2-3) and the reserved ones."""
 
-_FORBIDDEN_DECODED: Final = ("/", "\\", "\x00")
+_FORBIDDEN_DECODED: Final = ("\\", "\x00")
 _DOT_SEGMENTS: Final = frozenset({".", ".."})
 
 
@@ -194,7 +198,9 @@ def _decode(raw: str) -> str | None:
         value = unquote_to_bytes(raw).decode("utf-8")
     except UnicodeError:  # lone surrogate in the raw text, or decoded bytes not UTF-8
         return None
-    if value in _DOT_SEGMENTS or any(bad in value for bad in _FORBIDDEN_DECODED):
+    if any(bad in value for bad in _FORBIDDEN_DECODED):
+        return None
+    if any(segment in _DOT_SEGMENTS for segment in value.split("/")):
         return None
     return value
 
@@ -269,9 +275,12 @@ class UriTemplate:
         Returns:
             The percent-decoded value of every variable, in template order (an empty dict for a
             template without variables that equals ``uri``), or ``None`` when the URI does not
-            match, a value is empty, spans a ``/``, ``?`` or ``#``, has a malformed escape, is
-            not UTF-8, or is a traversal attempt (see the module docstring).
+            match, a value is empty, spans a raw ``/`` or ``?``, has a malformed escape, is
+            not UTF-8, or is a traversal attempt (see the module docstring). A ``#fragment``
+            is dropped first unless the template has a ``#``.
         """
+        if "#" not in self._template:
+            uri = uri.partition("#")[0]
         prefix = self._prefix
         if not uri.startswith(prefix):
             return None

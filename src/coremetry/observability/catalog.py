@@ -203,8 +203,10 @@ TOOLS: Final = (
         output=results.QueryMetricResult,
         handler=ObservabilityTools.query_metric,
         description=(
-            "One metric as bucketed series: aggregation per bucket (avg, min, max, sum, count, "
-            "last, rate for counters, p50..p99 for histograms), step (default about 120 buckets; "
+            "One metric as bucketed series: aggregation per bucket (default by type: gauge avg, "
+            "counter rate, histogram p95; also min, max, sum, count, last, increase for "
+            "counters, p50..p99/count/sum/avg for histograms; a histogram percentile comes with "
+            "the bucket [lower, upper] it was interpolated in), step (default about 120 buckets; "
             "a step giving more than 1000 is widened, and said; buckets start at multiples of the "
             "step), filters service and labels (equality), group_by label keys. Each "
             "series: labels, points [time, value], min, max, mean, last; the result states the "

@@ -67,7 +67,8 @@ from .tools import (
 __all__ = ["PROMPT_ENVELOPE_BYTES", "ObservabilityEntries"]
 
 _JSON: Final = msgspec.json.Encoder()
-_MAX_SUGGESTIONS: Final = 100
+_MAX_TRACE_IDS: Final = 1000
+"""Trace ids a completion counts at most (the latest of the window); 100 are shown."""
 PROMPT_ENVELOPE_BYTES: Final = 512
 """Bytes of a ``prompts/get`` result kept for everything but the message text: the JSON
 envelope (``messages``, ``role``, ``content``, ``type``) and the prompt's description (each of
@@ -75,11 +76,15 @@ ours is under 300 bytes)."""
 
 
 def _match(values: Sequence[str], partial: str) -> list[str]:
-    """Prefix matches first, then substring matches (case-insensitive), each sorted."""
+    """Prefix matches first, then substring matches (case-insensitive), each sorted.
+
+    Every match is returned: ``completion/complete`` counts them (``total``, ``hasMore``) and
+    then shows the first 100.
+    """
     needle = partial.lower()
     prefix = sorted(v for v in values if v.lower().startswith(needle))
     inner = sorted(v for v in values if needle in v.lower() and not v.lower().startswith(needle))
-    return (prefix + inner)[:_MAX_SUGGESTIONS]
+    return prefix + inner
 
 
 class ObservabilityEntries:
@@ -153,7 +158,8 @@ class ObservabilityEntries:
     async def _trace_ids(self, service: str | None) -> list[str]:
         window = resolve_range(await self._window(), self.tools.clock())
         page = await self.store.search_traces(
-            TraceQuery(time_range=window.time_range, service_name=service or None), limit=200
+            TraceQuery(time_range=window.time_range, service_name=service or None),
+            limit=_MAX_TRACE_IDS,
         )
         return [t.trace_id for t in page.items]
 

@@ -64,7 +64,7 @@ async def _metric_service_names(store: TelemetryStore, metric: str) -> set[str] 
             limit=MAX_LIMIT,
         )
     except QueryRejected:
-        return None  # e.g. a histogram: no count aggregation, so no names to check against
+        return None  # the names cannot be read: none to check against
     return {str(s.labels.get("service.name", "")) for s in series_list}
 
 

@@ -320,9 +320,15 @@ class QueryMetricArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
         ),
     ] = None
     aggregation: Annotated[
-        Aggregation,
-        msgspec.Meta(description="Per bucket. rate: per-second increase of a counter."),
-    ] = "avg"
+        Aggregation | None,
+        msgspec.Meta(
+            description="Per bucket. Default by metric type: gauge avg, sum (counter) rate, "
+            "histogram p95 (the result says which was used). Gauges: avg, min, max, sum, "
+            "count, last, p50..p99. Sums: rate (per second), increase (how much it grew in "
+            "the bucket, reset-aware; sum is the same on a cumulative counter), avg, min, "
+            "max, count, last. Histograms: p50..p99, count (observations), sum, avg (mean)."
+        ),
+    ] = None
     step: Annotated[
         str | None,
         msgspec.Meta(
@@ -554,6 +560,16 @@ def span_row(node: SpanNode, origin_ns: int, on_path: Mapping[SpanNode, int]) ->
 
 def _series_row(series: MetricSeries) -> JsonObject:
     values = [v for _t, v in series.points if math.isfinite(v)]
+    within = series.quantile_bounds
+    points: list[object]
+    if within is not None and len(within) == len(series.points):
+        # A histogram percentile: the bucket it was interpolated in rides along.
+        points = [
+            [rfc3339(t), _number(v), _number(lower), _number(upper)]
+            for (t, v), (lower, upper) in zip(series.points, within, strict=True)
+        ]
+    else:
+        points = [[rfc3339(t), _number(v)] for t, v in series.points]
     return {
         "labels": series.labels,
         "min": _number(min(values)) if values else None,
@@ -561,7 +577,7 @@ def _series_row(series: MetricSeries) -> JsonObject:
         "mean": _number(sum(values) / len(values)) if values else None,
         "last": _number(series.points[-1][1]) if series.points else None,
         "point_count": len(series.points),
-        "points": [[rfc3339(t), _number(v)] for t, v in series.points],
+        "points": points,
     }
 
 
@@ -1164,20 +1180,36 @@ class ObservabilityTools:
         )
         page = pager.page(series, args.limit)
         shown = page.items
+        applied = shown[0].aggregation if shown else args.aggregation
+        percentile = any(s.quantile_bounds is not None for s in shown)
+        points_format = (
+            "[bucket start (RFC 3339; a multiple of the step in unix time), value]; empty "
+            "buckets omitted; null = not a finite number"
+        )
+        if percentile:
+            points_format = (
+                "[bucket start (RFC 3339; a multiple of the step in unix time), value, lower, "
+                "upper]; empty buckets omitted; null = not a finite number"
+            )
+            notes.append(
+                f"{applied} of a histogram is estimated from bucket counts: each value is "
+                "interpolated inside the one histogram bucket holding that rank, [lower, upper] "
+                "(clamped to the exported min and max); the true percentile lies somewhere in "
+                "it, so a wide [lower, upper] means a rough estimate"
+            )
         body: JsonObject = {
             "metric": args.name,
             "window": {
                 "start": rfc3339(query_range.start_unix_nano),
                 "end": rfc3339(query_range.end_unix_nano),
             },
-            "aggregation": args.aggregation,
+            "aggregation": applied,
             "step_s": step / NS_PER_S,
             "type": shown[0].type if shown else None,
             "unit": shown[0].unit if shown else None,
             "series": [_series_row(s) for s in shown],
             "truncated": page.more,
-            "points_format": "[bucket start (RFC 3339; a multiple of the step in unix time), "
-            "value]; empty buckets omitted; null = not a finite number",
+            "points_format": points_format,
         }
         if notes:
             body["note"] = "; ".join(notes)

@@ -14,6 +14,7 @@ from .errors import StoreError as StoreError
 from .errors import StoreSchemaError as StoreSchemaError
 from .errors import StoreTimeout as StoreTimeout
 from .errors import StoreUnavailable as StoreUnavailable
+from .interface import DEFAULT_AGGREGATIONS as DEFAULT_AGGREGATIONS
 from .interface import MAX_LIMIT as MAX_LIMIT
 from .interface import Aggregation as Aggregation
 from .interface import DeployRecord as DeployRecord
@@ -55,6 +56,7 @@ from .sqlite import SqliteStore as SqliteStore
 from .sqlite import open_sqlite_store as open_sqlite_store
 
 __all__ = [
+    "DEFAULT_AGGREGATIONS",
     "MAX_LIMIT",
     "UNKNOWN_SERVICE",
     "Aggregation",

@@ -24,13 +24,22 @@ import base64
 import binascii
 import hashlib
 import re
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, cast
 
 import msgspec
 
+from coremetry.store._histogram import HISTOGRAM_AGGREGATIONS
 from coremetry.store._text_query import TextTerm, parse_text_query
 from coremetry.store.errors import QueryRejected
-from coremetry.store.interface import MAX_LIMIT, LogQuery, MetricQuery, TimeRange, TraceQuery
+from coremetry.store.interface import (
+    DEFAULT_AGGREGATIONS,
+    MAX_LIMIT,
+    Aggregation,
+    LogQuery,
+    MetricQuery,
+    TimeRange,
+    TraceQuery,
+)
 from coremetry.store.model import MetricType, normalize_trace_id
 
 __all__ = [
@@ -57,7 +66,8 @@ MAX_NS: Final = 2**63 - 1
 PERCENTILE_AGGREGATIONS: Final = {"p50": 50, "p90": 90, "p95": 95, "p99": 99}
 """The percentile aggregations and their percent (histograms and gauges)."""
 SIMPLE_AGGREGATIONS: Final = frozenset(("avg", "min", "max", "sum", "count", "last"))
-"""The aggregations over a bucket's point values (gauges and sums)."""
+"""The aggregations over a bucket's point values (gauges and sums; over a cumulative sum,
+``sum`` is the increase)."""
 _MATCH_OPS: Final = frozenset(("=", "!=", "=~", "!~"))
 
 
@@ -195,8 +205,9 @@ def check_metric_query(query: MetricQuery) -> None:
     check_step(query.time_range, query.step_ns)
     aggregation = query.aggregation
     if (
-        aggregation not in SIMPLE_AGGREGATIONS
-        and aggregation != "rate"
+        aggregation is not None
+        and aggregation not in SIMPLE_AGGREGATIONS
+        and aggregation not in ("rate", "increase")
         and aggregation not in PERCENTILE_AGGREGATIONS
     ):
         raise QueryRejected("aggregation", f"unknown aggregation {aggregation!r}")
@@ -214,28 +225,42 @@ def check_metric_query(query: MetricQuery) -> None:
         raise QueryRejected("group_by", "must be a list of label names")
 
 
-def check_aggregation_applies(aggregation: str, metric_type: MetricType) -> None:
+def check_aggregation_applies(aggregation: str | None, metric_type: MetricType) -> Aggregation:
     """Check an aggregation against the type of the metric it is asked of.
 
+    Args:
+        aggregation: the query's aggregation; ``None`` is the type's default
+            (:data:`~coremetry.store.interface.DEFAULT_AGGREGATIONS`).
+        metric_type: the metric's type.
+
+    Returns:
+        The aggregation to apply.
+
     Raises:
-        QueryRejected: ``field == "aggregation"``: ``rate`` of a non-sum, a percentile of a
-            sum, or a simple aggregation of a histogram (the message says what applies).
+        QueryRejected: ``field == "aggregation"``: ``rate``/``increase`` of a non-sum, a
+            percentile of a sum, or ``min``/``max``/``last`` of a histogram (the message says
+            what applies).
     """
-    if aggregation == "rate" and metric_type != "sum":
+    if aggregation is None:
+        return DEFAULT_AGGREGATIONS[metric_type]
+    if aggregation in ("rate", "increase") and metric_type != "sum":
         raise QueryRejected(
-            "aggregation", f"rate applies to sums (counters), and this metric is a {metric_type}"
+            "aggregation",
+            f"{aggregation} applies to sums (counters), and this metric is a {metric_type}",
         )
     if aggregation in PERCENTILE_AGGREGATIONS and metric_type == "sum":
         raise QueryRejected(
             "aggregation",
             f"{aggregation} applies to histograms and gauges, and this metric is a sum "
-            "(use rate, or avg/min/max/sum/count/last)",
+            "(use rate or increase, or avg/min/max/sum/count/last)",
         )
-    if aggregation in SIMPLE_AGGREGATIONS and metric_type == "histogram":
+    if metric_type == "histogram" and aggregation not in HISTOGRAM_AGGREGATIONS:
         raise QueryRejected(
             "aggregation",
-            f"{aggregation} does not apply to a histogram: use p50, p90, p95 or p99",
+            f"{aggregation} does not apply to a histogram: use p50, p90, p95, p99, "
+            "count, sum or avg",
         )
+    return cast(Aggregation, aggregation)
 
 
 # -- cursors ----------------------------------------------------------------------------------

@@ -249,30 +249,51 @@ class LabelMatcher(msgspec.Struct, frozen=True, kw_only=True):
 
 
 Aggregation: TypeAlias = Literal[
-    "avg", "min", "max", "sum", "count", "last", "rate", "p50", "p90", "p95", "p99"
+    "avg", "min", "max", "sum", "count", "last", "rate", "increase", "p50", "p90", "p95", "p99"
 ]
 """Per-bucket aggregation for :meth:`TelemetryStore.metric_series`:
 
-- ``avg``/``min``/``max``/``sum``/``count``/``last`` over gauge/sum point values (NaN and
-  ±Inf skipped: they are stored and counted, but no aggregation uses them); ``last`` is the
-  value of the latest point of the bucket;
+- ``avg``/``min``/``max``/``count``/``last`` over gauge/sum point values (NaN and ±Inf
+  skipped: they are stored and counted, but no aggregation uses them); ``last`` is the value
+  of the latest point of the bucket; ``sum`` adds a gauge's values and a delta sum's deltas;
+- ``sum``/``increase`` of a cumulative (or unspecified) sum: the increase within the bucket,
+  reset-aware as Prometheus' ``increase()`` (without its extrapolation): per series, the
+  differences of consecutive finite points whose later point is in the bucket (the last point
+  before the range counts as the first one's predecessor), a decrease of a monotonic sum or a
+  changed ``start_time_unix_nano`` being a reset (the increase is then the new value); a
+  series' first point ever counts whole when its ``start_time_unix_nano`` is inside the range
+  (the counter started there, from 0). A counter at 5 exported twice increased by 5, not 10.
+  ``increase`` of a delta sum is the sum of its deltas;
 - ``rate``: per-second increase of a sum. Cumulative (or unspecified) temporality: per
   series, the differences of consecutive finite points whose later point is in the bucket
-  (the last point before the range counts as the first one's predecessor), a decrease of a
-  monotonic sum or a changed ``start_time_unix_nano`` being a reset (the increase is then the
-  new value), divided by the time those differences span; delta: the sum of the deltas over
-  the bucket's width in seconds (the last bucket may be cut short by the range's end). The
-  rates of the series of one output series add up;
-- ``p50``..``p99``: percentile estimated from histogram buckets (linear interpolation inside
-  the bucket, as Prometheus' ``histogram_quantile``; the ``+Inf`` bucket answers the largest
-  finite bound), over the bucket's summed counts — delta points summed as they are,
+  (as for ``increase``, without the first point's whole count), divided by the time those
+  differences span; delta: the sum of the deltas over the bucket's width in seconds (the last
+  bucket may be cut short by the range's end). The rates of the series of one output series
+  add up;
+- on histograms, over the bucket's merged histograms — delta points summed as they are,
   cumulative points by the increase of each series over the bucket (its last point minus the
-  previous last point, reset-aware as for ``rate``); on gauges, the nearest-rank percentile
-  of the values.
+  previous last point, reset-aware as for ``rate``; a series' first point counts whole):
+  ``count`` (observations), ``sum`` (their sum), ``avg`` (``sum / count``) and
+  ``p50``..``p99``, a percentile interpolated linearly inside the bucket holding it
+  (Prometheus' ``histogram_quantile``) with the bucket clamped to the exported ``min`` and
+  ``max`` (the smallest and largest of the merged points'), the ``+Inf`` bucket reaching up to
+  ``max`` (or answering the largest finite bound when no max was exported) — see
+  :func:`coremetry.store._histogram.histogram_quantile`;
+- ``p50``..``p99`` on gauges: the nearest-rank percentile of the values.
 
-``rate`` applies to sums, percentiles to histograms and gauges, the others to gauges and
-sums; any other pairing is ``QueryRejected("aggregation", ...)``.
+``rate`` and ``increase`` apply to sums; percentiles to histograms and gauges; ``min``,
+``max`` and ``last`` to gauges and sums; ``avg``, ``sum`` and ``count`` to every type. Any
+other pairing is ``QueryRejected("aggregation", ...)``. Without an aggregation the metric type's
+default applies (:data:`DEFAULT_AGGREGATIONS`).
 """
+
+DEFAULT_AGGREGATIONS: Final[dict[MetricType, Aggregation]] = {
+    "gauge": "avg",
+    "sum": "rate",
+    "histogram": "p95",
+}
+"""The aggregation of a :class:`MetricQuery` that names none, by metric type: a gauge's mean, a
+sum's (counter's) per-second rate, a histogram's 95th percentile."""
 
 
 class MetricQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -283,13 +304,14 @@ class MetricQuery(msgspec.Struct, frozen=True, kw_only=True):
     series that agree on them are aggregated together; a key whose value is empty is left out
     of the output labels, as Prometheus does); ``None`` keeps each stored series apart.
     ``service_name`` restricts to one service's points. Matchers and ``group_by`` may name
-    ``service.name``.
+    ``service.name``. ``aggregation`` ``None`` is the metric type's default
+    (:data:`DEFAULT_AGGREGATIONS`).
     """
 
     name: str
     time_range: TimeRange
     step_ns: int
-    aggregation: Aggregation = "avg"
+    aggregation: Aggregation | None = None
     matchers: list[LabelMatcher] = msgspec.field(default_factory=list)
     service_name: str | None = None
     group_by: list[str] | None = None
@@ -300,7 +322,11 @@ class MetricSeries(msgspec.Struct, frozen=True, kw_only=True):
 
     Its labels and ``(bucket_start_unix_nano, value)`` points in time order; empty buckets are
     omitted (a series whose points in the range are all NaN/Inf has no points).
-    ``labels`` include ``service.name`` when not grouped away.
+    ``labels`` include ``service.name`` when not grouped away. ``aggregation`` is the one
+    applied (the type's default when the query named none). For a histogram percentile,
+    ``quantile_bounds[i]`` is the ``(lower, upper)`` interval ``points[i]`` was interpolated in
+    (one bucket's bounds, clamped to the exported min/max: the percentile is only known to lie
+    there); ``None`` for every other aggregation.
     """
 
     name: str
@@ -308,6 +334,8 @@ class MetricSeries(msgspec.Struct, frozen=True, kw_only=True):
     unit: str
     labels: dict[str, str]
     points: list[tuple[int, float]]
+    aggregation: Aggregation | None = None
+    quantile_bounds: list[tuple[float, float]] | None = None
 
 
 class MetricDescriptor(msgspec.Struct, frozen=True, kw_only=True):

@@ -59,6 +59,7 @@ from coremetry.http_edge import (
     read_body,
     send_response,
     sse_event,
+    unauthorized_message,
 )
 from coremetry.mcp import Connection, Server, codes, serve_connection
 from coremetry.mcp.wire import JsonObject
@@ -185,7 +186,7 @@ class LegacySse:
             await send_response(
                 send,
                 401,
-                jsonrpc_error_body(codes.INVALID_REQUEST, "Unauthorized"),
+                jsonrpc_error_body(codes.INVALID_REQUEST, unauthorized_message(refusal)),
                 headers=[challenge_for(refusal), *cors],
             )
             return None

@@ -62,6 +62,7 @@ from coremetry.http_edge import (
     read_body,
     send_response,
     sse_event,
+    unauthorized_message,
 )
 from coremetry.mcp import (
     Connection,
@@ -248,7 +249,7 @@ class StreamableHttp:
             await send_response(
                 send,
                 401,
-                jsonrpc_error_body(codes.INVALID_REQUEST, "Unauthorized"),
+                jsonrpc_error_body(codes.INVALID_REQUEST, unauthorized_message(refusal)),
                 headers=[challenge_for(refusal), *cors],
             )
             return

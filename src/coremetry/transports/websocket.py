@@ -65,6 +65,7 @@ from coremetry.http_edge import (
     anonymous,
     challenge_for,
     jsonrpc_error_body,
+    unauthorized_message,
 )
 from coremetry.mcp import Connection, Server, codes, serve_connection
 
@@ -137,7 +138,7 @@ class WebSocketTransport:
         try:
             caller = await self.authenticate(headers)
         except Exception as refusal:  # the auth layer's reason is logged there, never sent
-            await _deny(scope, send, 401, "Unauthorized", [challenge_for(refusal)])
+            await _deny(scope, send, 401, unauthorized_message(refusal), [challenge_for(refusal)])
             return
         retry = [(b"retry-after", str(RETRY_AFTER_S).encode())]
         if self.shutting_down.is_set():

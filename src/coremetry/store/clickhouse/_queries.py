@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from typing import Final, cast
 
 from coremetry.store import _query_args as _args
-from coremetry.store._histogram import histogram_quantile
+from coremetry.store._histogram import MergedHistogram, histogram_value
 from coremetry.store._query_args import (
     MAX_NS,
     PERCENTILE_AGGREGATIONS,
@@ -960,7 +960,7 @@ class Reader:
         metric_type = series[0].type
         unit = series[0].unit
         series = [s for s in series if s.type == metric_type]
-        check_aggregation_applies(query.aggregation, metric_type)
+        aggregation = check_aggregation_applies(query.aggregation, metric_type)
         groups: dict[tuple[tuple[str, str], ...], list[_Series]] = {}
         for s in series:
             if query.group_by is None:
@@ -975,9 +975,9 @@ class Reader:
             query.time_range.end_unix_nano,
             query.step_ns,
         )
-        aggregation = query.aggregation
         delta = all(s.temporality == 1 for _, s in members)
-        lookback = not delta and (aggregation == "rate" or metric_type == "histogram")
+        increase = metric_type == "sum" and aggregation in ("sum", "increase") and not delta
+        lookback = not delta and (aggregation == "rate" or increase or metric_type == "histogram")
         params: dict[str, Param] = {
             "name": query.name,
             "start": start,
@@ -990,7 +990,7 @@ class Reader:
         }
         table = self.metric_tables[metric_type]
         histogram = (
-            "BucketCounts AS h, Count AS c, ExplicitBounds AS eb"
+            "BucketCounts AS h, Count AS c, ExplicitBounds AS eb, Sum AS sm, Min AS mn, Max AS mx"
             if metric_type == ("histogram")
             else "Value AS v, IsMonotonic AS mono"
             if metric_type == "sum"
@@ -1010,14 +1010,16 @@ class Reader:
                   AND TimeUnix < fromUnixTimestamp64Nano({{end:Int64}})
             ) WHERE grp != {_NO_GROUP}
         """
+        quantiles: dict[int, list[tuple[float, float]]] | None = None
         if metric_type == "histogram":
-            values = await self._histogram(
-                points, params, PERCENTILE_AGGREGATIONS[aggregation], delta
-            )
+            values, quantiles = await self._histogram(points, params, aggregation, delta)
         elif aggregation == "rate":
             values = await self._rate(points, params, delta)
+        elif increase:
+            values = await self._rate(points, params, delta, increase=True)
         else:
-            values = await self._simple(points, params, aggregation)
+            simple = "sum" if aggregation == "increase" else aggregation
+            values = await self._simple(points, params, simple)
         return [
             MetricSeries(
                 name=query.name,
@@ -1025,6 +1027,8 @@ class Reader:
                 unit=unit,
                 labels=dict(labels),
                 points=[(start + b * step, v) for b, v in values.get(index, [])],
+                aggregation=aggregation,
+                quantile_bounds=None if quantiles is None else quantiles.get(index, []),
             )
             for index, (labels, _) in enumerate(outputs)
         ]
@@ -1061,8 +1065,10 @@ class Reader:
         )
 
     async def _rate(
-        self, points: str, params: dict[str, Param], delta: bool
+        self, points: str, params: dict[str, Param], delta: bool, *, increase: bool = False
     ) -> dict[int, list[tuple[int, float]]]:
+        # increase=True (cumulative sums only): the increase itself, not divided by the time,
+        # and a series' first point ever counts whole when its start time is inside the range.
         if delta:
             # Each point is the increase since the previous one: their sum over the bucket's
             # width (the last bucket may be cut short by the range's end).
@@ -1080,12 +1086,14 @@ class Reader:
         # Cumulative: per series, consecutive finite points (the last one before the range as
         # the first one's predecessor); a decrease of a monotonic sum or a new start time is a
         # reset (the increase is then the new value). Rates of a group's series add up.
+        per_series = "sum(dv)" if increase else "sum(dv) * 1e9 / sum(dt)"
+        first = "(rn = 1 AND st > 0 AND st >= {start:Int64})" if increase else "0"
         return await self._collect(
             f"""
             SELECT grp, b, sum(r) FROM (
-                SELECT grp, sid, b, sum(dv) * 1e9 / sum(dt) AS r FROM (
-                    SELECT grp, sid, b, t - pt AS dt,
-                           if((mono AND v < pv) OR (st > 0 AND pst > 0 AND st != pst),
+                SELECT grp, sid, b, {per_series} AS r FROM (
+                    SELECT grp, sid, b, if(rn = 1, 0, t - pt) AS dt,
+                           if(rn = 1 OR (mono AND v < pv) OR (st > 0 AND pst > 0 AND st != pst),
                               v, v - pv) AS dv
                     FROM (
                         SELECT grp, sid, b, t, st, v, mono,
@@ -1095,9 +1103,9 @@ class Reader:
                         WINDOW w AS (PARTITION BY sid ORDER BY t
                                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
                     )
-                    WHERE t >= {{start:Int64}} AND rn > 1 AND t > pt
+                    WHERE t >= {{start:Int64}} AND ((rn > 1 AND t > pt) OR {first})
                 )
-                GROUP BY grp, sid, b HAVING sum(dt) > 0
+                GROUP BY grp, sid, b HAVING {"1" if increase else "sum(dt) > 0"}
             )
             GROUP BY grp, b ORDER BY grp, b
             """,
@@ -1105,31 +1113,44 @@ class Reader:
         )
 
     async def _histogram(
-        self, points: str, params: dict[str, Param], p: int, delta: bool
-    ) -> dict[int, list[tuple[int, float]]]:
+        self, points: str, params: dict[str, Param], aggregation: str, delta: bool
+    ) -> tuple[dict[int, list[tuple[int, float]]], dict[int, list[tuple[float, float]]] | None]:
+        # Min and Max are 0 when the point had none (the exporter's schema has no NULL): a
+        # pair of zeros is taken as "not exported".
+        extremes = (
+            "minIfOrNull(mn, NOT (mn = 0 AND mx = 0)), maxIfOrNull(mx, NOT (mn = 0 AND mx = 0))"
+        )
         if delta:
             sql = f"""
-                SELECT grp, b, eb, sumForEach(arrayMap(x -> toInt64(x), h))
+                SELECT grp, b, eb, sumForEach(arrayMap(x -> toInt64(x), h)), {extremes},
+                       sum(toInt64(c)), sum(sm)
                 FROM ({points}) WHERE t >= {{start:Int64}}
                 GROUP BY grp, b, eb
             """
         else:
             # Per series and bucket, the last point minus the previous bucket's last point
             # (or the last point before the range); a smaller count or a new start time is a
-            # reset, and a series' first point counts whole.
-            last = "argMax(h, t) AS h, argMax(c, t) AS c, argMax(st, t) AS st, argMax(eb, t) AS eb"
+            # reset, and a series' first point counts whole. Min and max are the last
+            # point's (over the series' life so far: outer bounds of the increase).
+            last = (
+                "argMax(h, t) AS h, argMax(c, t) AS c, argMax(st, t) AS st, argMax(eb, t) AS eb, "
+                "argMax(sm, t) AS sm, argMax(mn, t) AS mn, argMax(mx, t) AS mx"
+            )
+            reset = "rn = 1 OR c < pc OR (st > 0 AND pst > 0 AND st != pst)"
             sql = f"""
-                SELECT grp, b, eb, sumForEach(counts) FROM (
-                    SELECT grp, b, eb,
-                           if(rn = 1 OR c < pc OR (st > 0 AND pst > 0 AND st != pst)
-                                 OR length(h) != length(ph),
+                SELECT grp, b, eb, sumForEach(counts), {extremes}, sum(cnt), sum(dsm) FROM (
+                    SELECT grp, b, eb, mn, mx,
+                           if({reset} OR length(h) != length(ph),
                               arrayMap(x -> toInt64(x), h),
                               arrayMap((x, i) -> toInt64(x) - toInt64(ph[i]), h,
-                                       arrayEnumerate(h))) AS counts
+                                       arrayEnumerate(h))) AS counts,
+                           if({reset}, toInt64(c), toInt64(c) - toInt64(pc)) AS cnt,
+                           if({reset}, sm, sm - psm) AS dsm
                     FROM (
-                        SELECT grp, sid, b, h, c, st, eb,
+                        SELECT grp, sid, b, h, c, st, eb, sm, mn, mx,
                                lagInFrame(h) OVER w AS ph, lagInFrame(c) OVER w AS pc,
-                               lagInFrame(st) OVER w AS pst, row_number() OVER w AS rn
+                               lagInFrame(st) OVER w AS pst, lagInFrame(sm) OVER w AS psm,
+                               row_number() OVER w AS rn
                         FROM (
                             SELECT grp, sid, b, {last} FROM ({points})
                             WHERE t >= {{start:Int64}} GROUP BY grp, sid, b
@@ -1144,20 +1165,28 @@ class Reader:
                 )
                 GROUP BY grp, b, eb
             """
-        merged: dict[tuple[int, int], dict[float, int]] = {}
+        merged: dict[tuple[int, int], MergedHistogram] = {}
         for row in await self.run.query(sql, params):
             grp, b = cast(int, row[0]), cast(int, row[1])
-            bounds = [*cast("list[float]", row[2]), math.inf]
-            by_bound = merged.setdefault((grp, b), {})
-            for le, count in zip(bounds, cast("list[int]", row[3]), strict=False):
-                by_bound[le] = by_bound.get(le, 0) + int(count)
+            merged.setdefault((grp, b), MergedHistogram()).add(
+                [*cast("list[float]", row[2]), math.inf],
+                cast("list[int | None]", row[3]),
+                count=cast(int, row[6]),
+                total=cast(float, row[7]),
+                minimum=cast("float | None", row[4]),
+                maximum=cast("float | None", row[5]),
+            )
         found: dict[int, list[tuple[int, float]]] = {}
-        for (grp, b), by_bound in sorted(merged.items()):
-            ordered = sorted(by_bound)
-            value = histogram_quantile(p / 100, ordered, [by_bound[le] for le in ordered])
-            if value is not None:
-                found.setdefault(grp, []).append((b, value))
-        return found
+        quantiles: dict[int, list[tuple[float, float]]] = {}
+        for (grp, b), histogram in sorted(merged.items()):
+            try:
+                value, quantile = histogram_value(aggregation, histogram)
+            except LookupError:
+                continue
+            found.setdefault(grp, []).append((b, value))
+            if quantile is not None:
+                quantiles.setdefault(grp, []).append((quantile.lower, quantile.upper))
+        return found, (quantiles if aggregation in PERCENTILE_AGGREGATIONS else None)
 
 
 def _term_sql(i: int, term: Term, params: dict[str, Param], tk: str = "tk") -> tuple[str, str]:

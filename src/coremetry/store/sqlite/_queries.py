@@ -27,7 +27,7 @@ from typing import Final, cast
 import msgspec
 
 from coremetry.store import _query_args as _args
-from coremetry.store._histogram import histogram_quantile
+from coremetry.store._histogram import MergedHistogram, histogram_value
 from coremetry.store._query_args import (
     PERCENTILE_AGGREGATIONS,
     SIMPLE_AGGREGATIONS,
@@ -1009,7 +1009,7 @@ def metric_series(ctx: ReadContext, query: MetricQuery, limit: int) -> list[Metr
     metric_type = series[0].type
     unit = series[0].unit
     series = [s for s in series if s.type == metric_type]
-    check_aggregation_applies(query.aggregation, metric_type)
+    aggregation = check_aggregation_applies(query.aggregation, metric_type)
 
     # Output series: each stored series alone, or those agreeing on the group_by labels.
     groups: dict[str, list[_Series]] = {}
@@ -1035,13 +1035,16 @@ def metric_series(ctx: ReadContext, query: MetricQuery, limit: int) -> list[Metr
         "end": query.time_range.end_unix_nano,
         "step": step,
     }
-    aggregation = query.aggregation
-    if aggregation in SIMPLE_AGGREGATIONS:
-        points = _simple(ctx, aggregation, params)
+    quantiles: dict[int, list[tuple[float, float]]] | None = None
+    cumulative = _temporality(outputs) != "delta"
+    if metric_type == "histogram":
+        points, quantiles = _histogram(ctx, aggregation, params, outputs)
     elif aggregation == "rate":
         points = _rate(ctx, params, outputs)
-    elif metric_type == "histogram":
-        points = _histogram_percentile(ctx, PERCENTILE_AGGREGATIONS[aggregation], params, outputs)
+    elif metric_type == "sum" and aggregation in ("sum", "increase") and cumulative:
+        points = _rate(ctx, params, outputs, increase=True)
+    elif aggregation in SIMPLE_AGGREGATIONS or aggregation == "increase":
+        points = _simple(ctx, "sum" if aggregation == "increase" else aggregation, params)
     else:
         points = _gauge_percentile(ctx, PERCENTILE_AGGREGATIONS[aggregation], params)
     result: list[MetricSeries] = []
@@ -1053,6 +1056,8 @@ def metric_series(ctx: ReadContext, query: MetricQuery, limit: int) -> list[Metr
                 unit=unit,
                 labels=labels,
                 points=[(start + b * step, v) for b, v in points.get(index, [])],
+                aggregation=aggregation,
+                quantile_bounds=None if quantiles is None else quantiles.get(index, []),
             )
         )
     return result
@@ -1126,7 +1131,11 @@ def _rate(
     ctx: ReadContext,
     params: dict[str, SqlParam],
     outputs: list[tuple[dict[str, str], list[_Series]]],
+    *,
+    increase: bool = False,
 ) -> dict[int, list[tuple[int, float]]]:
+    # increase=True (cumulative sums only): the increase itself, not divided by the time, and
+    # a series' first point ever counts whole when its start time is inside the range.
     if _temporality(outputs) == "delta":
         # Each point is the increase since the previous one: sum them, divide by the width of
         # the bucket (the last bucket may be cut short by the range's end).
@@ -1142,7 +1151,12 @@ def _rate(
     # by the time between them; a decrease of a monotonic sum, or a new start time, is a reset
     # (the increase is then the new value). Rates of the series of a group add up.
     monotonic = {str(s.id): int(s.monotonic) for _, members in outputs for s in members}
-    params = {**params, "monotonic": msgspec.json.encode(monotonic).decode()}
+    params = {
+        **params,
+        "monotonic": msgspec.json.encode(monotonic).decode(),
+        "whole": int(increase),
+    }
+    per_bucket = "sum(dv)" if increase else "sum(dv) * 1e9 / sum(dt)"
     sql = f"""
         WITH {_POINTS},
         prev AS (
@@ -1164,53 +1178,58 @@ def _rate(
         ),
         inc AS (
             SELECT seq.grp, seq.series_id, seq.b, seq.t - seq.pt AS dt,
-                   CASE WHEN (m.value AND seq.v < seq.pv)
+                   CASE WHEN seq.pv IS NULL
+                             OR (m.value AND seq.v < seq.pv)
                              OR (seq.st > 0 AND seq.pst > 0 AND seq.st != seq.pst)
                         THEN seq.v ELSE seq.v - seq.pv END AS dv
             FROM seq JOIN json_each(:monotonic) m ON CAST(m.key AS INTEGER) = seq.series_id
-            WHERE seq.b >= 0 AND seq.pv IS NOT NULL AND seq.t > seq.pt
+            WHERE seq.b >= 0 AND (
+                (seq.pv IS NOT NULL AND seq.t > seq.pt)
+                OR (:whole AND seq.pv IS NULL AND seq.st > 0 AND seq.st >= :start))
         ),
         per_series AS (
-            SELECT grp, b, sum(dv) * 1e9 / sum(dt) AS r FROM inc GROUP BY grp, series_id, b
+            SELECT grp, b, {per_bucket} AS r FROM inc GROUP BY grp, series_id, b
         )
         SELECT grp, b, sum(r) FROM per_series GROUP BY grp, b ORDER BY grp, b
     """
     return _collect(ctx.execute(sql, params))
 
 
-def _histogram_percentile(
+def _histogram(
     ctx: ReadContext,
-    p: int,
+    aggregation: str,
     params: dict[str, SqlParam],
     outputs: list[tuple[dict[str, str], list[_Series]]],
-) -> dict[int, list[tuple[int, float]]]:
+) -> tuple[dict[int, list[tuple[int, float]]], dict[int, list[tuple[float, float]]] | None]:
     # Bucket counts are summed as columns (one json_extract per bucket index, as many as the
     # longest histogram of these series has: metric_series.max_buckets) grouped by output
     # series, time bucket and explicit bounds — not unnested into one row per bucket, which
-    # made SQLite sort ten times as many rows.
+    # made SQLite sort ten times as many rows. Count, sum, min and max ride along.
     width = max(s.max_buckets for _, members in outputs for s in members)
-    if width == 0:
-        return {}
+    field = "json_extract(h, '$.{}')".format
     if _temporality(outputs) == "delta":
         # Delta points count what happened since the previous point: sum them.
-        counts = ", ".join(f"sum(json_extract(h, '$.bucket_counts[{i}]'))" for i in range(width))
+        counts = "".join(f", sum(json_extract(h, '$.bucket_counts[{i}]'))" for i in range(width))
         sql = f"""
             WITH {_POINTS}
-            SELECT grp, b, json_extract(h, '$.explicit_bounds') AS bounds, {counts}
+            SELECT grp, b, {field("explicit_bounds")} AS bounds,
+                   min({field("min")}), max({field("max")}), sum({field("count")}),
+                   sum({field("sum")}), count(*) - count({field("sum")}) {counts}
             FROM pts GROUP BY grp, b, bounds
         """
     else:
         # Cumulative points count since the series' start: per series and bucket take the
         # last point, subtract the previous bucket's last point (or the last point before the
         # range) bucket by bucket; a smaller total count, or a new start time, is a reset (the
-        # point counts whole). A series' first point ever counts whole.
-        increases = ", ".join(
-            f"""CASE WHEN reset THEN json_extract(h, '$.bucket_counts[{i}]')
-                     ELSE json_extract(h, '$.bucket_counts[{i}]')
-                          - coalesce(json_extract(ph, '$.bucket_counts[{i}]'), 0) END AS c{i}"""
-            for i in range(width)
-        )
-        counts = ", ".join(f"sum(c{i})" for i in range(width))
+        # point counts whole). A series' first point ever counts whole. Min and max are the
+        # last point's (over the series' life so far: outer bounds of the increase).
+        def grown(path: str, name: str) -> str:
+            return f"""CASE WHEN reset THEN json_extract(h, '$.{path}')
+                     ELSE json_extract(h, '$.{path}')
+                          - coalesce(json_extract(ph, '$.{path}'), 0) END AS {name}"""
+
+        increases = "".join(f", {grown(f'bucket_counts[{i}]', f'c{i}')}" for i in range(width))
+        counts = "".join(f", sum(c{i})" for i in range(width))
         sql = f"""
             WITH {_POINTS},
             lastp AS (
@@ -1235,7 +1254,9 @@ def _histogram_percentile(
                 WINDOW w AS (PARTITION BY series_id ORDER BY b)
             ),
             inc AS (
-                SELECT grp, b, json_extract(h, '$.explicit_bounds') AS bounds, {increases}
+                SELECT grp, b, {field("explicit_bounds")} AS bounds,
+                       {field("min")} AS mn, {field("max")} AS mx,
+                       {grown("count", "cnt")}, {grown("sum", "sm")} {increases}
                 FROM (
                     SELECT *, (ph IS NULL
                                OR json_extract(h, '$.count') < json_extract(ph, '$.count')
@@ -1243,29 +1264,39 @@ def _histogram_percentile(
                     FROM seq WHERE b >= 0
                 )
             )
-            SELECT grp, b, bounds, {counts} FROM inc GROUP BY grp, b, bounds
+            SELECT grp, b, bounds, min(mn), max(mx), sum(cnt), sum(sm), count(*) - count(sm)
+                   {counts}
+            FROM inc GROUP BY grp, b, bounds
         """
     rows = ctx.execute(sql, params)
-    # The documented Python step, over the already summed bucket counts of each output bucket
-    # (and each set of bounds): counts merged by upper bound, then interpolated.
-    merged: dict[tuple[int, int], dict[float, int]] = {}
+    # The documented Python step, over the already summed values of each output bucket (and
+    # each set of bounds): merged by upper bound, then aggregated (store/_histogram.py).
+    merged: dict[tuple[int, int], MergedHistogram] = {}
     parsed: dict[str, list[float]] = {}
     for row in rows:
         grp, b, bounds_text = cast(int, row[0]), cast(int, row[1]), cast(str, row[2])
         bounds = parsed.get(bounds_text)
         if bounds is None:
             bounds = parsed[bounds_text] = [*_BOUNDS.decode(bounds_text), math.inf]
-        by_bound = merged.setdefault((grp, b), {})
-        for le, count in zip(bounds, row[3:], strict=False):
-            if count is not None:
-                by_bound[le] = by_bound.get(le, 0) + int(count)
+        merged.setdefault((grp, b), MergedHistogram()).add(
+            bounds,
+            cast("list[int | None]", list(row[8:])),
+            count=cast("int | None", row[5]),
+            total=cast("float | None", row[6]) if row[7] == 0 else None,
+            minimum=cast("float | None", row[3]),
+            maximum=cast("float | None", row[4]),
+        )
     points: dict[int, list[tuple[int, float]]] = {}
-    for (grp, b), by_bound in sorted(merged.items()):
-        ordered = sorted(by_bound)
-        value = histogram_quantile(p / 100, ordered, [by_bound[le] for le in ordered])
-        if value is not None:
-            points.setdefault(grp, []).append((b, value))
-    return points
+    quantiles: dict[int, list[tuple[float, float]]] = {}
+    for (grp, b), histogram in sorted(merged.items()):
+        try:
+            value, quantile = histogram_value(aggregation, histogram)
+        except LookupError:
+            continue
+        points.setdefault(grp, []).append((b, value))
+        if quantile is not None:
+            quantiles.setdefault(grp, []).append((quantile.lower, quantile.upper))
+    return points, (quantiles if aggregation in PERCENTILE_AGGREGATIONS else None)
 
 
 _BOUNDS: Final = msgspec.json.Decoder(list[float])

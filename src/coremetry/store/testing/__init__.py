@@ -40,6 +40,7 @@ from ._checks_arguments import check_bad_arguments, check_odd_service_names
 from ._checks_logs import check_search_logs_filters, check_search_logs_text
 from ._checks_metrics import (
     check_bucketed_series,
+    check_metric_math,
     check_metric_names,
     check_metric_series,
     check_nan_and_infinity,
@@ -90,6 +91,7 @@ CONFORMANCE_CHECKS: Final[tuple[ConformanceCheck, ...]] = tuple(
         check_search_logs_text,
         check_metric_names,
         check_metric_series,
+        check_metric_math,
         check_bucketed_series,
         check_nan_and_infinity,
         check_bad_arguments,

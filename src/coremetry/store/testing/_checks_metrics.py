@@ -6,10 +6,13 @@ NaN/±Inf values.
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections import defaultdict
-from typing import cast
+from typing import Final, cast
 
 from coremetry.store.interface import (
+    DEFAULT_AGGREGATIONS,
     MAX_LIMIT,
     Aggregation,
     LabelMatcher,
@@ -17,7 +20,7 @@ from coremetry.store.interface import (
     MetricSeries,
     TimeRange,
 )
-from coremetry.store.model import MetricPoint, Span, StatusCode, TelemetryBatch
+from coremetry.store.model import HistogramValue, MetricPoint, Span, StatusCode, TelemetryBatch
 
 from ._dataset import (
     _INF,
@@ -191,11 +194,58 @@ async def check_metric_series(make_store: MakeStore) -> None:
             MetricQuery(
                 name="rpc.server.duration", time_range=inner, step_ns=4 * MINUTE, aggregation="p99"
             ),
+            # Issue 17: count/sum/avg of histograms, the increase of cumulative sums, and the
+            # metric type's default aggregation.
+            MetricQuery(
+                name="http.server.request.duration",
+                time_range=window,
+                step_ns=2 * MINUTE,
+                aggregation="count",
+            ),
+            MetricQuery(
+                name="http.server.request.duration",
+                time_range=inner,
+                step_ns=3 * MINUTE,
+                aggregation="sum",
+                group_by=[],
+            ),
+            MetricQuery(
+                name="http.server.request.duration",
+                time_range=window,
+                step_ns=5 * MINUTE,
+                aggregation="avg",
+            ),
+            MetricQuery(
+                name="rpc.server.duration",
+                time_range=inner,
+                step_ns=2 * MINUTE,
+                aggregation="count",
+            ),
+            MetricQuery(name="rpc.server.duration", time_range=window, step_ns=3 * MINUTE),
+            MetricQuery(
+                name="http.server.request.count",
+                time_range=window,
+                step_ns=MINUTE,
+                aggregation="sum",
+            ),
+            MetricQuery(
+                name="http.server.request.count",
+                time_range=inner,
+                step_ns=3 * MINUTE,
+                aggregation="increase",
+                group_by=[],
+            ),
+            MetricQuery(name="http.server.request.count", time_range=window, step_ns=MINUTE),
+            MetricQuery(
+                name="jobs.processed", time_range=inner, step_ns=MINUTE, aggregation="increase"
+            ),
         ]
         for query in queries:
             expected = _expected_series(points, query)
             _expect(any(s.points for s in expected), f"the dataset answers {query}")
             actual = await store.metric_series(query, limit=MAX_LIMIT)
+            applied = {s.aggregation for s in actual}
+            _equal(applied, {e.aggregation for e in expected}, f"{query}: aggregation echoed")
             _same_series(
                 actual,
                 expected,
@@ -239,8 +289,21 @@ async def check_metric_series(make_store: MakeStore) -> None:
                     name="http.server.request.duration",
                     time_range=window,
                     step_ns=MINUTE,
-                    aggregation="avg",
+                    aggregation="last",
                 ),
+                "aggregation",
+            ),
+            (
+                MetricQuery(
+                    name="http.server.request.duration",
+                    time_range=window,
+                    step_ns=MINUTE,
+                    aggregation="increase",
+                ),
+                "aggregation",
+            ),
+            (
+                MetricQuery(name=cpu, time_range=window, step_ns=MINUTE, aggregation="increase"),
                 "aggregation",
             ),
             (MetricQuery(name="", time_range=window, step_ns=MINUTE), "name"),
@@ -261,6 +324,118 @@ async def check_metric_series(make_store: MakeStore) -> None:
         ]
         for query, field in rejected:
             await _rejected(store.metric_series(query, limit=10), field, f"metric_series {query}")
+
+
+SDK_DEFAULT_BOUNDS: Final = [
+    0.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 250.0, 500.0, 750.0, 1000.0, 2500.0, 5000.0,
+    7500.0, 10000.0,
+]  # fmt: skip
+"""The OpenTelemetry SDKs' default explicit bucket boundaries."""
+
+
+def _sdk_histogram(values: list[float], *, with_extremes: bool = True) -> HistogramValue:
+    """A histogram of ``values`` in the SDK's default buckets, as an SDK exports it."""
+    counts = [0] * (len(SDK_DEFAULT_BOUNDS) + 1)
+    for value in values:
+        counts[bisect.bisect_left(SDK_DEFAULT_BOUNDS, value)] += 1
+    return HistogramValue(
+        count=len(values),
+        sum=sum(values),
+        bucket_counts=counts,
+        explicit_bounds=list(SDK_DEFAULT_BOUNDS),
+        min=min(values) if with_extremes else None,
+        max=max(values) if with_extremes else None,
+    )
+
+
+async def check_metric_math(make_store: MakeStore) -> None:
+    """Known values, known answers (issue 17).
+
+    Percentiles clamped to the exported min/max and the bucket they rest in, histogram
+    count/sum/avg, the increase of a cumulative counter, and each type's default aggregation.
+    """
+    base = _base_time()
+    window = TimeRange(start_unix_nano=base, end_unix_nano=base + 10 * MINUTE)
+
+    def histogram(
+        name: str, values: list[float], unit: str, *, extremes: bool = True
+    ) -> MetricPoint:
+        return MetricPoint(
+            name=name,
+            type="histogram",
+            unit=unit,
+            service_name="math",
+            time_unix_nano=base + MINUTE,
+            start_time_unix_nano=base,
+            histogram=_sdk_histogram(values, with_extremes=extremes),
+            temporality="cumulative",
+        )
+
+    def counter(at: int, value: float, start: int) -> MetricPoint:
+        return MetricPoint(
+            name="math.orders",
+            type="sum",
+            service_name="math",
+            time_unix_nano=at,
+            start_time_unix_nano=start,
+            value=value,
+            is_monotonic=True,
+            temporality="cumulative",
+        )
+
+    points = [
+        histogram("math.seconds", [0.05, 0.2, 1.5], "s"),
+        histogram("math.millis", [100.0, 200.0, 300.0], "ms"),
+        histogram("math.unclamped", [100.0, 200.0, 300.0], "ms", extremes=False),
+        histogram("math.overflow", [20_000.0, 30_000.0], "ms"),
+        # A counter at 5 exported twice, then at 8: it increased by 8, not 18.
+        counter(base + MINUTE, 5.0, base + SECOND),
+        counter(base + 2 * MINUTE, 5.0, base + SECOND),
+        counter(base + 3 * MINUTE, 8.0, base + SECOND),
+    ]
+
+    async def one(name: str, aggregation: Aggregation | None) -> MetricSeries:
+        query = MetricQuery(
+            name=name, time_range=window, step_ns=10 * MINUTE, aggregation=aggregation
+        )
+        (series,) = await store.metric_series(query, limit=10)
+        return series
+
+    async with make_store() as store:
+        await store.write(TelemetryBatch(metrics=points))
+        expected: list[tuple[str, Aggregation | None, float, tuple[float, float] | None]] = [
+            # all three in (0, 5]: clamped to [0.05, 1.5], not 2.5 / 4.95
+            ("math.seconds", "p50", 0.05 + 1.45 * 0.5, (0.05, 1.5)),
+            ("math.seconds", "p99", 0.05 + 1.45 * 0.99, (0.05, 1.5)),
+            ("math.seconds", "count", 3.0, None),
+            ("math.seconds", "sum", 1.75, None),
+            ("math.seconds", "avg", 1.75 / 3, None),
+            ("math.seconds", None, 0.05 + 1.45 * 0.95, (0.05, 1.5)),  # default p95
+            # 300 in (250, 500]: clamped to max 300, not 492.5
+            ("math.millis", "p99", 250.0 + 50.0 * 0.97, (250.0, 300.0)),
+            ("math.millis", "p50", 175.0, (100.0, 250.0)),
+            ("math.unclamped", "p99", 250.0 + 250.0 * 0.97, (250.0, 500.0)),
+            # the +Inf bucket reaches up to the exported max
+            ("math.overflow", "p50", 25_000.0, (20_000.0, 30_000.0)),
+            ("math.orders", "sum", 8.0, None),
+            ("math.orders", "increase", 8.0, None),
+            ("math.orders", "last", 8.0, None),
+        ]
+        for name, aggregation, value, bounds in expected:
+            series = await one(name, aggregation)
+            what = f"metric_series({name}, {aggregation})"
+            _equal(len(series.points), 1, f"{what}: one bucket")
+            _close(series.points[0][1], value, what)
+            _equal(series.aggregation, aggregation or DEFAULT_AGGREGATIONS[series.type], what)
+            if bounds is None:
+                _equal(series.quantile_bounds, None, f"{what}: no quantile bounds")
+            else:
+                _equal(len(series.quantile_bounds or []), 1, f"{what}: quantile bounds")
+                got_lower, got_upper = (series.quantile_bounds or [(math.nan, math.nan)])[0]
+                _close(got_lower, bounds[0], f"{what}: quantile bounds' lower end")
+                _close(got_upper, bounds[1], f"{what}: quantile bounds' upper end")
+        rate = await one("math.orders", None)
+        _equal(rate.aggregation, "rate", "metric_series(math.orders): a sum's default is rate")
 
 
 async def check_bucketed_series(make_store: MakeStore) -> None:

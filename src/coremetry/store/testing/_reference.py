@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from coremetry.store.interface import (
+    DEFAULT_AGGREGATIONS,
     LabelMatcher,
     MetricQuery,
     MetricSeries,
@@ -232,16 +233,25 @@ def _expected_series(points: list[MetricPoint], query: MetricQuery) -> list[Metr
         buckets: dict[int, list[float]] = defaultdict(list)
         stamped: dict[int, list[tuple[int, float]]] = defaultdict(list)
         hist: dict[int, dict[float, int]] = defaultdict(lambda: defaultdict(int))
+        totals: dict[int, list[float | None]] = defaultdict(list)
+        metric_type = members[0][0].type
+        agg = query.aggregation or DEFAULT_AGGREGATIONS[metric_type]
         for ps in members:
             inside = [p for p in ps if _in_range(p.time_unix_nano, query.time_range)]
-            if query.aggregation == "rate":
+            if agg == "rate":
                 for b, rate in _reference_rates(ps, start, end, step).items():
                     buckets[b].append(rate)
                 continue
-            if ps[0].type == "histogram":
+            if agg in ("sum", "increase") and metric_type == "sum" and ps[0].temporality != "delta":
+                for b, grown in _reference_increases(ps, start, end, step).items():
+                    buckets[b].append(grown)
+                continue
+            if metric_type == "histogram":
                 for b, counts in _reference_histograms(ps, start, end, step).items():
                     for bound, count in counts.items():
                         hist[b][bound] += count
+                for b, total in _reference_histogram_sums(ps, start, end, step).items():
+                    totals[b].append(total)
                 continue
             for p in inside:
                 v = _finite(p.value)
@@ -250,16 +260,25 @@ def _expected_series(points: list[MetricPoint], query: MetricQuery) -> list[Metr
                     buckets[b].append(v)
                     stamped[b].append((p.time_unix_nano, v))
         values: list[tuple[int, float]] = []
-        agg = query.aggregation
         if hist:
             for b in sorted(hist):
+                count = sum(hist[b].values())
+                sums = totals.get(b, [])
+                total = None if None in sums else sum(x for x in sums if x is not None)
+                if agg == "count":
+                    values.append((start + b * step, float(count)))
+                    continue
+                if agg in ("sum", "avg"):
+                    if total is not None and (agg == "sum" or count > 0):
+                        values.append((start + b * step, total if agg == "sum" else total / count))
+                    continue
                 ordered = sorted(hist[b])
                 q = _reference_quantile(int(agg[1:]) / 100, ordered, [hist[b][x] for x in ordered])
                 if q is not None:
                     values.append((start + b * step, q))
         for b in sorted(buckets):
             vs = buckets[b]
-            if agg == "rate":
+            if agg in ("rate", "increase"):
                 value = sum(vs)
             elif agg == "avg":
                 value = sum(vs) / len(vs)
@@ -286,6 +305,7 @@ def _expected_series(points: list[MetricPoint], query: MetricQuery) -> list[Metr
                 unit=first.unit,
                 labels=dict(label_items),
                 points=values,
+                aggregation=agg,
             )
         )
     return result
@@ -320,6 +340,67 @@ def _reference_rates(ps: list[MetricPoint], start: int, end: int, step: int) -> 
         increase[b] += point.value if reset else point.value - prev.value
         elapsed[b] += point.time_unix_nano - prev.time_unix_nano
     return {b: increase[b] * SECOND / elapsed[b] for b in increase if elapsed[b] > 0}
+
+
+def _reference_increases(
+    ps: list[MetricPoint], start: int, end: int, step: int
+) -> dict[int, float]:
+    """``sum``/``increase`` of a cumulative sum: reset-aware increases per bucket."""
+    finite = [p for p in ps if _finite(p.value) is not None and p.time_unix_nano < end]
+    grown: dict[int, float] = {}
+    if finite and finite[0].time_unix_nano >= start:
+        first = finite[0]
+        if first.start_time_unix_nano > 0 and first.start_time_unix_nano >= start:
+            assert first.value is not None
+            grown[(first.time_unix_nano - start) // step] = first.value
+    for prev, point in itertools.pairwise(finite):
+        if point.time_unix_nano < start or point.time_unix_nano <= prev.time_unix_nano:
+            continue
+        assert prev.value is not None
+        assert point.value is not None
+        reset = (point.is_monotonic and point.value < prev.value) or (
+            point.start_time_unix_nano > 0
+            and prev.start_time_unix_nano > 0
+            and point.start_time_unix_nano != prev.start_time_unix_nano
+        )
+        b = (point.time_unix_nano - start) // step
+        grown[b] = grown.get(b, 0.0) + (point.value if reset else point.value - prev.value)
+    return grown
+
+
+def _reference_histogram_sums(
+    ps: list[MetricPoint], start: int, end: int, step: int
+) -> dict[int, float | None]:
+    """The sum of the observations per bucket (``None``: a point exported none)."""
+    out: dict[int, float | None] = {}
+
+    def add(b: int, h: HistogramValue, prev: HistogramValue | None) -> None:
+        whole = prev is None or h.count < prev.count
+        if h.sum is None or (not whole and prev is not None and prev.sum is None):
+            out[b] = None
+            return
+        before = 0.0 if whole or prev is None or prev.sum is None else prev.sum
+        current = out.get(b, 0.0)
+        out[b] = None if current is None else current + h.sum - before
+
+    if ps[0].temporality == "delta":
+        for p in ps:
+            if start <= p.time_unix_nano < end:
+                assert p.histogram is not None
+                add((p.time_unix_nano - start) // step, p.histogram, None)
+        return out
+    last_of: dict[int, MetricPoint] = {}
+    before = [p for p in ps if p.time_unix_nano < start]
+    for p in ps:
+        if start <= p.time_unix_nano < end:
+            last_of[(p.time_unix_nano - start) // step] = p
+    prev = before[-1].histogram if before else None
+    for b in sorted(last_of):
+        h = last_of[b].histogram
+        assert h is not None
+        add(b, h, prev)
+        prev = h
+    return out
 
 
 def _reference_histograms(
