@@ -154,15 +154,20 @@ class CallContext:
         """Mark the call as waiting (``detail``, ``hint``) for the body of the ``with`` block.
 
         If the call's deadline expires inside the block, its ``timeout`` answer carries this
-        ``detail`` and ``hint`` (sanitized) instead of the generic deadline sentence. Nested
-        blocks restore the outer note on exit.
+        ``detail`` and ``hint`` (sanitized) instead of the generic deadline sentence (the note
+        then stays set). Otherwise the block's exit restores the outer note (blocks nest).
         """
         outer = self.wait_note
         self.wait_note = WaitNote(detail, hint)
         try:
             yield
-        finally:
-            self.wait_note = outer
+        except BaseException:
+            # Ended by the deadline while waiting: keep the note for the timeout answer,
+            # which is built after the call's scope has unwound.
+            if trio.current_time() < self.deadline:
+                self.wait_note = outer
+            raise
+        self.wait_note = outer
 
     def remaining_s(self) -> float:
         """Seconds left before the call's deadline (never negative)."""
