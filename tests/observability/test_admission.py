@@ -5,11 +5,16 @@ until the test releases them; every other read answers at once (an empty store).
 through :func:`coremetry.server.build_mcp_server` and ``Server.handle`` with a connection per
 caller, so the admission point is the one every tool, resource and prompt passes. Order is
 asserted, never wall time (a deadline expiring while waiting runs on trio's autojump clock).
+The last test does the same end to end: ``serve`` (hypercorn, real security) with the limits
+from the configuration, two service tokens, Streamable HTTP.
 """
 
 import json
+from functools import partial
+from pathlib import Path
 from typing import Final, cast
 
+import httpx
 import msgspec
 import pytest
 import trio
@@ -17,13 +22,13 @@ import trio.testing
 
 from coremetry.config import load_config
 from coremetry.mcp import Caller, Connection, Server, current_call_context
-from coremetry.mcp.versions import LATEST_HANDSHAKE
+from coremetry.mcp.versions import LATEST_HANDSHAKE, V2026_07_28
 from coremetry.observability.admission import (
     IDENTITY_BUSY_HINT,
     SERVER_BUSY_HINT,
     StoreAdmission,
 )
-from coremetry.server import build_mcp_server
+from coremetry.server import build_mcp_server, open_security, serve
 from coremetry.store import (
     Page,
     ServiceSummary,
@@ -50,12 +55,20 @@ class HoldingStore:
         self.release = trio.Event()
         self.started: list[str] = []
         self.running = 0
+        self._arrived = trio.Event()
+
+    async def wait_started(self, count: int) -> None:
+        """Wait until ``count`` ``services`` reads have reached the store."""
+        while len(self.started) < count:
+            await self._arrived.wait()
 
     async def services(self, time_range: TimeRange, *, limit: int) -> Page[ServiceSummary]:
         ctx = current_call_context()
         assert ctx is not None, "a tool's store read runs inside its call"
         identity = ctx.caller.subject
         self.started.append(identity)
+        self._arrived.set()
+        self._arrived = trio.Event()
         self.running += 1
         try:
             if identity in self.held:
@@ -261,3 +274,104 @@ def test_limits_are_checked() -> None:
         StoreAdmission(max_calls_per_identity=0, max_calls=4)
     with pytest.raises(ValueError, match=r"max_calls \(1\) must be at least"):
         StoreAdmission(max_calls_per_identity=2, max_calls=1)
+
+
+# ---- end to end: a real server over Streamable HTTP, two service tokens ----------------------
+
+
+def _messages(response: httpx.Response) -> list[JsonObject]:
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        found: list[JsonObject] = []
+        for block in response.text.split("\n\n"):
+            data = "".join(
+                line[5:].lstrip() for line in block.split("\n") if line.startswith("data:")
+            )
+            if data:
+                found.append(json.loads(data))
+        return found
+    decoded = json.loads(response.content)
+    assert isinstance(decoded, dict)
+    return [decoded]
+
+
+async def http_list_services(
+    client: httpx.AsyncClient, base: str, token: str, *, timeout_ms: int | None = None
+) -> JsonObject:
+    """``list_services`` over ``POST /api/mcp`` (2026-07-28, no session); the tool's body."""
+    meta: JsonObject = {
+        "io.modelcontextprotocol/protocolVersion": V2026_07_28,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    if timeout_ms is not None:
+        meta["coremetry/timeout_ms"] = timeout_ms
+    params = {"name": "list_services", "arguments": WINDOW, "_meta": meta}
+    response = await client.post(
+        base + "/api/mcp",
+        json={"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params},
+        headers={
+            "authorization": f"Bearer {token}",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": V2026_07_28,
+            "mcp-method": "tools/call",
+            "mcp-name": "list_services",
+        },
+    )
+    assert response.status_code == 200, response.text
+    (message,) = [m for m in _messages(response) if "result" in m or "error" in m]
+    result = message["result"]
+    assert isinstance(result, dict)
+    body = json.loads(result["content"][0]["text"])
+    assert isinstance(body, dict)
+    return body
+
+
+async def test_end_to_end_over_http_one_token_cannot_starve_another(tmp_path: Path) -> None:
+    config = load_config(
+        environ={},
+        overrides={
+            "http": {"port": 0, "graceful_shutdown_s": 1.0},
+            "data_dir": str(tmp_path / "data"),
+            "rate_limit": {"per_second": 1000.0, "burst": 1000},
+            "detection": {"enabled": False},
+            "store": {"max_calls_per_identity": 1, "max_calls": 2},
+        },
+    )
+    security = open_security(config)
+    store = HoldingStore(held={"token:alice"})
+    try:
+        alice = security.store.create_token("alice", "viewer", None)[0]
+        bob = security.store.create_token("bob", "viewer", None)[0]
+        server = build(
+            store,
+            per_identity=config.store.max_calls_per_identity,
+            total=config.store.max_calls,
+        )
+        async with trio.open_nursery() as nursery, httpx.AsyncClient(timeout=60) as client:
+            stop = trio.Event()
+            base: str = await nursery.start(
+                partial(serve, config, server, announce=False, shutdown=stop, security=security)
+            )
+            held: list[JsonObject] = []
+            held_done = trio.Event()
+
+            async def hold() -> None:
+                held.append(await http_list_services(client, base, alice))
+                held_done.set()
+
+            nursery.start_soon(hold)
+            await store.wait_started(1)
+            # Alice's second call waits for her only slot until its deadline: timeout + hint.
+            waited = await http_list_services(client, base, alice, timeout_ms=200)
+            assert waited["error"] == "timeout"
+            assert waited["hint"] == IDENTITY_BUSY_HINT
+            # Bob's call is served while Alice's first is still held in the store.
+            served = await http_list_services(client, base, bob)
+            assert "error" not in served, served
+            assert held == []
+            assert store.started == ["token:alice", "token:bob"]
+            store.release.set()
+            await held_done.wait()
+            assert "error" not in held[0], held
+            stop.set()
+    finally:
+        security.close()
