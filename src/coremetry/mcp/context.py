@@ -78,6 +78,21 @@ def current_call_context() -> "CallContext | None":
     return _CURRENT.get()
 
 
+class _Current:
+    # A plain class, not @contextmanager: every gated call enters one (the dispatcher's hot path).
+    __slots__ = ("_ctx", "_token")
+
+    def __init__(self, ctx: "CallContext") -> None:
+        self._ctx = ctx
+
+    def __enter__(self) -> "CallContext":
+        self._token = _CURRENT.set(self._ctx)
+        return self._ctx
+
+    def __exit__(self, *exc: object) -> None:
+        _CURRENT.reset(self._token)
+
+
 class CallContext:
     """What a handler may use while it runs: identity, deadline, progress and logging.
 
@@ -140,14 +155,9 @@ class CallContext:
         self.wait_note: WaitNote | None = None
         """What the call is waiting for right now (:meth:`waiting`), else ``None``."""
 
-    @contextlib.contextmanager
-    def current(self) -> Iterator["CallContext"]:
-        """Make this the :func:`current_call_context` for the body of the ``with`` block."""
-        token = _CURRENT.set(self)
-        try:
-            yield self
-        finally:
-            _CURRENT.reset(token)
+    def current(self) -> "_Current":
+        """Make this the :func:`current_call_context` for the body of a ``with`` block."""
+        return _Current(self)
 
     @contextlib.contextmanager
     def waiting(self, detail: str, hint: str) -> Iterator[None]:
