@@ -134,7 +134,8 @@ class StoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     identity always finds a slot."""
     max_calls: int = 4
     """Store calls of tools, resources and prompts that may run at once, all identities
-    together; waiting identities take turns for the next free slot."""
+    together; waiting identities take turns for the next free slot. Admitted calls beyond
+    ``query_threads`` wait for a thread in arrival order."""
 
 
 class ClickHouseConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -60,6 +60,8 @@ from coremetry.store.interface import LogCountSeries, ServiceRedSeries
 __all__ = [
     "DEFAULT_MAX_CALLS",
     "DEFAULT_MAX_CALLS_PER_IDENTITY",
+    "IDENTITY_BUSY_HINT",
+    "SERVER_BUSY_HINT",
     "AdmittedStore",
     "StoreAdmission",
 ]
@@ -74,9 +76,11 @@ IDENTITY_BUSY_HINT: Final = (
     "The server is busy with other calls from this same identity. Wait for them to finish, "
     "then retry; make fewer calls at once or narrow the time window."
 )
+"""The ``timeout`` hint of a call that waited on its identity's own limit."""
 SERVER_BUSY_HINT: Final = (
     "The server is busy with calls from other clients. Retry later, or narrow the time window."
 )
+"""The ``timeout`` hint of a call that waited on the global limit."""
 
 
 class _Waiter:
