@@ -168,3 +168,31 @@ def test_section_names_with_an_underscore_map_from_the_environment(tmp_path: Pat
 def test_rate_limit_and_audit_ranges(overrides: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         load_config(environ={}, overrides=overrides)
+
+
+def test_store_admission_defaults_and_environment() -> None:
+    # The defaults keep one identity below every query thread: another always finds a slot.
+    config = load_config(environ={})
+    assert (config.store.max_calls_per_identity, config.store.max_calls) == (2, 4)
+    assert config.store.max_calls_per_identity < config.store.max_calls
+    assert config.store.max_calls_per_identity < config.store.query_threads
+    env = {"COREMETRY_STORE_MAX_CALLS_PER_IDENTITY": "3", "COREMETRY_STORE_MAX_CALLS": "12"}
+    tuned = load_config(environ=env)
+    assert (tuned.store.max_calls_per_identity, tuned.store.max_calls) == (3, 12)
+    assert tomllib.loads(render_config(tuned))["store"]["max_calls"] == 12
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"store": {"max_calls_per_identity": 0}}, r"store\.max_calls_per_identity"),
+        (
+            {"store": {"max_calls_per_identity": 5, "max_calls": 4}},
+            r"store\.max_calls must be at least store\.max_calls_per_identity",
+        ),
+        ({"store": {"max_calls": "many"}}, r"store\.max_calls"),
+    ],
+)
+def test_store_admission_ranges(overrides: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(environ={}, overrides=overrides)

@@ -309,6 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         read_ttl_ms=config.mcp.read_ttl_ms,
         output_budget_bytes=config.mcp.output_budget_bytes,
         problems_path=Path(config.data_dir).expanduser() / PROBLEMS_FILE,
+        max_store_calls_per_identity=config.store.max_calls_per_identity,
+        max_store_calls=config.store.max_calls,
     )
     try:
         if args.command == "stdio":

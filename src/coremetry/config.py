@@ -128,6 +128,14 @@ class StoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """How often the retention task runs, in seconds."""
     query_threads: int = 4
     """Worker threads that may run store queries at once (a trio ``CapacityLimiter``)."""
+    max_calls_per_identity: int = 2
+    """Store calls the tools, resources and prompts of one identity (``caller.subject``) may
+    run at once; more wait their turn, within their deadline. Below ``max_calls`` so another
+    identity always finds a slot."""
+    max_calls: int = 4
+    """Store calls of tools, resources and prompts that may run at once, all identities
+    together; waiting identities take turns for the next free slot. Admitted calls beyond
+    ``query_threads`` wait for a thread in arrival order."""
 
 
 class ClickHouseConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -342,6 +350,14 @@ def _check(config: Config) -> None:
         (config.store.retention_days >= 0, "store.retention_days must not be negative"),
         (config.store.retention_interval_s > 0, "store.retention_interval_s must be positive"),
         (config.store.query_threads >= 1, "store.query_threads must be at least 1"),
+        (
+            config.store.max_calls_per_identity >= 1,
+            "store.max_calls_per_identity must be at least 1",
+        ),
+        (
+            config.store.max_calls >= config.store.max_calls_per_identity,
+            "store.max_calls must be at least store.max_calls_per_identity",
+        ),
         (
             config.store.backend in ("sqlite", "clickhouse"),
             "store.backend must be sqlite or clickhouse",

@@ -40,6 +40,7 @@ from coremetry.detection.service import serve_detection
 from coremetry.http_worker import serve_http
 from coremetry.mcp import CallContext, Resource, Server, versions
 from coremetry.observability import STORE_ERROR_CLASSES, register_observability
+from coremetry.observability.admission import DEFAULT_MAX_CALLS, DEFAULT_MAX_CALLS_PER_IDENTITY
 from coremetry.store import TelemetryStore
 from coremetry.store.open import open_telemetry_store, store_location
 from coremetry.supervision import supervise
@@ -68,6 +69,8 @@ def build_mcp_server(
     store: TelemetryStore | None = None,
     output_budget_bytes: int = 16 * 1024,
     problems_path: Path | None = None,
+    max_store_calls_per_identity: int = DEFAULT_MAX_CALLS_PER_IDENTITY,
+    max_store_calls: int = DEFAULT_MAX_CALLS,
 ) -> Server:
     """Build the dispatcher with the production registry.
 
@@ -82,6 +85,9 @@ def build_mcp_server(
         output_budget_bytes: the largest tool, resource or prompt result, in bytes of JSON.
         problems_path: the detector's problems file (``<data_dir>/problems.json``) the problem
             tools read; ``None``: they say no detection has run.
+        max_store_calls_per_identity: store calls one identity may run at once
+            (``store.max_calls_per_identity``, :mod:`coremetry.observability.admission`).
+        max_store_calls: store calls all identities may run at once (``store.max_calls``).
 
     Returns:
         A ready :class:`~coremetry.mcp.Server`.
@@ -126,7 +132,12 @@ def build_mcp_server(
         register_fixture(server)
     if store is not None:
         register_observability(
-            server, store, budget_bytes=output_budget_bytes, problems_path=problems_path
+            server,
+            store,
+            budget_bytes=output_budget_bytes,
+            problems_path=problems_path,
+            max_calls_per_identity=max_store_calls_per_identity,
+            max_calls=max_store_calls,
         )
     return server
 

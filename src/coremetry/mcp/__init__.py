@@ -18,6 +18,8 @@ from .calls import Connection as Connection
 from .calls import PendingBatch as PendingBatch
 from .calls import PendingCall as PendingCall
 from .context import CallContext as CallContext
+from .context import WaitNote as WaitNote
+from .context import current_call_context as current_call_context
 from .framing import ProtocolError as ProtocolError
 from .framing import Reply as Reply
 from .gate import ANONYMOUS_VIEWER as ANONYMOUS_VIEWER
@@ -105,8 +107,10 @@ __all__ = [
     "ToolErrorKind",
     "ToolFailure",
     "UriTemplate",
+    "WaitNote",
     "classify_tool_error",
     "codes",
+    "current_call_context",
     "denied",
     "extract_uri_template_value",
     "merge_error_classes",

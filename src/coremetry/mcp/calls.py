@@ -23,6 +23,7 @@ Contract:
 """
 
 import base64
+import contextlib
 import logging
 import math
 import re
@@ -80,6 +81,7 @@ from .tool_errors import (
     ToolError,
     ToolErrorKind,
     classify_tool_error,
+    sanitize_detail,
     tool_error_dict,
     tool_error_json,
 )
@@ -199,6 +201,10 @@ class PendingCall:
         self._observer = None if audit is None or audit is UNOBSERVED else observer
         self.scope = trio.CancelScope(deadline=deadline)
 
+    def _current(self) -> contextlib.AbstractContextManager[object]:
+        # The call's context is current_call_context() while the body runs (none: nothing).
+        return contextlib.nullcontext() if self._context is None else self._context.current()
+
     def cancel(self) -> None:
         """Cancel the call: it stops at its next checkpoint and answers nothing."""
         self._client_cancelled = True
@@ -215,7 +221,7 @@ class PendingCall:
         reply: Reply | None = None
         if observer is None:
             try:
-                with self.scope:
+                with self.scope, self._current():
                     reply = await self._body()
             finally:
                 # Inlined _finish(): this is the hot path of every gated call.
@@ -235,7 +241,7 @@ class PendingCall:
         started_ns = time.time_ns()
         started = time.perf_counter()
         try:
-            with self.scope:
+            with self.scope, self._current():
                 reply = await self._body()
         except BaseException as exc:
             self._finish()
@@ -742,11 +748,23 @@ class Calls:
 
 def _budget_error(ctx: CallContext) -> ToolError:
     base = classify_tool_error(trio.TooSlowError())
+    budget_ms = round(ctx.budget_s * 1000)
+    note = ctx.wait_note
+    if note is None:
+        return ToolError(
+            error=base.error,
+            retryable=base.retryable,
+            hint=base.hint,
+            detail=f"the call did not finish within its deadline ({budget_ms} ms)",
+        )
+    # Expired while waiting (e.g. for store admission): say what it waited for and what to do.
     return ToolError(
         error=base.error,
         retryable=base.retryable,
-        hint=base.hint,
-        detail=f"the call did not finish within its deadline ({round(ctx.budget_s * 1000)} ms)",
+        hint=sanitize_detail(note.hint),
+        detail=sanitize_detail(
+            f"the call's deadline ({budget_ms} ms) expired while it waited: {note.detail}"
+        ),
     )
 
 

@@ -10,10 +10,19 @@ Contract:
   here (the transport cancels the call).
 - Server-to-client requests exist only in the handshake era, on a connection that can carry
   them; otherwise :class:`ClientRequestError` is raised at once.
+- While a gated call runs (gate, handler, encoding), :func:`current_call_context` returns its
+  context in that task and in every task or thread it starts, so a layer the handler calls
+  without passing ``ctx`` (e.g. the store's admission, keyed by the caller's identity) can find
+  it; outside a call it returns ``None``.
+- A handler or a layer under it that waits for something other than its own work (admission
+  to the store) says so with :meth:`CallContext.waiting`; if the deadline expires meanwhile,
+  the ``timeout`` answer carries that wait's detail and hint instead of the generic ones.
 """
 
 import contextlib
+import contextvars
 import math
+from collections.abc import Iterator
 
 import trio
 from msgspec import UNSET, Struct, UnsetType
@@ -36,7 +45,52 @@ from .wire import (
     RequestId,
 )
 
-__all__ = ["CallContext", "ClientRequestError"]
+__all__ = ["CallContext", "ClientRequestError", "WaitNote", "current_call_context"]
+
+
+class WaitNote(Struct, frozen=True):
+    """Why a call is waiting, for the ``timeout`` answer if its deadline expires meanwhile.
+
+    Attributes:
+        detail: what the call was waiting for (a sentence safe to show the model).
+        hint: what the model should do next (e.g. retry later, narrow the window).
+    """
+
+    detail: str
+    hint: str
+
+
+_CURRENT: contextvars.ContextVar["CallContext | None"] = contextvars.ContextVar(
+    "coremetry_call_context", default=None
+)
+
+
+def current_call_context() -> "CallContext | None":
+    """The context of the gated call running in this task (or the task that started it).
+
+    Set by the dispatcher for the whole of a ``tools/call``, ``resources/read`` or
+    ``prompts/get`` (trio copies context variables into child tasks and worker threads).
+
+    Returns:
+        The call's :class:`CallContext`, or ``None`` outside a gated call (CLI work, background
+        tasks such as detection or retention).
+    """
+    return _CURRENT.get()
+
+
+class _Current:
+    # A plain class, not @contextmanager: every gated call enters one (the dispatcher's hot path).
+    __slots__ = ("_ctx", "_token")
+
+    def __init__(self, ctx: "CallContext") -> None:
+        self._ctx = ctx
+
+    def __enter__(self) -> "CallContext":
+        self._token = _CURRENT.set(self._ctx)
+        return self._ctx
+
+    def __exit__(self, *exc: object) -> None:
+        _CURRENT.reset(self._token)
 
 
 class CallContext:
@@ -98,6 +152,32 @@ class CallContext:
         self._send = send
         self._last_progress = -math.inf
         self._closed = False
+        self.wait_note: WaitNote | None = None
+        """What the call is waiting for right now (:meth:`waiting`), else ``None``."""
+
+    def current(self) -> "_Current":
+        """Make this the :func:`current_call_context` for the body of a ``with`` block."""
+        return _Current(self)
+
+    @contextlib.contextmanager
+    def waiting(self, detail: str, hint: str) -> Iterator[None]:
+        """Mark the call as waiting (``detail``, ``hint``) for the body of the ``with`` block.
+
+        If the call's deadline expires inside the block, its ``timeout`` answer carries this
+        ``detail`` and ``hint`` (sanitized) instead of the generic deadline sentence (the note
+        then stays set). Otherwise the block's exit restores the outer note (blocks nest).
+        """
+        outer = self.wait_note
+        self.wait_note = WaitNote(detail, hint)
+        try:
+            yield
+        except BaseException:
+            # Ended by the deadline while waiting: keep the note for the timeout answer,
+            # which is built after the call's scope has unwound.
+            if trio.current_time() < self.deadline:
+                self.wait_note = outer
+            raise
+        self.wait_note = outer
 
     def remaining_s(self) -> float:
         """Seconds left before the call's deadline (never negative)."""

@@ -49,6 +49,12 @@ from coremetry.store import (
     TelemetryStore,
 )
 
+from .admission import (
+    DEFAULT_MAX_CALLS,
+    DEFAULT_MAX_CALLS_PER_IDENTITY,
+    AdmittedStore,
+    StoreAdmission,
+)
 from .budget import DEFAULT_BUDGET_BYTES, MIN_BUDGET_BYTES
 from .catalog import TOOLS
 from .entries import ObservabilityEntries
@@ -87,6 +93,8 @@ def register_observability(
     clock: Callable[[], int] = time.time_ns,
     problems_path: Path | None = None,
     specs: Sequence[ToolSpec[msgspec.Struct]] = TOOLS,
+    max_calls_per_identity: int = DEFAULT_MAX_CALLS_PER_IDENTITY,
+    max_calls: int = DEFAULT_MAX_CALLS,
 ) -> ObservabilityTools:
     """Register every Coremetry tool, resource, template and prompt on ``server``.
 
@@ -98,16 +106,23 @@ def register_observability(
         problems_path: the detector's problems file (``<data_dir>/problems.json``); ``None``
             (or a file not written yet) makes the problem tools say no detection has run.
         specs: the tools to register (:data:`~.catalog.TOOLS`; tests add their own).
+        max_calls_per_identity: store calls one identity's tools, resources and prompts may
+            run at once (``store.max_calls_per_identity``; :mod:`.admission`).
+        max_calls: store calls all identities together may run at once (``store.max_calls``).
 
     Returns:
-        The tool handlers (for tests and benchmarks that call them directly).
+        The tool handlers (for tests and benchmarks that call them directly); their ``store``
+        is the :class:`~.admission.AdmittedStore` every entry reads through.
 
     Raises:
-        ValueError: ``budget_bytes`` is below :data:`~.budget.MIN_BUDGET_BYTES`.
+        ValueError: ``budget_bytes`` is below :data:`~.budget.MIN_BUDGET_BYTES`, or an
+            admission limit is out of range (:class:`~.admission.StoreAdmission`).
     """
     if budget_bytes < MIN_BUDGET_BYTES:
         raise ValueError(f"budget_bytes must be at least {MIN_BUDGET_BYTES}")
-    tools = ObservabilityTools(store, clock=clock, problems=ProblemSource(problems_path))
+    # Every store read of every tool, resource and prompt passes this one admission point.
+    admitted = AdmittedStore(store, StoreAdmission(max_calls_per_identity, max_calls))
+    tools = ObservabilityTools(admitted, clock=clock, problems=ProblemSource(problems_path))
     entries = ObservabilityEntries(tools, budget_bytes)
     for spec in specs:
         server.register_tool(spec.tool(tools, budget_bytes))
