@@ -64,7 +64,8 @@ class CoremetryApp:
         store: the telemetry store the OTLP/HTTP receiver writes into (none: no receiver).
 
     Attributes:
-        shutting_down: set when the server starts draining; long-lived streams end on it.
+        shutting_down: set when the server starts draining (for code that waits on the stop;
+            the MCP transports follow ``drain``).
         drain: the drain every MCP transport shares (:mod:`coremetry.transports.drain`),
             begun by :func:`coremetry.server.serve` on stop.
     """
