@@ -404,3 +404,57 @@ async def test_websocket_answers_calls_in_flight_then_closes_1001() -> None:
     assert reason is not None
     assert (reason.code, reason.reason) == (1001, "server shutting down")
     check_answers(answers, WS_REVISION, refused_id=refused_id)
+
+
+async def test_a_cancel_during_the_drain_reaches_its_call_and_the_socket_closes() -> None:
+    # A grace longer than the test's own bound: only the client's cancel can end the call in
+    # time, and a cancelled call is not answered (MCP cancellation), so the socket closes
+    # with nothing but the refusal of the ping sent during the drain.
+    blocking = Blocking()
+    config = load_config(
+        environ={}, overrides={"http": {"port": 0, "graceful_shutdown_s": 600.0}, "mcp": {}}
+    )
+    stop = trio.Event()
+    methods = {0: "initialize", 2: "tools/call"}
+    seen: list[JsonObject] = []
+    with trio.fail_after(LIMIT_S):
+        async with trio.open_nursery() as server_nursery:
+            base: str = await server_nursery.start(
+                partial(serve, config, blocking.server(), announce=False, shutdown=stop)
+            )
+            async with websocket(base) as ws:
+
+                async def send(message: JsonObject) -> None:
+                    await ws.send_message(json.dumps(message))
+
+                await send(initialize(WS_REVISION))
+                assert (await next_frame(ws, methods))["id"] == 0
+                await send(INITIALIZED)
+                method, params = CALLS[2]
+                await send(rpc(2, method, params))
+                await blocking.started["tool"].wait()
+                stop.set()
+                for attempt in range(10, 1000):  # until the drain has begun
+                    methods[attempt] = "ping"
+                    await send(rpc(attempt, "ping"))
+                    answer = await next_frame(ws, methods)
+                    if "error" in answer:
+                        break
+                    await trio.sleep(0.01)
+                await send(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/cancelled",
+                        "params": {"requestId": 2, "reason": "client gave up"},
+                    }
+                )
+                reason: CloseReason | None = None
+                while reason is None:
+                    try:
+                        seen.append(await next_frame(ws, methods))
+                    except ConnectionClosed as closed:
+                        reason = closed.reason
+
+    assert seen == []
+    assert reason is not None
+    assert reason.code == 1001
