@@ -40,7 +40,7 @@ answered where the client waits for it. A POST carrying a notification or a clie
 is still taken (202), so a ``notifications/cancelled`` still reaches a running call; one for a
 session that has already ended gets 503 too (not 404: the client should come back later).
 
-Per-session state is kept small (a ``__slots__`` record, a 16-slot channel, two tasks), because
+Per-session state is kept small (a ``__slots__`` record, a 16-slot channel, three tasks), because
 an idle session costs memory for as long as a client keeps its stream open.
 """
 
@@ -289,14 +289,15 @@ class LegacySse:
         They were taken before the drain began and not yet routed: each gets the shutting-down
         error on the stream.
         """
-        while True:
-            try:
-                data = session.inbox_recv.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return
-            refused = self.drain.refusal(data, session.conn)
-            if refused is not None:
-                await session.send_message(refused)
+        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            while not session.ended:  # a session that ended otherwise writes nothing more
+                try:
+                    data = session.inbox_recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    return
+                refused = self.drain.refusal(data, session.conn)
+                if refused is not None:
+                    await session.send_message(refused)
 
     def _end(self, session: _Session) -> None:
         """End a session at once: unlist it, close its inbox, cancel everything it runs."""
@@ -436,6 +437,7 @@ class LegacySse:
 async def _refuse_draining_response(
     send: ASGISendCallable, cors: list[tuple[bytes, bytes]], body: bytes | None
 ) -> None:
+    """503 + ``Retry-After`` with ``body`` (default: the shutting-down error, ``id: null``)."""
     await send_response(
         send,
         503,
