@@ -211,15 +211,18 @@ async def open_app_server(app: CoremetryApp) -> AsyncIterator[str]:
 
     Yields:
         The base URL bound (``http://127.0.0.1:<port>``, port from the app's config, 0 for any).
-        Leaving the block sets ``app.shutting_down`` and waits for hypercorn to stop.
+        Leaving the block begins the app's drain (as ``serve`` does: sessions answer their
+        calls in flight, then end), sets ``app.shutting_down`` and waits for hypercorn to stop.
     """
     stop = trio.Event()
 
     async def trigger() -> None:
         await stop.wait()
+        app.drain.begin(app.config.http.graceful_shutdown_s)
         app.shutting_down.set()
 
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(app.drain.run)
         binds: list[str] = await nursery.start(
             partial(serve_http, app, hypercorn_config(app.config), shutdown_trigger=trigger)
         )

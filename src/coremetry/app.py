@@ -74,9 +74,10 @@ class CoremetryApp:
         audit: where the admin account routes record what they do.
 
     Attributes:
-        shutting_down: set when the server starts draining; long-lived streams end on it.
-        drain: the Streamable HTTP drain (:mod:`coremetry.transports.drain`), begun by
-            :func:`coremetry.server.serve` on stop.
+        shutting_down: set when the server starts draining (for code that waits on the stop;
+            the MCP transports follow ``drain``).
+        drain: the drain every MCP transport shares (:mod:`coremetry.transports.drain`),
+            begun by :func:`coremetry.server.serve` on stop.
     """
 
     def __init__(
@@ -118,7 +119,7 @@ class CoremetryApp:
             mcp,
             self.policy,
             authenticate=authenticate,
-            shutting_down=self.shutting_down,
+            drain=self.drain,
             keepalive_interval_s=config.sse.keepalive_interval_s,
             max_sessions=config.sse.max_sessions,
             session_idle_s=config.sse.session_idle_s,
@@ -128,7 +129,7 @@ class CoremetryApp:
             mcp,
             self.policy,
             authenticate=authenticate,
-            shutting_down=self.shutting_down,
+            drain=self.drain,
             max_message_bytes=config.websocket.max_message_bytes,
             max_connections=config.websocket.max_connections,
         )

@@ -4,10 +4,11 @@
 contained) inside our own nursery (``shared/STYLE.md`` habit 18), reports the bound address
 through ``task_status`` and prints ``listening on http://HOST:PORT`` to stderr once the socket
 is bound. SIGINT/SIGTERM (or the ``shutdown`` event) drain gracefully
-(:mod:`coremetry.transports.drain`): long-lived streams end, new requests get 503 with
-``Retry-After`` while Streamable HTTP calls in flight get ``http.graceful_shutdown_s`` to
-finish — those still running then are answered with a retryable shutdown error — and once none
-is in flight the listener closes; hypercorn then gives the connections still open
+(:mod:`coremetry.transports.drain`): new requests get 503 with ``Retry-After`` (on an open
+SSE session or WebSocket, the JSON-RPC shutting-down error) while the calls in flight on every
+transport get ``http.graceful_shutdown_s`` to finish — those still running then are answered
+with a retryable shutdown error — and each session ends once its calls are answered; once no
+call is in flight the listener closes; hypercorn then gives the connections still open
 ``graceful_shutdown_s`` more before cancelling them and closing their sockets.
 """
 

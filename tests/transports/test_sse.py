@@ -669,7 +669,7 @@ async def test_keepalive_comments_while_idle(autojump_clock: trio.testing.MockCl
             session.stream.disconnect()
 
 
-async def test_shutdown_ends_every_session() -> None:
+async def test_drain_answers_the_calls_in_flight_then_ends_every_session() -> None:
     server, tracker = tracked_server()
     sse = new_transport(server)
     with trio.fail_after(LIMIT_S):
@@ -679,19 +679,28 @@ async def test_shutdown_ends_every_session() -> None:
             await initialize(sse, a)
             assert (await post(sse, a.session_id, call(1, "block", {}))).status == 202
             await tracker.started.wait()
-            sse.shutting_down.set()
+            sse.drain.begin(0.0)  # no grace: the call still running is cut off at once
+            nursery.start_soon(sse.drain.run)
+            cut = await a.stream.next_message("tools/call")
             rest_a = await a.stream.rest()
-            rest_b = await b.stream.rest()
+            rest_b = await b.stream.rest()  # an idle session ends at once
             await a.stream.finished.wait()
             await b.stream.finished.wait()
             assert tracker.cancelled.is_set()
             refused = await request(sse.open_stream, "GET", SSE_PATH, headers=[SSE_ACCEPT])
+    assert cut["id"] == 1
+    result = cut["result"]
+    assert isinstance(result, dict)
+    assert result["isError"] is True
+    assert [i for i in rest_a + rest_b if i.event is not None] == []
     assert a.stream.ended
     assert b.stream.ended
-    assert [i for i in rest_a + rest_b if i.event is not None] == []
     assert sse.sessions == {}
     assert refused.status == 503
-    refused.error()
+    assert refused.header(b"retry-after") == b"5"
+    data = refused.error()["data"]
+    assert isinstance(data, dict)
+    assert data["retryable"] is True
 
 
 async def test_session_cap() -> None:

@@ -394,20 +394,7 @@ async def test_idle_timeout_ends_the_stream() -> None:
     assert late.status_code == 404
 
 
-async def test_shutdown_ends_streams_and_calls() -> None:
-    server, tracker = tracked_server()
-    with trio.fail_after(LIMIT_S):
-        async with running(server) as srv, httpx.AsyncClient(base_url=srv.url) as client:
-            async with open_stream(client) as opened:
-                await initialize(client, opened)
-                call = tool_call(3, "tracked_sleep_ms", {"ms": 60_000})
-                assert (await client.post(opened.endpoint, json=call)).status_code == 202
-                await tracker.started.wait()
-                srv.stop.set()
-                items = await opened.events.rest()  # the server ends the stream cleanly
-            await tracker.cancelled.wait()
-    assert {i.event for i in items} <= {None}
-    assert tracker.finished == []
+# Shutdown (the drain: calls in flight answered as events, then the stream ends): test_drain.py.
 
 
 # ---- policy --------------------------------------------------------------------------------

@@ -470,19 +470,7 @@ async def test_closing_the_socket_cancels_the_running_call_and_nothing_more_is_s
     assert app.events.count("out:websocket.accept") == 1
 
 
-async def test_server_shutdown_closes_with_1001_and_drains() -> None:
-    stop = trio.Event()
-    blocker = Blocker()
-    with trio.fail_after(LIMIT_S):
-        async with live_server(blocker.server(), stop=stop) as url, session(url) as client:
-            await client.send(call(1, "block", {}))
-            await blocker.started.wait()
-            stop.set()
-            code, reason = await closed_with(client.ws)  # no frame before the close
-            assert code == 1001
-            assert reason == "server shutting down"
-        # Leaving live_server waited for serve() to return: the drain did not hang.
-    blocker.assert_cancelled()
+# Shutdown (the drain: calls in flight answered, then close 1001): test_drain.py.
 
 
 class BrokenServer(Server):

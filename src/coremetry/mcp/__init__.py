@@ -47,6 +47,7 @@ from .registry import Resource as Resource
 from .registry import ResourceTemplate as ResourceTemplate
 from .registry import Tool as Tool
 from .registry import schema_for as schema_for
+from .server import ConnectionDrain as ConnectionDrain
 from .server import Server as Server
 from .server import serve_connection as serve_connection
 from .tool_errors import BUILTIN_ERROR_CLASSES as BUILTIN_ERROR_CLASSES
@@ -81,6 +82,7 @@ __all__ = [
     "Caller",
     "ClientRequestError",
     "Connection",
+    "ConnectionDrain",
     "DeadlineExceeded",
     "Denied",
     "ErrorClass",

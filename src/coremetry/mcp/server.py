@@ -27,7 +27,7 @@ revision of the connection (an unknown requested revision is answered with our l
 import logging
 import secrets
 from collections.abc import AsyncIterable, Sequence
-from typing import Literal, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 import msgspec
 import trio
@@ -547,12 +547,46 @@ class Server:
         return result_reply(self._server_meta, request, EmptyResult())
 
 
+class ConnectionDrain(Protocol):
+    """How :func:`serve_connection` takes part in the server's shutdown drain.
+
+    Implemented by :class:`coremetry.transports.drain.Drain` (the core imports no transport).
+    Once :attr:`started` is set, a request arriving on the connection is refused with
+    :meth:`refusal`'s answer, a call the drain cut off at its deadline is answered with
+    :meth:`cut_reply`, and the connection ends as soon as no call of its own is in flight.
+    """
+
+    @property
+    def started(self) -> trio.Event:
+        """Set when the drain begins."""
+        ...
+
+    def track(self, call: PendingCall | PendingBatch) -> None:
+        """Record a call that starts running (synchronously, before its task starts)."""
+
+    def untrack(self, call: PendingCall | PendingBatch) -> None:
+        """Record that a call ended and its answer (if any) was written."""
+
+    def was_cut(self, call: PendingCall | PendingBatch) -> bool:
+        """Whether the drain cancelled ``call`` at its deadline."""
+        ...
+
+    def refusal(self, data: bytes, conn: Connection) -> bytes | None:
+        """The answer to ``data`` arriving during the drain; ``None`` routes it (not a request)."""
+        ...
+
+    def cut_reply(self, data: bytes, conn: Connection) -> bytes:
+        """The answer of the call carried by ``data`` when the drain cut it off."""
+        ...
+
+
 async def serve_connection(
     server: Server,
     conn: Connection,
     incoming: AsyncIterable[bytes],
     *,
     drain_on_eof: bool = True,
+    drain: ConnectionDrain | None = None,
 ) -> None:
     """Serve one session-style connection (stdio, legacy SSE, WebSocket) until it ends.
 
@@ -567,6 +601,11 @@ async def serve_connection(
         drain_on_eof: when ``incoming`` ends, let in-flight calls finish (bounded by their
             deadlines) and send their answers — right for stdio, where a client may close
             stdin after its last request. When False, cancel them (the peer is gone).
+        drain: the server's shutdown drain (:class:`ConnectionDrain`). Once it has begun,
+            requests are answered with its refusal (notifications and client responses are
+            still routed, so a cancel or an elicitation answer reaches a running call), every
+            call in flight is answered (its result, or the drain's answer if cut off), and
+            this function returns when none is left — the transport then closes the session.
 
     Raises:
         ValueError: ``conn.send`` is not set.
@@ -574,26 +613,59 @@ async def serve_connection(
     send = conn.send
     if send is None:
         raise ValueError("serve_connection needs a connection with send set")
+    active = 0
+    idle = trio.Event()
 
-    async def run(pending: PendingCall | PendingBatch) -> None:
-        reply = await pending.run()
-        if reply is not None:
-            try:
-                await send(reply.body)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                conn.cancel_all()
+    async def run(pending: PendingCall | PendingBatch, data: bytes) -> None:
+        nonlocal active
+        try:
+            reply = await pending.run()
+            if reply is None and drain is not None and drain.was_cut(pending):
+                reply = Reply(drain.cut_reply(data, conn))
+            if reply is not None:
+                try:
+                    await send(reply.body)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    conn.cancel_all()
+        finally:
+            if drain is not None:
+                drain.untrack(pending)
+            active -= 1
+            if not active:
+                idle.set()
+
+    async def end_when_drained(nursery: trio.Nursery, started: trio.Event) -> None:
+        await started.wait()
+        while active:
+            await idle.wait()
+        nursery.cancel_scope.cancel()
 
     async with trio.open_nursery() as nursery:
+        if drain is not None:
+            nursery.start_soon(end_when_drained, nursery, drain.started)
         async for data in incoming:
             if not data.strip():
                 continue
+            if drain is not None and drain.started.is_set():
+                refused = drain.refusal(data, conn)
+                if refused is not None:
+                    await send(refused)
+                    continue
             outcome = server.receive(data, conn)
             if outcome is None:
                 continue
             if isinstance(outcome, Reply):
                 await send(outcome.body)
             else:
-                nursery.start_soon(run, outcome)
-        if not drain_on_eof:
+                if drain is not None:
+                    drain.track(outcome)
+                if not active:
+                    idle = trio.Event()
+                active += 1
+                nursery.start_soon(run, outcome, data)
+        if drain_on_eof:
+            while active:
+                await idle.wait()
+        else:
             conn.cancel_all()
-            nursery.cancel_scope.cancel()
+        nursery.cancel_scope.cancel()

@@ -15,6 +15,15 @@ then on (Streamable HTTP, ``POST /api/mcp``):
 
 The server stops listening once no call is in flight, or at the deadline (plus the time to
 write the last answers), whichever comes first.
+
+The session transports (legacy SSE, WebSocket, stdio) share the same :class:`Drain` through
+:func:`coremetry.mcp.serve_connection` (``drain=``; :class:`Drain` is its
+:class:`~coremetry.mcp.ConnectionDrain`): once the drain has begun, a request arriving on an
+open session is answered with :meth:`Drain.refusal` (a JSON-RPC error ``-32603``, ``retryable:
+true``) while notifications and client responses are still routed (a ``notifications/cancelled``
+or an elicitation answer still reaches a running call); each call in flight is answered — its
+result, or :meth:`Drain.cut_reply` at the deadline — and the session ends (the transport closes
+it) once it has no call in flight.
 """
 
 import math
@@ -22,8 +31,16 @@ from typing import Final, Protocol
 
 import msgspec
 import trio
+from msgspec import UNSET, UnsetType
 
-from coremetry.mcp import BackendUnavailable, classify_tool_error, codes, tool_error_json, versions
+from coremetry.mcp import (
+    BackendUnavailable,
+    Connection,
+    classify_tool_error,
+    codes,
+    tool_error_json,
+    versions,
+)
 from coremetry.mcp.tool_errors import tool_error_dict
 from coremetry.mcp.wire import RequestId
 
@@ -95,6 +112,115 @@ class Drain:
         """Block until the drain has begun and no tracked call is in flight."""
         await self._idle.wait()
 
+    def refusal(self, data: bytes, conn: Connection) -> bytes | None:
+        """The answer to a message that arrives on an open session during the drain.
+
+        Args:
+            data: the message as received (a JSON-RPC object or a 2025-03-26 batch).
+            conn: the session it arrived on.
+
+        Returns:
+            For a request, a JSON-RPC error ``-32603`` with its id that says the server is
+            shutting down (``data.retryable: true``, ``retry_after_ms``); for a batch holding
+            requests, an array of those errors (the batch is refused whole). ``None`` for a
+            notification, a client response or a body that does not decode (the core routes
+            or answers those as usual).
+        """
+        peeked = _peek(data)
+        if isinstance(peeked, _Peek):
+            return refusal_reply(peeked.request_id) if peeked.is_request else None
+        if peeked is None:
+            return None
+        errors = [_refusal_object(item.request_id) for item in peeked if item.is_request]
+        return msgspec.json.encode(errors) if errors else None
+
+    def cut_reply(self, data: bytes, conn: Connection) -> bytes:
+        """:func:`shutdown_reply` for the call carried by ``data`` on ``conn``.
+
+        The revision is the request's ``_meta`` one (2026-07-28), else the session's
+        negotiated one; a batch (or an unreadable body) is answered with ``id: null``.
+        """
+        peeked = _peek(data)
+        single = peeked if isinstance(peeked, _Peek) else None
+        version = (
+            (single.meta_version if single is not None else None)
+            or conn.protocol_version
+            or versions.DEFAULT_WITHOUT_HEADER
+        )
+        if single is None:
+            return shutdown_reply(None, None, version)
+        return shutdown_reply(single.request_id, single.method, version)
+
+
+class _PeekMeta(msgspec.Struct):
+    protocol_version: str | UnsetType = msgspec.field(
+        default=UNSET, name="io.modelcontextprotocol/protocolVersion"
+    )
+
+
+class _PeekParams(msgspec.Struct):
+    meta: _PeekMeta | UnsetType = msgspec.field(default=UNSET, name="_meta")
+
+
+class _Peek(msgspec.Struct):
+    """What the drain needs of a message: its id, method and ``_meta`` revision."""
+
+    id: object = None
+    method: object = None
+    params: _PeekParams | UnsetType = UNSET
+
+    @property
+    def request_id(self) -> RequestId | None:
+        """The id when it is a valid JSON-RPC id (string or integer), else ``None``."""
+        value = self.id
+        return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+    @property
+    def is_request(self) -> bool:
+        """A request: a string method and a valid id (not a notification, not a response)."""
+        return isinstance(self.method, str) and self.request_id is not None
+
+    @property
+    def meta_version(self) -> str | None:
+        """The ``_meta`` protocol version (2026-07-28 requests), if any."""
+        params = self.params
+        if isinstance(params, UnsetType) or isinstance(params.meta, UnsetType):
+            return None
+        version = params.meta.protocol_version
+        return None if isinstance(version, UnsetType) else version
+
+
+_PEEK: Final = msgspec.json.Decoder(_Peek | list[_Peek])
+
+
+def _peek(data: bytes) -> _Peek | list[_Peek] | None:
+    """Decode what the drain needs; ``None`` when ``data`` is not a JSON-RPC message or batch."""
+    try:
+        return _PEEK.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+
+
+def _refusal_object(request_id: RequestId | None) -> dict[str, object]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {
+            "code": codes.INTERNAL_ERROR,
+            "message": f"Server shutting down: {SHUTDOWN_MESSAGE}",
+            "data": {"retryable": True, "retry_after_ms": RETRY_AFTER_S * 1000},
+        },
+    }
+
+
+def refusal_reply(request_id: RequestId | None) -> bytes:
+    """The JSON-RPC error refusing a request during the drain (``-32603``, retryable), encoded.
+
+    Also the answer of a non-``tools/call`` request cut off at the deadline
+    (:func:`shutdown_reply`).
+    """
+    return msgspec.json.encode(_refusal_object(request_id))
+
 
 def shutdown_reply(request_id: RequestId | None, method: object, version: str) -> bytes:
     """The answer of a call cut off by the drain (module docstring), encoded.
@@ -117,14 +243,4 @@ def shutdown_reply(request_id: RequestId | None, method: object, version: str) -
         if versions.is_stateless(version):
             result["resultType"] = "complete"
         return msgspec.json.encode({"jsonrpc": "2.0", "id": request_id, "result": result})
-    return msgspec.json.encode(
-        {
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "error": {
-                "code": codes.INTERNAL_ERROR,
-                "message": f"Server shutting down: {SHUTDOWN_MESSAGE}",
-                "data": {"retryable": True, "retry_after_ms": RETRY_AFTER_S * 1000},
-            },
-        }
-    )
+    return refusal_reply(request_id)

@@ -5,12 +5,12 @@ B01 and B03.
 
 - ``GET /api/mcp/sse`` opens a session. Origin (403), Host (421), ``Accept`` (406) and the
   ``Authenticate`` hook (401) are checked first; beyond ``max_sessions`` open sessions, or once
-  the server is shutting down, the answer is 503. The response is ``text/event-stream`` with
-  ``Cache-Control: no-cache`` and ``X-Accel-Buffering: no``, no ``Content-Length`` and no
-  timeout. The first event is ``endpoint``; its data is the root-relative URI to POST to,
-  ``<prefix>/api/mcp/messages?sessionId=<id>``, where the prefix is a sane
-  ``X-Forwarded-Prefix`` or else ``http.root_path`` (never an absolute URI naming the bind
-  address). The session id is ``secrets.token_urlsafe(24)``. Answers and notifications follow
+  the server is shutting down, the answer is 503 with ``Retry-After``. The response is
+  ``text/event-stream`` with ``Cache-Control: no-cache`` and ``X-Accel-Buffering: no``, no
+  ``Content-Length`` and no timeout. The first event is ``endpoint``; its data is the
+  root-relative URI to POST to, ``<prefix>/api/mcp/messages?sessionId=<id>``, where the prefix
+  is a sane ``X-Forwarded-Prefix`` or else ``http.root_path`` (never an absolute URI naming the
+  bind address). The session id is ``secrets.token_urlsafe(24)``. Answers and notifications follow
   as ``message`` events; ``: ping`` comments keep an idle stream alive.
 - ``POST /api/mcp/messages?sessionId=<id>`` carries one client message. A missing or empty
   ``sessionId`` is 400; an unknown or ended session, or one opened by another identity, is 404
@@ -22,18 +22,29 @@ B01 and B03.
 
 Each session is a nursery owned by its ``GET`` handler, which returns only when the session ends:
 ``serve_connection`` runs in it, fed by a small memory channel, next to a task that watches for
-``http.disconnect`` and a timer task (keep-alive comments, idle timeout, server shutdown). The
+``http.disconnect`` and a timer task (keep-alive comments, idle timeout). The
 session ends when the client closes the stream, when no POST arrived for ``session_idle_s``, or
 when the server shuts down. Ending is synchronous and complete: the session leaves the table
 (later POSTs get 404), its channel closes (a POST racing the end gets 404, never 202 then
 silence), and its cancel scope is cancelled, so every in-flight call observes ``trio.Cancelled``
-at its next checkpoint and nothing more is written to the stream. On idle timeout or shutdown the
-stream is ended cleanly; after a disconnect nothing is sent.
+at its next checkpoint and nothing more is written to the stream. On idle timeout the stream is
+ended cleanly; after a disconnect nothing is sent.
 
-Per-session state is kept small (a ``__slots__`` record, a 16-slot channel, two tasks), because
+Shutdown (:mod:`coremetry.transports.drain`): once the server's drain has begun, a session
+answers every call in flight as ``message`` events — its result if it finishes within
+``http.graceful_shutdown_s``, else the retryable shutdown error — and its stream ends cleanly
+as soon as it has no call in flight (at once for an idle session). A POST carrying a request
+during the drain gets 503 with ``Retry-After`` and the JSON-RPC shutting-down error as its body;
+the same error also goes to the session's stream (when it is still open), so the request is
+answered where the client waits for it. A POST carrying a notification or a client response
+is still taken (202), so a ``notifications/cancelled`` still reaches a running call; one for a
+session that has already ended gets 503 too (not 404: the client should come back later).
+
+Per-session state is kept small (a ``__slots__`` record, a 16-slot channel, three tasks), because
 an idle session costs memory for as long as a client keeps its stream open.
 """
 
+import contextlib
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Final
@@ -65,6 +76,9 @@ from coremetry.mcp import Connection, Server, codes, serve_connection
 from coremetry.mcp.wire import JsonObject
 from coremetry.roles import Caller
 
+from .drain import RETRY_AFTER_S as DRAIN_RETRY_AFTER_S
+from .drain import SHUTDOWN_MESSAGE, Drain
+
 SSE_PATH: Final = "/api/mcp/sse"
 """Where a client opens a session (``GET``)."""
 MESSAGES_PATH: Final = "/api/mcp/messages"
@@ -77,6 +91,8 @@ INBOX_SIZE: Final = 16
 """Messages a session buffers between POSTs and its dispatcher (a full inbox makes POSTs wait)."""
 
 _PING: Final = b": ping\n\n"
+
+_DRAIN_RETRY_AFTER: Final = (b"retry-after", str(DRAIN_RETRY_AFTER_S).encode())
 
 HttpHandler = Callable[[HTTPScope, ASGIReceiveCallable, ASGISendCallable], Awaitable[None]]
 
@@ -136,7 +152,9 @@ class LegacySse:
         server: the dispatcher.
         policy: Origin/Host/body-size rules and the root path.
         authenticate: resolves the caller from the request headers.
-        shutting_down: set when the server drains; every open session then ends.
+        drain: the server's drain (:mod:`coremetry.transports.drain`): once it has begun, new
+            sessions and requests get 503 and each session answers its calls in flight, then
+            ends.
         keepalive_interval_s: interval of ``: ping`` comments on each stream, in seconds.
         max_sessions: the most sessions open at once (503 beyond).
         session_idle_s: a session with no POST for this long ends, in seconds.
@@ -151,7 +169,7 @@ class LegacySse:
         policy: HttpPolicy,
         *,
         authenticate: Authenticate = anonymous,
-        shutting_down: trio.Event | None = None,
+        drain: Drain | None = None,
         keepalive_interval_s: float = 15.0,
         max_sessions: int = 10_000,
         session_idle_s: float = 3600.0,
@@ -159,7 +177,7 @@ class LegacySse:
         self.server = server
         self.policy = policy
         self.authenticate = authenticate
-        self.shutting_down = shutting_down if shutting_down is not None else trio.Event()
+        self.drain = drain if drain is not None else Drain()
         self.keepalive_interval_s = keepalive_interval_s
         self.max_sessions = max_sessions
         self.session_idle_s = session_idle_s
@@ -215,8 +233,8 @@ class LegacySse:
         caller = await self._caller(headers, send, cors)
         if caller is None:
             return
-        if self.shutting_down.is_set():
-            await refuse(503, codes.RATE_LIMITED, "Service Unavailable: the server is stopping")
+        if self.drain.started.is_set():
+            await _refuse_draining_response(send, cors, None)
             return
         if len(self.sessions) >= self.max_sessions:
             await refuse(
@@ -250,15 +268,37 @@ class LegacySse:
                     nursery.start_soon(self._watch_disconnect, session, receive)
                     nursery.start_soon(self._timers, session)
                     await serve_connection(
-                        self.server, session.conn, session.inbox_recv, drain_on_eof=False
+                        self.server,
+                        session.conn,
+                        session.inbox_recv,
+                        drain_on_eof=False,
+                        drain=self.drain,
                     )
                     nursery.cancel_scope.cancel()
+                if self.drain.started.is_set():
+                    await self._refuse_queued(session)
         finally:
             self._end(session)
             session.inbox_recv.close()
         if not session.client_gone:
-            # Idle timeout or shutdown: end the stream cleanly (the chunked terminator).
+            # Idle timeout or drained: end the stream cleanly (the chunked terminator).
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _refuse_queued(self, session: _Session) -> None:
+        """Answer the requests still queued when a drained session ends.
+
+        They were taken before the drain began and not yet routed: each gets the shutting-down
+        error on the stream.
+        """
+        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            while not session.ended:  # a session that ended otherwise writes nothing more
+                try:
+                    data = session.inbox_recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    return
+                refused = self.drain.refusal(data, session.conn)
+                if refused is not None:
+                    await session.send_message(refused)
 
     def _end(self, session: _Session) -> None:
         """End a session at once: unlist it, close its inbox, cancel everything it runs."""
@@ -278,13 +318,13 @@ class LegacySse:
                 return
 
     async def _timers(self, session: _Session) -> None:
-        """Keep-alive comments, the idle timeout, and the server's shutdown, in one task."""
+        """Keep-alive comments and the idle timeout, in one task.
+
+        (The drain ends a session by ending its ``serve_connection``.)
+        """
         next_ping = trio.current_time() + self.keepalive_interval_s
         while True:
-            with trio.move_on_at(min(next_ping, session.idle_deadline)):
-                await self.shutting_down.wait()
-                self._end(session)
-                return
+            await trio.sleep_until(min(next_ping, session.idle_deadline))
             now = trio.current_time()
             if now >= session.idle_deadline:
                 self._end(session)
@@ -294,6 +334,23 @@ class LegacySse:
                 next_ping = now + self.keepalive_interval_s
 
     # -- POST /api/mcp/messages -----------------------------------------------------------------
+
+    async def _refuse_draining(
+        self,
+        send: ASGISendCallable,
+        cors: list[tuple[bytes, bytes]],
+        refused: bytes | None,
+        session: _Session | None = None,
+    ) -> None:
+        """Answer a POST during the drain: 503 + ``Retry-After``.
+
+        The JSON-RPC shutting-down error (``refused``) goes to the session's stream too, where
+        the client awaits the answer; when the stream has ended the 503 is the only answer.
+        """
+        if refused is not None and session is not None:
+            with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+                await session.send_message(refused)
+        await _refuse_draining_response(send, cors, refused)
 
     async def post_message(
         self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
@@ -327,7 +384,11 @@ class LegacySse:
         caller = await self._caller(headers, send, cors)
         if caller is None:
             return
+        draining = self.drain.started.is_set()
         session = self.sessions.get(session_id)
+        if draining and (session is None or session.ended):
+            await self._refuse_draining(send, cors, None)
+            return
         if session is None or session.ended or session.caller != caller:
             await refuse(
                 404,
@@ -350,10 +411,18 @@ class LegacySse:
         if not body.strip():
             await refuse(400, codes.PARSE_ERROR, "Parse error: the body is empty")
             return
+        if self.drain.started.is_set():
+            refused = self.drain.refusal(body, session.conn)
+            if refused is not None:
+                await self._refuse_draining(send, cors, refused, session)
+                return
         try:
             await session.inbox.send(body)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             # The session ended while this POST was on its way: the message is not taken.
+            if self.drain.started.is_set():
+                await self._refuse_draining(send, cors, self.drain.refusal(body, session.conn))
+                return
             await refuse(
                 404,
                 codes.INVALID_REQUEST,
@@ -364,6 +433,24 @@ class LegacySse:
         await send_response(
             send, 202, b"Accepted", content_type=b"text/plain; charset=utf-8", headers=cors
         )
+
+
+async def _refuse_draining_response(
+    send: ASGISendCallable, cors: list[tuple[bytes, bytes]], body: bytes | None
+) -> None:
+    """503 + ``Retry-After`` with ``body`` (default: the shutting-down error, ``id: null``)."""
+    await send_response(
+        send,
+        503,
+        body
+        if body is not None
+        else jsonrpc_error_body(
+            codes.INTERNAL_ERROR,
+            f"Service Unavailable: {SHUTDOWN_MESSAGE}",
+            {"retryable": True, "retry_after_ms": DRAIN_RETRY_AFTER_S * 1000},
+        ),
+        headers=[_DRAIN_RETRY_AFTER, *cors],
+    )
 
 
 def _session_id(query_string: bytes) -> str | None:

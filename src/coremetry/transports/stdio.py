@@ -8,6 +8,13 @@
   ``notifications/cancelled`` reaches a running call. When stdin closes, in-flight calls are
   allowed to finish (bounded by their deadlines), their answers are written, and the function
   returns: the process then exits cleanly.
+- On ``stop`` (SIGINT/SIGTERM in ``coremetry stdio``) the session drains
+  (:mod:`coremetry.transports.drain`): every call in flight is answered — its result if it
+  finishes within ``grace_s``, else the retryable shutdown error (``backend_unavailable`` for
+  ``tools/call``, a JSON-RPC ``-32603`` with ``retryable: true`` otherwise); stdin is still
+  read meanwhile, so a request sent during the drain is answered with the JSON-RPC
+  shutting-down error and a ``notifications/cancelled`` still reaches its call. Once no call is
+  in flight the function returns (the process exits 0).
 - A line longer than ``max_line_bytes`` is answered with a ``-32700`` parse error (id ``null``)
   and skipped; the connection stays usable.
 """
@@ -22,6 +29,8 @@ import trio
 from coremetry.mcp import Connection, Server, codes, serve_connection
 from coremetry.mcp.wire import ENCODER, ErrorObject, ErrorResponse, line_safe
 from coremetry.roles import Caller
+
+from .drain import Drain
 
 log = logging.getLogger("coremetry.stdio")
 
@@ -86,15 +95,16 @@ async def serve_stdio(
         stdin: where messages come from (default: the process's fd 0).
         stdout: where answers go (default: the process's fd 1).
         max_line_bytes: the longest accepted line, in bytes.
-        stop: when set (e.g. on SIGINT/SIGTERM), stop reading as if stdin had closed.
-        grace_s: after ``stop``, how long in-flight calls may take to answer, in seconds;
-            then they are cancelled.
+        stop: when set (e.g. on SIGINT/SIGTERM), drain (module docstring) and return once
+            every call in flight is answered.
+        grace_s: after ``stop``, how long in-flight calls may take to finish, in seconds; those
+            still running then are answered with the retryable shutdown error.
         still_valid: checked before each message; when it answers False (the session's
             credential was revoked or expired) reading stops and every call in flight is
             cancelled at once.
 
     Blocks until ``stdin`` reaches end-of-file (or ``stop`` is set) and every in-flight call
-    has answered. A broken ``stdout`` (the client went away) cancels the in-flight calls and
+    has been answered. A broken ``stdout`` (the client went away) cancels the in-flight calls and
     returns.
     """
     owned: list[trio.lowlevel.FdStream] = []
@@ -131,10 +141,11 @@ async def serve_stdio(
         await send(too_long_error)
 
     conn = Connection(caller=caller, transport="stdio", send=send)
-    # Lines flow reader -> channel -> serve_connection, so that a stop request can end the
-    # input early (as EOF does) while the calls in flight drain within ``grace_s``.
+    # Lines flow reader -> channel -> serve_connection, so that the session can end (drained)
+    # while the reader still waits for input.
     line_send, line_recv = trio.open_memory_channel[bytes](0)
-    drain = trio.CancelScope()
+    calls = trio.CancelScope()
+    drain = Drain()
     source = stdin
 
     reading = trio.CancelScope()
@@ -147,7 +158,7 @@ async def serve_stdio(
                     async for line in lines:
                         if still_valid is not None and not await still_valid():
                             log.error("the session's credential is no longer valid; stopping")
-                            drain.deadline = trio.current_time()  # cancel calls in flight
+                            calls.deadline = trio.current_time()  # cancel calls in flight
                             return
                         await line_send.send(line)
                 finally:
@@ -158,8 +169,9 @@ async def serve_stdio(
     async def on_stop(stop_event: trio.Event) -> None:
         with watching:
             await stop_event.wait()
-            reading.cancel()  # stop reading stdin; the channel closes as on EOF
-            drain.deadline = trio.current_time() + grace_s
+            log.info("stopping: answering the calls in flight (up to %s s)", grace_s)
+            drain.begin(grace_s)
+            await drain.run()  # cuts off, at the deadline, the calls still running
 
     try:
         async with trio.open_nursery() as nursery:
@@ -167,8 +179,8 @@ async def serve_stdio(
             nursery.start_soon(reader)
             if stop is not None:
                 nursery.start_soon(on_stop, stop)
-            with drain:
-                await serve_connection(server, conn, line_recv, drain_on_eof=True)
+            with calls:
+                await serve_connection(server, conn, line_recv, drain_on_eof=True, drain=drain)
             reading.cancel()
             watching.cancel()
             # serve_connection has drained every call; let the writer flush and stop.

@@ -77,7 +77,7 @@ from coremetry.mcp.wire import JsonObject, RequestId
 from coremetry.supervision import contained
 
 from .drain import RETRY_AFTER_S as DRAIN_RETRY_AFTER_S
-from .drain import SHUTDOWN_MESSAGE, Drain, shutdown_reply
+from .drain import SHUTDOWN_MESSAGE, Drain
 
 ALLOWED_METHODS: Final = b"POST, OPTIONS"
 
@@ -323,13 +323,7 @@ class StreamableHttp:
             if stream.closed:
                 return
             if outcome is None and drain.was_cut(pending):
-                version = (
-                    (peek.meta_version if peek is not None else None)
-                    or conn.protocol_version
-                    or versions.DEFAULT_WITHOUT_HEADER
-                )
-                method = peek.method if peek is not None else None
-                outcome = Reply(shutdown_reply(request_id, method, version))
+                outcome = Reply(drain.cut_reply(body, conn))
         if outcome is None:
             if stream.started:
                 await stream.finish(None)

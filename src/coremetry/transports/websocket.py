@@ -36,8 +36,11 @@ Close codes (RFC 6455 §7.4.1), each with a short reason:
 
 ====== =====================================================================================
 1000   normal: the client closed; hypercorn echoes its close frame
-1001   going away: the server is shutting down (``app.shutting_down``); in-flight calls are
-       cancelled (every tool is read-only, so a client may retry elsewhere)
+1001   going away: the server is shutting down. The close comes after the drain
+       (:mod:`coremetry.transports.drain`): every call in flight on the socket is answered
+       first — its result if it finishes within ``http.graceful_shutdown_s``, else the
+       retryable shutdown error — and a request sent during the drain is answered with the
+       JSON-RPC shutting-down error (``-32603``, ``retryable: true``)
 1002   protocol error: not sent today (a missing ``mcp`` subprotocol is refused with 400)
 1003   unsupported data: a binary frame
 1008   policy violation: not sent today; every policy refusal happens before the upgrade
@@ -69,6 +72,8 @@ from coremetry.http_edge import (
 )
 from coremetry.mcp import Connection, Server, codes, serve_connection
 
+from .drain import Drain
+
 log = logging.getLogger("coremetry.transports.websocket")
 
 SUBPROTOCOL: Final = "mcp"
@@ -97,7 +102,9 @@ class WebSocketTransport:
         server: the dispatcher.
         policy: Origin/Host rules shared with the HTTP transports.
         authenticate: resolves the caller from the handshake headers; raising refuses (401).
-        shutting_down: set when the server drains; every socket then closes with 1001.
+        drain: the server's drain (:mod:`coremetry.transports.drain`): once it has begun, the
+            handshake is refused with 503, and each socket answers its calls in flight then
+            closes with 1001.
         max_message_bytes: the largest accepted text frame, in UTF-8 bytes (1009 above).
         max_connections: concurrent sockets; the handshake is refused with 503 above.
 
@@ -111,14 +118,14 @@ class WebSocketTransport:
         policy: HttpPolicy,
         *,
         authenticate: Authenticate = anonymous,
-        shutting_down: trio.Event | None = None,
+        drain: Drain | None = None,
         max_message_bytes: int = 4 * 1024 * 1024,
         max_connections: int = 10_000,
     ) -> None:
         self.server = server
         self.policy = policy
         self.authenticate = authenticate
-        self.shutting_down = shutting_down if shutting_down is not None else trio.Event()
+        self.drain = drain if drain is not None else Drain()
         self.max_message_bytes = max_message_bytes
         self.max_connections = max_connections
         self.active = 0
@@ -141,7 +148,7 @@ class WebSocketTransport:
             await _deny(scope, send, 401, unauthorized_message(refusal), [challenge_for(refusal)])
             return
         retry = [(b"retry-after", str(RETRY_AFTER_S).encode())]
-        if self.shutting_down.is_set():
+        if self.drain.started.is_set():
             await _deny(scope, send, 503, "Service Unavailable: the server is shutting down", retry)
             return
         if self.active >= self.max_connections:
@@ -184,19 +191,15 @@ class WebSocketTransport:
             self.active -= 1
 
     async def _serve(self, conn: Connection, frames: "_Frames", socket: "_Socket") -> None:
-        """Run the session until the client leaves, a frame breaks the rules or we shut down."""
+        """Run the session until the client leaves, a frame breaks the rules or we shut down.
+
+        During the drain ``serve_connection`` answers every call in flight and returns once
+        none is left; the socket then closes with 1001 (unless another close came first).
+        """
         try:
-            async with trio.open_nursery() as nursery:
-
-                async def close_on_shutdown() -> None:
-                    await self.shutting_down.wait()
-                    socket.begin_close(CLOSE_GOING_AWAY, "server shutting down")
-                    conn.cancel_all()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(close_on_shutdown)
-                await serve_connection(self.server, conn, frames, drain_on_eof=False)
-                nursery.cancel_scope.cancel()
+            await serve_connection(self.server, conn, frames, drain_on_eof=False, drain=self.drain)
+            if self.drain.started.is_set():
+                socket.begin_close(CLOSE_GOING_AWAY, "server shutting down")
         except* (trio.BrokenResourceError, trio.ClosedResourceError):
             conn.cancel_all()  # a write met a closed socket: the session is over either way
         except* Exception as group:
