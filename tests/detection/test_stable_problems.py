@@ -217,6 +217,49 @@ async def test_the_demo_detected_twice_and_after_restarts_keeps_its_ids(
         assert problem_id == shown or problem_id in holder.aliases
 
 
+async def test_coremetry_detect_beside_the_server_loses_no_id(
+    demo_dir: Path, tmp_path: Path
+) -> None:
+    # `coremetry serve --demo` runs its task (first run over catch_up_s, then window_s); a
+    # user types `coremetry detect` (12 h: another history than either of the server's runs,
+    # so other anomalies and groupings), then the server runs on. Every id a client was given
+    # keeps answering: the incident itself, or the problem it was merged into.
+    data_dir = tmp_path
+    (data_dir / "telemetry.db").symlink_to(demo_dir / "telemetry.db")
+    path = data_dir / PROBLEMS_FILE
+    config = DetectionConfig()
+    options = DetectionOptions(trace_samples=0, samples=0)
+    given: set[str] = set()
+    async with open_sqlite_store(demo_dir / "telemetry.db", retention_days=0) as store:
+
+        async def serve_runs(minute: int, span_s: float) -> None:
+            now = DEMO_NOW + minute * MINUTE + 5 * S
+            judged = TimeRange(start_unix_nano=now - int(span_s * S), end_unix_nano=now)
+            stored = merge_live(path, (await detect_in_store(store, judged, options)).problems)
+            assert given <= known(stored), sorted(given - known(stored))
+            assert overlapping_pairs(stored) == []
+            given.update(p.problem_id for p in stored)
+
+        await serve_runs(1, config.catch_up_s)
+        await serve_runs(2, config.window_s)
+        end = DEMO_NOW + 2 * MINUTE + 40 * S
+        run = await detect_in_store(
+            store, TimeRange(start_unix_nano=end - 12 * 3600 * S, end_unix_nano=end), options
+        )
+        stored = save_problems(path, run.time_range, run.problems)
+        lost = sorted(given - known(stored))
+        assert lost == [], f"{len(lost)} of {len(given)} ids lost by coremetry detect: {lost}"
+        assert overlapping_pairs(stored) == []
+        given.update(p.problem_id for p in stored)
+        await serve_runs(3, config.window_s)
+        await serve_runs(4, config.window_s)
+    final = load_problems(path)
+    for problem_id in sorted(given)[:: max(1, len(given) // 12)]:
+        shown = await answers(data_dir, problem_id)
+        [holder] = [p for p in final if p.problem_id == shown]
+        assert problem_id == shown or problem_id in holder.aliases
+
+
 def anomaly(series_id: str, start: int, end: int, service: str = "") -> Anomaly:
     return Anomaly(
         series_id=series_id,
