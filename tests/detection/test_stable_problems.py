@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 from pathlib import Path
 from typing import Final
 
@@ -291,6 +292,50 @@ def problem(problem_id: str, *anomalies: Anomaly, services: tuple[str, ...] = ()
         },
         Problem,
     )
+
+
+def test_coremetry_detect_and_the_server_writing_at_once_lose_nothing(tmp_path: Path) -> None:
+    # Two writers, as `coremetry detect` and the server's task are (threads here, processes
+    # there: the lock is a file lock, held per open file), each merging problems of its own,
+    # and a client reading all along: every problem either wrote is in the file at the end,
+    # and every read finds a whole file.
+    path = tmp_path / PROBLEMS_FILE
+    judged = TimeRange(start_unix_nano=T0, end_unix_nano=T0 + 1000 * MINUTE)
+    rounds = 60
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def write(kind: str) -> None:
+        try:
+            for k in range(rounds):
+                found = problem(f"prb_{kind}{k:03}", anomaly(f"{kind}{k}", 2 * k, 2 * k + 1))
+                if kind == "live":
+                    merge_live(path, [found])
+                else:
+                    save_problems(path, judged, [found])
+        except BaseException as exc:
+            failures.append(exc)
+
+    def read() -> None:
+        try:
+            while not done.is_set():
+                load_problems(path)
+        except BaseException as exc:
+            failures.append(exc)
+
+    reader = threading.Thread(target=read)
+    writers = [threading.Thread(target=write, args=(kind,)) for kind in ("live", "detect")]
+    reader.start()
+    for thread in writers:
+        thread.start()
+    for thread in writers:
+        thread.join()
+    done.set()
+    reader.join()
+    assert failures == []
+    stored = {p.problem_id for p in load_problems(path)}
+    assert stored == {f"prb_{kind}{k:03}" for kind in ("live", "detect") for k in range(rounds)}
+    assert sorted(f.name for f in tmp_path.iterdir()) == [PROBLEMS_FILE, PROBLEMS_FILE + ".lock"]
 
 
 @pytest.mark.parametrize("live", [True, False])
