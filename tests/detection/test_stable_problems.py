@@ -20,6 +20,7 @@ import msgspec
 import pytest
 import trio
 
+from coremetry.cli import main
 from coremetry.config import DetectionConfig
 from coremetry.demo.loader import load_demo
 from coremetry.detection import Anomaly, Problem
@@ -131,6 +132,29 @@ async def test_coremetry_detect_again_keeps_the_id(synthetic: Path) -> None:
             seen.append(problem.problem_id)
     assert len(set(seen)) == 1, seen
     assert await answers(synthetic, seen[0]) == seen[0]
+
+
+async def test_coremetry_detect_prints_the_ids_get_problem_answers(
+    synthetic: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = synthetic / PROBLEMS_FILE
+    async with open_sqlite_store(synthetic / "telemetry.db", retention_days=0) as store:
+        run = await detect_in_store(
+            store, TimeRange(start_unix_nano=T0, end_unix_nano=T0 + MINUTES * MINUTE)
+        )
+    [found] = run.problems
+    # The server's task stored the incident first, under an id of its own (another range saw
+    # another first anomaly).
+    merge_live(path, [msgspec.structs.replace(found, problem_id="prb_00000000000000aa")])
+    argv = ["detect", "--data-dir", str(synthetic), "--end", "latest", "--range", "5h"]
+    assert await trio.to_thread.run_sync(main, argv) == 0
+    [_, line] = capsys.readouterr().out.splitlines()
+    assert line.startswith("prb_00000000000000aa ")
+    assert await trio.to_thread.run_sync(main, [*argv, "--json"]) == 0
+    printed = msgspec.json.decode(capsys.readouterr().out, type=list[Problem])
+    assert [p.problem_id for p in printed] == ["prb_00000000000000aa"]
+    assert await answers(synthetic, "prb_00000000000000aa") == "prb_00000000000000aa"
+    assert [p.problem_id for p in load_problems(path)] == ["prb_00000000000000aa"]
 
 
 async def test_restarts_and_runs_every_minute_keep_one_problem(synthetic: Path) -> None:

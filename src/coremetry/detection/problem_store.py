@@ -68,6 +68,7 @@ __all__ = [
     "load_problems",
     "merge_live",
     "save_problems",
+    "save_run",
     "shared_episodes",
 ]
 
@@ -123,9 +124,31 @@ def save_problems(path: Path, judged: TimeRange, problems: list[Problem]) -> lis
         ProblemFileError: the existing file cannot be read.
         OSError: the lock or the new file cannot be written (the old file is left as it was).
     """
+    return save_run(path, judged, problems)[0]
+
+
+def save_run(
+    path: Path, judged: TimeRange, problems: list[Problem]
+) -> tuple[list[Problem], list[Problem]]:
+    """:func:`save_problems`, also returning the run's problems as they were stored.
+
+    A run's own id for a problem names its first anomaly; the file may know the incident under
+    an earlier id. What ``coremetry detect`` prints must be the stored ids, the ones
+    ``get_problem`` answers.
+
+    Returns:
+        ``(stored, run)``: what the file now holds, newest start first; and each of
+        ``problems``, in their order, under its stored id, with its stored status, detection
+        time and aliases.
+
+    Raises:
+        As :func:`save_problems`.
+    """
+    as_stored: list[Problem] = []
 
     def merge(stored: list[Problem]) -> list[Problem]:
         merged, leftovers = _reconcile(stored, problems, live=False)
+        as_stored[:] = merged
         kept = [
             msgspec.structs.replace(old, status="resolved")
             if old.status == "open"
@@ -135,7 +158,7 @@ def save_problems(path: Path, judged: TimeRange, problems: list[Problem]) -> lis
         ]
         return [*kept, *merged]
 
-    return _update(path, merge)
+    return _update(path, merge), as_stored
 
 
 LOCK_SUFFIX: Final = ".lock"
