@@ -194,18 +194,27 @@ def problem(problem_id: str, start_minute: int) -> Problem:
     )
 
 
-def test_problem_file_merges_by_id_and_judged_range(tmp_path: Path) -> None:
+def test_problem_file_keeps_what_a_later_run_does_not_find_again(tmp_path: Path) -> None:
     path = tmp_path / PROBLEMS_FILE
     assert load_problems(path) == []
     first = TimeRange(start_unix_nano=T0, end_unix_nano=T0 + 60 * MINUTE)
-    save_problems(path, first, [problem("prb_a", 10), problem("prb_b", 40)])
-    # a later run over minutes 30-90: prb_b (starts at 40) is re-judged and gone,
-    # prb_a (starts at 10, outside) stays, prb_c is new
-    second = TimeRange(start_unix_nano=T0 + 30 * MINUTE, end_unix_nano=T0 + 90 * MINUTE)
+    open_b = msgspec.structs.replace(problem("prb_b", 40), status="open")
+    open_d = msgspec.structs.replace(problem("prb_d", 58), status="open")
+    save_problems(path, first, [problem("prb_a", 10), open_b, open_d])
+    # A later run over minutes 30-90 finds only prb_c. prb_b and prb_d (inside its range) were
+    # reported and keep answering; prb_b, open, ended inside the range the run judged without
+    # seeing it: resolved. prb_d, open, ends past the range: as it was. prb_a (outside) stays.
+    second = TimeRange(start_unix_nano=T0 + 30 * MINUTE, end_unix_nano=T0 + 62 * MINUTE)
     kept = save_problems(path, second, [problem("prb_c", 50)])
-    assert [p.problem_id for p in kept] == ["prb_c", "prb_a"]  # newest start first
+    assert [(p.problem_id, p.status) for p in kept] == [
+        ("prb_d", "open"),
+        ("prb_c", "resolved"),
+        ("prb_b", "resolved"),
+        ("prb_a", "resolved"),
+    ]  # newest start first
     assert load_problems(path) == kept
-    assert not (tmp_path / (PROBLEMS_FILE + ".tmp")).exists()
+    # No temporary file is left behind; the lock's sidecar file stays.
+    assert sorted(f.name for f in tmp_path.iterdir()) == [PROBLEMS_FILE, PROBLEMS_FILE + ".lock"]
 
 
 def test_corrupt_problem_file_is_named(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 from pathlib import Path
 from typing import Final
 
@@ -19,6 +20,7 @@ import msgspec
 import pytest
 import trio
 
+from coremetry.cli import main
 from coremetry.config import DetectionConfig
 from coremetry.demo.loader import load_demo
 from coremetry.detection import Anomaly, Problem
@@ -132,6 +134,29 @@ async def test_coremetry_detect_again_keeps_the_id(synthetic: Path) -> None:
     assert await answers(synthetic, seen[0]) == seen[0]
 
 
+async def test_coremetry_detect_prints_the_ids_get_problem_answers(
+    synthetic: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = synthetic / PROBLEMS_FILE
+    async with open_sqlite_store(synthetic / "telemetry.db", retention_days=0) as store:
+        run = await detect_in_store(
+            store, TimeRange(start_unix_nano=T0, end_unix_nano=T0 + MINUTES * MINUTE)
+        )
+    [found] = run.problems
+    # The server's task stored the incident first, under an id of its own (another range saw
+    # another first anomaly).
+    merge_live(path, [msgspec.structs.replace(found, problem_id="prb_00000000000000aa")])
+    argv = ["detect", "--data-dir", str(synthetic), "--end", "latest", "--range", "5h"]
+    assert await trio.to_thread.run_sync(main, argv) == 0
+    [_, line] = capsys.readouterr().out.splitlines()
+    assert line.startswith("prb_00000000000000aa ")
+    assert await trio.to_thread.run_sync(main, [*argv, "--json"]) == 0
+    printed = msgspec.json.decode(capsys.readouterr().out, type=list[Problem])
+    assert [p.problem_id for p in printed] == ["prb_00000000000000aa"]
+    assert await answers(synthetic, "prb_00000000000000aa") == "prb_00000000000000aa"
+    assert [p.problem_id for p in load_problems(path)] == ["prb_00000000000000aa"]
+
+
 async def test_restarts_and_runs_every_minute_keep_one_problem(synthetic: Path) -> None:
     config = DetectionConfig()
     given: set[str] = set()
@@ -217,6 +242,49 @@ async def test_the_demo_detected_twice_and_after_restarts_keeps_its_ids(
         assert problem_id == shown or problem_id in holder.aliases
 
 
+async def test_coremetry_detect_beside_the_server_loses_no_id(
+    demo_dir: Path, tmp_path: Path
+) -> None:
+    # `coremetry serve --demo` runs its task (first run over catch_up_s, then window_s); a
+    # user types `coremetry detect` (12 h: another history than either of the server's runs,
+    # so other anomalies and groupings), then the server runs on. Every id a client was given
+    # keeps answering: the incident itself, or the problem it was merged into.
+    data_dir = tmp_path
+    (data_dir / "telemetry.db").symlink_to(demo_dir / "telemetry.db")
+    path = data_dir / PROBLEMS_FILE
+    config = DetectionConfig()
+    options = DetectionOptions(trace_samples=0, samples=0)
+    given: set[str] = set()
+    async with open_sqlite_store(demo_dir / "telemetry.db", retention_days=0) as store:
+
+        async def serve_runs(minute: int, span_s: float) -> None:
+            now = DEMO_NOW + minute * MINUTE + 5 * S
+            judged = TimeRange(start_unix_nano=now - int(span_s * S), end_unix_nano=now)
+            stored = merge_live(path, (await detect_in_store(store, judged, options)).problems)
+            assert given <= known(stored), sorted(given - known(stored))
+            assert overlapping_pairs(stored) == []
+            given.update(p.problem_id for p in stored)
+
+        await serve_runs(1, config.catch_up_s)
+        await serve_runs(2, config.window_s)
+        end = DEMO_NOW + 2 * MINUTE + 40 * S
+        run = await detect_in_store(
+            store, TimeRange(start_unix_nano=end - 12 * 3600 * S, end_unix_nano=end), options
+        )
+        stored = save_problems(path, run.time_range, run.problems)
+        lost = sorted(given - known(stored))
+        assert lost == [], f"{len(lost)} of {len(given)} ids lost by coremetry detect: {lost}"
+        assert overlapping_pairs(stored) == []
+        given.update(p.problem_id for p in stored)
+        await serve_runs(3, config.window_s)
+        await serve_runs(4, config.window_s)
+    final = load_problems(path)
+    for problem_id in sorted(given)[:: max(1, len(given) // 12)]:
+        shown = await answers(data_dir, problem_id)
+        [holder] = [p for p in final if p.problem_id == shown]
+        assert problem_id == shown or problem_id in holder.aliases
+
+
 def anomaly(series_id: str, start: int, end: int, service: str = "") -> Anomaly:
     return Anomaly(
         series_id=series_id,
@@ -248,6 +316,50 @@ def problem(problem_id: str, *anomalies: Anomaly, services: tuple[str, ...] = ()
         },
         Problem,
     )
+
+
+def test_coremetry_detect_and_the_server_writing_at_once_lose_nothing(tmp_path: Path) -> None:
+    # Two writers, as `coremetry detect` and the server's task are (threads here, processes
+    # there: the lock is a file lock, held per open file), each merging problems of its own,
+    # and a client reading all along: every problem either wrote is in the file at the end,
+    # and every read finds a whole file.
+    path = tmp_path / PROBLEMS_FILE
+    judged = TimeRange(start_unix_nano=T0, end_unix_nano=T0 + 1000 * MINUTE)
+    rounds = 60
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def write(kind: str) -> None:
+        try:
+            for k in range(rounds):
+                found = problem(f"prb_{kind}{k:03}", anomaly(f"{kind}{k}", 2 * k, 2 * k + 1))
+                if kind == "live":
+                    merge_live(path, [found])
+                else:
+                    save_problems(path, judged, [found])
+        except BaseException as exc:
+            failures.append(exc)
+
+    def read() -> None:
+        try:
+            while not done.is_set():
+                load_problems(path)
+        except BaseException as exc:
+            failures.append(exc)
+
+    reader = threading.Thread(target=read)
+    writers = [threading.Thread(target=write, args=(kind,)) for kind in ("live", "detect")]
+    reader.start()
+    for thread in writers:
+        thread.start()
+    for thread in writers:
+        thread.join()
+    done.set()
+    reader.join()
+    assert failures == []
+    stored = {p.problem_id for p in load_problems(path)}
+    assert stored == {f"prb_{kind}{k:03}" for kind in ("live", "detect") for k in range(rounds)}
+    assert sorted(f.name for f in tmp_path.iterdir()) == [PROBLEMS_FILE, PROBLEMS_FILE + ".lock"]
 
 
 @pytest.mark.parametrize("live", [True, False])

@@ -8,7 +8,9 @@ judges the range ``[end - range, end)`` (:func:`coremetry.detection.runner.detec
 prints a first line naming the range and the store (``<start> .. <end> in <store>: N series
 ...``), then one line per problem (id, status, start, end, services with the most likely origin
 first, title) or, with ``--json``, only the problems as JSON, and merges them into
-``<data_dir>/problems.json`` (:mod:`coremetry.detection.problem_store`) unless ``--no-save``.
+``<data_dir>/problems.json`` (:mod:`coremetry.detection.problem_store`) unless ``--no-save``;
+saved problems are printed under the ids the file keeps them by (an incident stored before, by
+this command or by ``serve``, keeps its earlier id), the ids ``get_problem`` answers.
 ``--end latest`` ends the range with the bucket holding the newest stored record (for imported,
 older data); other ends are moved down onto the bucket grid
 (:func:`~coremetry.detection.runner.aligned_range`). Exit
@@ -30,7 +32,7 @@ import msgspec
 import trio
 
 from coremetry.config import Config
-from coremetry.detection.problem_store import PROBLEMS_FILE, ProblemFileError, save_problems
+from coremetry.detection.problem_store import PROBLEMS_FILE, ProblemFileError, save_run
 from coremetry.detection.runner import DetectionOptions, DetectionRun, detect_in_store, grid_floor
 from coremetry.store import StoreError, TimeRange
 from coremetry.store.open import open_telemetry_store, store_location
@@ -136,27 +138,30 @@ def run_detect(args: argparse.Namespace, config: Config) -> int:
     except (StoreError, ValueError) as exc:
         print(f"coremetry detect: telemetry store {location}: {exc}", file=sys.stderr)
         return 1
+    problems = run.problems
     if not args.no_save:
         path = Path(config.data_dir).expanduser() / PROBLEMS_FILE
         try:
             # With ClickHouse nothing else may have made the data dir yet (the embedded store
             # does); private, as the identity store makes it.
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            save_problems(path, run.time_range, run.problems)
+            # The problems under the ids the file keeps them by (an incident stored before
+            # keeps its earlier id): the ids get_problem answers.
+            problems = save_run(path, run.time_range, run.problems)[1]
         except (ProblemFileError, OSError) as exc:
             print(f"coremetry detect: saving problems: {exc}", file=sys.stderr)
             return 1
     if args.json:
-        sys.stdout.write(msgspec.json.encode(run.problems).decode() + "\n")
+        sys.stdout.write(msgspec.json.encode(problems).decode() + "\n")
         return 0
     out = sys.stdout
     out.write(
         f"{_utc(run.time_range.start_unix_nano)} .. {_utc(run.time_range.end_unix_nano)} "
         f"in {location}: "
         f"{run.series_count} series ({run.point_count} points, step {run.step_ns // _NS} s), "
-        f"{len(run.anomalies)} anomalies, {len(run.problems)} problems\n"
+        f"{len(run.anomalies)} anomalies, {len(problems)} problems\n"
     )
-    for problem in run.problems:
+    for problem in problems:
         services = ", ".join(problem.services[:3]) or "-"
         if len(problem.services) > 3:
             services += f" +{len(problem.services) - 3}"

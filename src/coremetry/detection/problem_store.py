@@ -19,26 +19,38 @@ problem, and its id stays answerable as one of the problem's ``aliases``. So no 
 problems share an episode, and an id once given out keeps answering while the incident is
 stored. Ids stay opaque: ``prb_`` and 16 hex of a hash of the incident's first anomaly.
 
-Two ways to merge a run's problems into the file, both with the matching above:
+Nothing a run does not find again is deleted: a stored problem that matches none of a run's
+problems and is not merged into one is kept (it happened, and its id was given out) until
+:data:`MAX_PROBLEMS` pushes it out. Runs over other ranges judge other histories (``coremetry
+detect --range 12h`` beside the server's 6 h window) and find somewhat other anomalies; a run
+that misses an incident does not unsay it. Two ways to merge a run's problems into the file,
+both with the matching above:
 
-- :func:`save_problems` (``coremetry detect``, on demand): the run is authoritative for the
-  range it judged: a stored problem that *starts* inside the run's range and matches none of
-  the run's problems is gone (the run no longer shows it); problems that start outside the
-  range are kept.
+- :func:`save_problems` (``coremetry detect``, on demand): the run's own statuses stand for
+  the problems it shows; a stored ``open`` problem it no longer shows is ``resolved`` as it
+  stands when the run judged past its end (the range holds the problem's end).
 - :func:`merge_live` (the server's background task, every minute): problems close once. A
   stored ``resolved`` problem stays resolved when a run shows it open again (a problem opens
   and closes once; a new incident is a new problem), and a stored ``open`` problem that the
-  run no longer shows is ``resolved`` as it stands. Nothing is deleted but by
-  :data:`MAX_PROBLEMS`.
+  run no longer shows is ``resolved`` as it stands.
 
-Writes go to a temporary file renamed over the old one (atomic on POSIX), so a reader never
-sees half a file. These are blocking file operations: call them from a worker thread in async
-code.
+**Writers.** ``coremetry detect`` and a running server's task may write at the same time (two
+processes). Each merge holds an exclusive ``fcntl.flock`` on the sidecar file
+``problems.json.lock`` while it re-reads the file, matches and writes, so a merge always starts
+from what the other writer last wrote and neither overwrites the other's problems. The new file
+is written to a temporary file of its own in the same directory, flushed to disk and renamed
+over the old one (atomic on POSIX), so a reader (the MCP tools read without the lock) never sees
+half a file, and a failed write leaves the old file as it was. These are blocking file
+operations: call them from a worker thread in async code.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -49,12 +61,14 @@ from coremetry.store import TimeRange
 from .problems import Problem
 
 __all__ = [
+    "LOCK_SUFFIX",
     "MAX_PROBLEMS",
     "PROBLEMS_FILE",
     "ProblemFileError",
     "load_problems",
     "merge_live",
     "save_problems",
+    "save_run",
     "shared_episodes",
 ]
 
@@ -108,23 +122,80 @@ def save_problems(path: Path, judged: TimeRange, problems: list[Problem]) -> lis
 
     Raises:
         ProblemFileError: the existing file cannot be read.
-        OSError: the new file cannot be written (the old one is left as it was).
+        OSError: the lock or the new file cannot be written (the old file is left as it was).
     """
-    merged, leftovers = _reconcile(load_problems(path), problems, live=False)
-    kept = [
-        p
-        for p in leftovers
-        if not judged.start_unix_nano <= p.start_unix_nano < judged.end_unix_nano
-    ]
-    return _write(path, [*kept, *merged])
+    return save_run(path, judged, problems)[0]
+
+
+def save_run(
+    path: Path, judged: TimeRange, problems: list[Problem]
+) -> tuple[list[Problem], list[Problem]]:
+    """:func:`save_problems`, also returning the run's problems as they were stored.
+
+    A run's own id for a problem names its first anomaly; the file may know the incident under
+    an earlier id. What ``coremetry detect`` prints must be the stored ids, the ones
+    ``get_problem`` answers.
+
+    Returns:
+        ``(stored, run)``: what the file now holds, newest start first; and each of
+        ``problems``, in their order, under its stored id, with its stored status, detection
+        time and aliases.
+
+    Raises:
+        As :func:`save_problems`.
+    """
+    as_stored: list[Problem] = []
+
+    def merge(stored: list[Problem]) -> list[Problem]:
+        merged, leftovers = _reconcile(stored, problems, live=False)
+        as_stored[:] = merged
+        kept = [
+            msgspec.structs.replace(old, status="resolved")
+            if old.status == "open"
+            and judged.start_unix_nano <= old.end_unix_nano < judged.end_unix_nano
+            else old
+            for old in leftovers
+        ]
+        return [*kept, *merged]
+
+    return _update(path, merge), as_stored
+
+
+LOCK_SUFFIX: Final = ".lock"
+"""The sidecar lock file's name is the problems file's name and this (``problems.json.lock``)."""
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold the exclusive lock of ``path``'s sidecar file (blocks until it is free)."""
+    descriptor = os.open(path.with_name(path.name + LOCK_SUFFIX), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def _update(path: Path, merge: Callable[[list[Problem]], list[Problem]]) -> list[Problem]:
+    """Under the lock: re-read the file, ``merge`` what it holds, write the result."""
+    with _locked(path):
+        return _write(path, merge(load_problems(path)))
 
 
 def _write(path: Path, problems: list[Problem]) -> list[Problem]:
     merged = sorted(problems, key=lambda p: (-p.start_unix_nano, p.problem_id))
     merged = merged[:MAX_PROBLEMS]
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(msgspec.json.encode(_ProblemFile(problems=merged)))
-    os.replace(temporary, path)
+    descriptor, temporary = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(msgspec.json.encode(_ProblemFile(problems=merged)))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
     return merged
 
 
@@ -259,14 +330,18 @@ def merge_live(path: Path, problems: list[Problem]) -> list[Problem]:
 
     Raises:
         ProblemFileError: the existing file cannot be read.
-        OSError: the new file cannot be written (the old one is left as it was).
+        OSError: the lock or the new file cannot be written (the old file is left as it was).
     """
-    merged, leftovers = _reconcile(load_problems(path), problems, live=True)
-    closed = [
-        msgspec.structs.replace(old, status="resolved") if old.status == "open" else old
-        for old in leftovers
-    ]
-    return _write(path, [*closed, *merged])
+
+    def merge(stored: list[Problem]) -> list[Problem]:
+        merged, leftovers = _reconcile(stored, problems, live=True)
+        closed = [
+            msgspec.structs.replace(old, status="resolved") if old.status == "open" else old
+            for old in leftovers
+        ]
+        return [*closed, *merged]
+
+    return _update(path, merge)
 
 
 def _fresh_id(problem: Problem, taken: set[str]) -> str:
