@@ -225,7 +225,9 @@ class LogQuery(msgspec.Struct, frozen=True, kw_only=True):
     ``prefix*``; case-insensitive. Anything else (operators, unbalanced quotes, column
     filters) is rejected with ``QueryRejected("text", ...)``, never passed raw to the engine.
     ``min_severity_number`` keeps records at or above that OTel severity number (e.g. 17 for
-    ERROR and worse).
+    ERROR and worse). ``attributes`` are equality matches on log record attributes *or*
+    resource attributes, values compared as text (``{"thread.id": "2"}`` matches the int 2),
+    as in :class:`TraceQuery`.
     """
 
     time_range: TimeRange
@@ -233,6 +235,7 @@ class LogQuery(msgspec.Struct, frozen=True, kw_only=True):
     service_name: str | None = None
     min_severity_number: int | None = None
     trace_id: str | None = None
+    attributes: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class LabelMatcher(msgspec.Struct, frozen=True, kw_only=True):

@@ -608,6 +608,7 @@ class Reader:
             query.service_name,
             severity,
             trace_id,
+            sorted(query.attributes.items()),
         )
         params: dict[str, Param] = {**_range(query.time_range), "limit": limit + 1}
         filters = [LOG_TIME]
@@ -620,6 +621,17 @@ class Reader:
         if trace_id is not None:
             filters.append("TraceId = {trace_id:String}")
             params["trace_id"] = trace_id
+        for i, (key, value) in enumerate(sorted(query.attributes.items())):
+            if key == META_KEY:
+                filters.append("0")
+                continue
+            k, v = f"{{attribute_key_{i}:String}}", f"{{attribute_value_{i}:String}}"
+            filters.append(
+                f"((mapContains(LogAttributes, {k}) AND LogAttributes[{k}] = {v}) "
+                f"OR (mapContains(ResourceAttributes, {k}) AND ResourceAttributes[{k}] = {v}))"
+            )
+            params[f"attribute_key_{i}"] = key
+            params[f"attribute_value_{i}"] = value
         where = " AND ".join(filters)
         if terms is None:
             return await self._logs_by_time(where, params, qhash, limit, cursor)

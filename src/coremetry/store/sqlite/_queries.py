@@ -463,6 +463,17 @@ def _attribute_condition(params: list[SqlParam], key: str, value: str) -> str:
     )
 
 
+def _log_attribute_condition(params: list[SqlParam], key: str, value: str) -> str:
+    """Log attribute ``key`` or its resource's attribute ``key`` equals ``value`` as text."""
+    params += [key, value, key, value]
+    return (
+        "(EXISTS (SELECT 1 FROM json_each(l.attributes) j "
+        f"WHERE j.key = ? AND {_TEXT_VALUE} = ?) "
+        "OR EXISTS (SELECT 1 FROM resources r, json_each(r.attributes) j "
+        f"WHERE r.id = l.resource_id AND j.key = ? AND {_TEXT_VALUE} = ?))"
+    )
+
+
 def search_traces(
     ctx: ReadContext, query: TraceQuery, limit: int, cursor: str | None
 ) -> Page[TraceSummary]:
@@ -611,6 +622,7 @@ def plan_log_search(query: LogQuery) -> LogPlan:
         query.service_name,
         severity,
         trace_id.hex() if trace_id is not None else None,
+        sorted(query.attributes.items()),
     )
     return LogPlan(query=query, match=match, trace_id=trace_id, qhash=qhash)
 
@@ -634,6 +646,8 @@ def search_logs(ctx: ReadContext, plan: LogPlan, limit: int, cursor: str | None)
     if plan.trace_id is not None:
         conditions.append("l.trace_id = ?")
         params.append(plan.trace_id)
+    for attribute, value in sorted(query.attributes.items()):
+        conditions.append(_log_attribute_condition(params, attribute, value))
     if ranked:
         # Only the rowids logged in the range's minutes go to FTS5 (it seeks a rowid range),
         # so BM25 is computed for the matches of the range, not of every record.

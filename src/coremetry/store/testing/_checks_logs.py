@@ -33,6 +33,27 @@ async def check_search_logs_filters(make_store: MakeStore) -> None:
                 LogQuery(time_range=data.window, trace_id=trace_id),
                 _expected_logs(data.logs, data.window, trace_id=trace_id),
             ),
+            # Attributes: a log record attribute (an int, compared as text), a resource
+            # attribute, and both at once.
+            (
+                LogQuery(time_range=data.window, attributes={"thread.id": "2"}),
+                _expected_logs(data.logs, data.window, attributes={"thread.id": "2"}),
+            ),
+            (
+                LogQuery(time_range=data.window, attributes={"service.name": "checkout"}),
+                _expected_logs(data.logs, data.window, attributes={"service.name": "checkout"}),
+            ),
+            (
+                LogQuery(
+                    time_range=data.window,
+                    attributes={"log.iostream": "stdout", "thread.id": "1"},
+                ),
+                _expected_logs(
+                    data.logs,
+                    data.window,
+                    attributes={"log.iostream": "stdout", "thread.id": "1"},
+                ),
+            ),
             (
                 LogQuery(
                     time_range=TimeRange(

@@ -142,7 +142,15 @@ def _expected_logs(
     service: str | None = None,
     min_severity: int | None = None,
     trace_id: str | None = None,
+    attributes: dict[str, str] | None = None,
 ) -> list[LogRecord]:
+    def has(record: LogRecord, key: str, value: str) -> bool:
+        return any(
+            k == key and _text(v) == value
+            for attrs in (record.attributes, record.resource_attributes)
+            for k, v in attrs.items()
+        )
+
     return [
         r
         for r in logs
@@ -150,6 +158,7 @@ def _expected_logs(
         and (service is None or r.service_name == service)
         and (min_severity is None or r.severity_number >= min_severity)
         and (trace_id is None or r.trace_id == trace_id)
+        and all(has(r, k, v) for k, v in (attributes or {}).items())
     ]
 
 
