@@ -30,19 +30,22 @@ from coremetry.observability.admission import (
 )
 from coremetry.server import build_mcp_server, open_security, serve
 from coremetry.store import (
+    MetricDescriptor,
     Page,
     ServiceSummary,
     StoreStatistics,
     TelemetryStore,
     TimeRange,
 )
+from coremetry.store.interface import LogCountSeries
 
 JsonObject = dict[str, object]
 WINDOW: Final = {"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T01:00:00Z"}
 
 
 class HoldingStore:
-    """The reads the tools under test make: ``services`` (held per identity) and ``statistics``.
+    """The reads the tools under test make: ``services`` (held per identity), ``statistics``,
+    and the (empty) log and metric reads ``list_services`` makes to list every signal's services.
 
     Attributes:
         held: identities whose ``services`` reads wait for :attr:`release`.
@@ -76,6 +79,18 @@ class HoldingStore:
             return Page(items=[], total=0)
         finally:
             self.running -= 1
+
+    async def log_counts(
+        self, time_range: TimeRange, *, step_ns: int, limit: int
+    ) -> list[LogCountSeries]:
+        await trio.lowlevel.checkpoint()
+        return []
+
+    async def metric_names(
+        self, time_range: TimeRange, *, limit: int, prefix: str | None = None
+    ) -> Page[MetricDescriptor]:
+        await trio.lowlevel.checkpoint()
+        return Page(items=[], total=0)
 
     async def statistics(self) -> StoreStatistics:
         await trio.lowlevel.checkpoint()

@@ -70,17 +70,18 @@ TOOLS: Final = (
         output=results.ListServicesResult,
         handler=ObservabilityTools.list_services,
         description=(
-            "List every service that emitted spans in a window, busiest first, with RED figures: "
+            "List every service seen in a window in any signal: signals (traces, logs, metrics), "
+            "log_count, metric_count; services with spans first, busiest first, with RED figures: "
             "request_count (entry spans: SERVER/CONSUMER or roots), error_count, error_rate, "
             "p50/p95/p99_ms, versions seen and last_seen. Start here to learn service names "
-            "(use them exactly). One aggregate query; cost grows with the window. "
+            "(use them exactly). Aggregate queries; cost grows with the window. "
             + _WINDOW.format(default=ListServicesArgs.default_range)
             + " "
             + _OUTPUT
             + " The highest latency is often a caller of the real culprit: use get_service for "
             "likely_origin. Next: get_service(service), get_service_map."
         ),
-        short_description="Services with RED (requests, errors, p50/p95/p99 ms) in a window.",
+        short_description="Services of any signal; RED (requests, errors, p50/p95/p99) if spans.",
     ),
     ToolSpec(
         name="get_service",
@@ -148,7 +149,8 @@ TOOLS: Final = (
         description=(
             "One trace as a compact tree (depth-first, children by start): per span service, name, "
             "kind, start_offset_ms, duration_ms, self_time_ms (minus children and sibling calls), "
-            "critical_path_ms, error status and key attributes. Also: the critical path (the chain "
+            "critical_path_ms, error status, its attributes (semantic-convention keys first; past "
+            "64 counted in attributes_omitted) and events. Also: the critical path (the chain "
             "that decided the end-to-end latency; waiting_on names the callee a caller waited "
             "for), dominant_span, per-service self time (overlapping spans counted once, so never "
             "above the trace's duration), call_wait_ms (its calls' time outside the callee) and "
@@ -169,8 +171,9 @@ TOOLS: Final = (
         handler=ObservabilityTools.search_logs,
         description=(
             "Search log records, newest first (best match first with text): text (words must all "
-            'occur, "quoted phrase", prefix*), service, min_severity (TRACE..FATAL) and trace_id. '
-            "Each record: time, service, severity, body (cut at 1000 chars), trace_id, span_id. "
+            'occur, "quoted phrase", prefix*), service, min_severity (TRACE..FATAL), trace_id and '
+            "attributes (equality, as text). Each record: time, service, severity, body (cut at "
+            "1000 chars), trace_id, span_id, attributes. "
             "With trace_id and no window, searches all stored time. Cost: one indexed query per "
             "page (limit <= 200). "
             + _WINDOW.format(default=SearchLogsArgs.default_range)
@@ -179,7 +182,7 @@ TOOLS: Final = (
             + " Quote log lines as returned; do not paraphrase them as facts they do not state. "
             "Next: get_trace(trace_id) of a record."
         ),
-        short_description="Search logs by text, service, min severity, trace id.",
+        short_description="Search logs by text, service, min severity, trace id, attributes.",
     ),
     ToolSpec(
         name="list_metrics",

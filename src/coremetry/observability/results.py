@@ -126,7 +126,11 @@ class Cut(msgspec.Struct, kw_only=True):
 
 
 class ServiceRow(msgspec.Struct, kw_only=True):
-    """One service's RED over a window (``list_services``, ``get_service.red``)."""
+    """One service over a window (``list_services``, ``get_service.red``).
+
+    RED fields only where the service has spans; ``signals`` (``list_services``) names the
+    signals that carried it, ``log_count``/``metric_count`` what it sent of each.
+    """
 
     service: str
     request_count: int | UnsetType = UNSET
@@ -139,6 +143,9 @@ class ServiceRow(msgspec.Struct, kw_only=True):
     span_count: int | UnsetType = UNSET
     versions: list[str] | UnsetType = UNSET
     last_seen: str | UnsetType = UNSET
+    signals: list[str] | UnsetType = UNSET
+    log_count: int | UnsetType = UNSET
+    metric_count: int | UnsetType = UNSET
 
 
 class EdgeRow(msgspec.Struct, kw_only=True):
@@ -186,6 +193,8 @@ class LogRow(msgspec.Struct, kw_only=True):
     body: str | UnsetType = UNSET
     trace_id: str | UnsetType = UNSET
     span_id: str | UnsetType = UNSET
+    attributes: Object | UnsetType = UNSET
+    attributes_omitted: int | UnsetType = UNSET
 
 
 class MetricRow(msgspec.Struct, kw_only=True):
@@ -290,6 +299,15 @@ class OperationRow(msgspec.Struct, kw_only=True):
     p99_ms: Number | UnsetType = UNSET
 
 
+class SpanEventRow(msgspec.Struct, kw_only=True):
+    """One event of a span (``get_trace``): ``offset_ms`` from the span's start."""
+
+    name: str
+    offset_ms: Number | UnsetType = UNSET
+    attributes: Object | UnsetType = UNSET
+    attributes_omitted: int | UnsetType = UNSET
+
+
 class SpanRow(msgspec.Struct, kw_only=True):
     """One span of a trace tree (defaults omitted)."""
 
@@ -308,6 +326,9 @@ class SpanRow(msgspec.Struct, kw_only=True):
     status_message: str | UnsetType = UNSET
     skew_shift_ms: Number | UnsetType = UNSET
     attributes: Object | UnsetType = UNSET
+    attributes_omitted: int | UnsetType = UNSET
+    events: list[SpanEventRow] | UnsetType = UNSET
+    events_omitted: int | UnsetType = UNSET
 
 
 class TraceSpanRef(msgspec.Struct, kw_only=True):

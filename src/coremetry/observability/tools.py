@@ -37,6 +37,7 @@ from coremetry.store import (
     LogRecord,
     MetricQuery,
     MetricSeries,
+    QueryRejected,
     ServiceEdge,
     ServiceSummary,
     Span,
@@ -107,7 +108,9 @@ __all__ = [
     "AttributeFilter",
     "Filters",
     "filter_map",
+    "event_rows",
     "key_attributes",
+    "ordered_attributes",
 ]
 
 
@@ -133,6 +136,7 @@ _KEY_ATTRIBUTES: Final = (
     "http.status_code",
     "rpc.system",
     "rpc.method",
+    "db.system.name",
     "db.system",
     "db.operation.name",
     "db.query.text",
@@ -146,6 +150,85 @@ _KEY_ATTRIBUTES: Final = (
     "exception.message",
     "error",
 )
+_SEMCONV_FIRST: Final = (
+    # HTTP (current name, then its older names)
+    "http.request.method",
+    "http.method",
+    "http.route",
+    "url.full",
+    "http.url",
+    "url.path",
+    "http.target",
+    "url.query",
+    "url.scheme",
+    "http.scheme",
+    "http.response.status_code",
+    "http.status_code",
+    # RPC
+    "rpc.system",
+    "rpc.service",
+    "rpc.method",
+    "rpc.grpc.status_code",
+    "rpc.response.status_code",
+    # Database
+    "db.system.name",
+    "db.system",
+    "db.namespace",
+    "db.name",
+    "db.operation.name",
+    "db.operation",
+    "db.collection.name",
+    "db.sql.table",
+    "db.query.summary",
+    "db.query.text",
+    "db.statement",
+    "db.response.status_code",
+    # Messaging
+    "messaging.system",
+    "messaging.operation.type",
+    "messaging.operation",
+    "messaging.destination.name",
+    "messaging.destination",
+    # Peer
+    "server.address",
+    "net.peer.name",
+    "server.port",
+    "net.peer.port",
+    "peer.service",
+    # Errors
+    "error.type",
+    "exception.type",
+    "exception.message",
+    "exception.stacktrace",
+    "error",
+)
+"""Attribute keys shown first, in this order: OpenTelemetry semantic conventions (current
+names, each followed by its older names), https://opentelemetry.io/docs/specs/semconv/."""
+_SEMCONV_RANK: Final = {key: i for i, key in enumerate(_SEMCONV_FIRST)}
+_SEMCONV_PREFIXES: Final = (
+    "http.",
+    "url.",
+    "rpc.",
+    "db.",
+    "messaging.",
+    "server.",
+    "client.",
+    "network.",
+    "net.",
+    "peer.",
+    "exception.",
+    "error.",
+    "user_agent.",
+    "code.",
+    "thread.",
+    "log.",
+)
+"""Namespaces of other semantic-convention keys: shown after :data:`_SEMCONV_FIRST`, before
+the rest (each group in key order)."""
+_MAX_ROW_ATTRIBUTES: Final = 64
+"""Most attributes shown per span, span event or log record; the rest are counted."""
+_MAX_SPAN_EVENTS: Final = 32
+"""Most events shown per span; the rest are counted in ``events_omitted``."""
 _MAX_KEY_ATTRIBUTES: Final = 6
 _MAX_ATTRIBUTE_CHARS: Final = 160
 _MAX_BODY_CHARS: Final = 1000
@@ -286,6 +369,13 @@ class SearchLogsArgs(RangeArgs, kw_only=True, forbid_unknown_fields=True):
         str | None,
         msgspec.Meta(description="Only records of this trace; without a window, any time."),
     ] = None
+    attributes: Annotated[
+        Filters,
+        msgspec.Meta(
+            description="Log record or resource attributes equal to these (as text), e.g. "
+            '[{"key": "log.iostream", "value": "stderr"}].'
+        ),
+    ] = msgspec.field(default_factory=list)
     limit: Annotated[int, msgspec.Meta(ge=1, le=200, description="Most records.")] = 50
     cursor: _Cursor = None
 
@@ -416,6 +506,56 @@ def _attr_text(value: object) -> object:
     return value
 
 
+def _attribute_rank(key: str) -> tuple[int, int, str]:
+    rank = _SEMCONV_RANK.get(key)
+    if rank is not None:
+        return (0, rank, key)
+    if key.startswith(_SEMCONV_PREFIXES):
+        return (1, 0, key)
+    return (2, 0, key)
+
+
+def ordered_attributes(
+    attributes: Mapping[str, object], limit: int = _MAX_ROW_ATTRIBUTES
+) -> tuple[JsonObject, int]:
+    """Every attribute, most useful first, and how many were left out past ``limit``.
+
+    Order: the semantic-convention keys of :data:`_SEMCONV_FIRST` in that order (a current name
+    before its older names, e.g. ``db.system.name`` then ``db.system``), then other keys of a
+    semantic-convention namespace (``http.``, ``db.``, ``rpc.``, ``messaging.``, …), then the
+    rest; each group by key. String values (and lists, as JSON text) are shortened to 160
+    characters with the ``…(+N bytes)`` marker; numbers and booleans are kept as sent.
+
+    Returns:
+        ``({key: value}`` of at most ``limit`` attributes``, the number of attributes cut)``.
+    """
+    keys = sorted(attributes, key=_attribute_rank)
+    shown = {key: _attr_text(attributes[key]) for key in keys[:limit]}
+    return shown, max(0, len(keys) - limit)
+
+
+def event_rows(span: Span) -> tuple[list[JsonObject], int]:
+    """A span's events (``name``, ``offset_ms`` from the span's start, ordered ``attributes``).
+
+    In time order; past :data:`_MAX_SPAN_EVENTS` the rest are counted (second item), and each
+    event past :data:`_MAX_ROW_ATTRIBUTES` attributes counts its own ``attributes_omitted``.
+    """
+    rows: list[JsonObject] = []
+    events = sorted(span.events, key=lambda e: e.time_unix_nano)
+    for event in events[:_MAX_SPAN_EVENTS]:
+        row: JsonObject = {
+            "name": shorten(event.name, _MAX_NAME_CHARS),
+            "offset_ms": ms(event.time_unix_nano - span.start_time_unix_nano),
+        }
+        attributes, omitted = ordered_attributes(event.attributes)
+        if attributes:
+            row["attributes"] = attributes
+        if omitted:
+            row["attributes_omitted"] = omitted
+        rows.append(row)
+    return rows, max(0, len(events) - _MAX_SPAN_EVENTS)
+
+
 def key_attributes(span: Span) -> JsonObject:
     """The few attributes that say what a span did (HTTP, RPC, DB, messaging, errors).
 
@@ -488,7 +628,12 @@ def trace_row(trace: TraceSummary) -> JsonObject:
 
 
 def log_row(record: LogRecord) -> JsonObject:
-    """One log record (body shortened to 1,000 characters)."""
+    """One log record (body shortened to 1,000 characters) with its attributes.
+
+    ``attributes`` are the record's own (not its resource's), ordered as in
+    :func:`ordered_attributes`; past :data:`_MAX_ROW_ATTRIBUTES` the rest are counted in
+    ``attributes_omitted``.
+    """
     row: JsonObject = {
         "time": rfc3339(record.time_unix_nano),
         "service": record.service_name,
@@ -499,6 +644,11 @@ def log_row(record: LogRecord) -> JsonObject:
         row["trace_id"] = record.trace_id
     if record.span_id:
         row["span_id"] = record.span_id
+    attributes, omitted = ordered_attributes(record.attributes)
+    if attributes:
+        row["attributes"] = attributes
+    if omitted:
+        row["attributes_omitted"] = omitted
     return row
 
 
@@ -552,9 +702,16 @@ def span_row(node: SpanNode, origin_ns: int, on_path: Mapping[SpanNode, int]) ->
             row["status_message"] = shorten(span.status_message, _MAX_MESSAGE_CHARS)
     if node.skew_shift_ns:
         row["skew_shift_ms"] = ms(node.skew_shift_ns)
-    attributes = key_attributes(span)
+    attributes, omitted = ordered_attributes(span.attributes)
     if attributes:
         row["attributes"] = attributes
+    if omitted:
+        row["attributes_omitted"] = omitted
+    events, events_omitted = event_rows(span)
+    if events:
+        row["events"] = events
+    if events_omitted:
+        row["events_omitted"] = events_omitted
     return row
 
 
@@ -714,22 +871,53 @@ class ObservabilityTools:
     # -- services -----------------------------------------------------------------------------
 
     async def list_services(self, args: ListServicesArgs, ctx: CallContext) -> Shaped:
-        """``list_services``: RED of every service with spans in the window."""
+        """``list_services``: every service seen in any signal in the window.
+
+        A service with spans leads with its RED (:func:`service_row`); every row says which
+        ``signals`` carried it (``traces``, ``logs``, ``metrics``), with ``log_count`` (records
+        in the window) and ``metric_count`` (metric names with its points in the window) where
+        it has those. Services with spans come first (in the store's order), then the others by
+        name.
+        """
         pager = self._pager("list_services", args, args.cursor)
         window = pager.window
-        page = await self.store.services(window.time_range, limit=pager.fetch_limit(args.limit))
-        total = page.total if page.total is not None else len(page.items)
-        shown = pager.page(page.items, args.limit, total=total)
+        tr = window.time_range
+        span_services = (await self.store.services(tr, limit=MAX_LIMIT)).items
+        whole = max(1, tr.end_unix_nano - tr.start_unix_nano)
+        log_counts: dict[str, int] = {}
+        log_seen: dict[str, int] = {}
+        for series in await self.store.log_counts(tr, step_ns=whole, limit=MAX_LIMIT):
+            if series.service_name and series.points:
+                log_counts[series.service_name] = sum(p.records for p in series.points)
+                log_seen[series.service_name] = series.points[-1].bucket_start_unix_nano
+        metric_counts = await self._metric_services(tr, whole)
+        rows: list[JsonObject] = [service_row(summary, tr) for summary in span_services]
+        listed = {summary.service_name for summary in span_services}
+        rows += [
+            {"service": name} for name in sorted((set(log_counts) | set(metric_counts)) - listed)
+        ]
+        for row in rows:
+            name = str(row["service"])
+            signals = ["traces"] if name in listed else []
+            if name in log_counts:
+                signals.append("logs")
+                row["log_count"] = log_counts[name]
+            if name in metric_counts:
+                signals.append("metrics")
+                row["metric_count"] = metric_counts[name]
+            row["signals"] = signals
+        total = len(rows)
+        shown = pager.page(rows, args.limit, total=total)
         items = shown.items
         body: JsonObject = {
             "window": window.as_json(),
-            "services": [service_row(s, window.time_range) for s in items],
+            "services": list(items),
             "total": total,
             "truncated": shown.more,
         }
         shown.add_cursor(body)
         if not items:
-            body.update(await absent_data_note(self.store, "spans", window, "traces"))
+            body.update(await absent_data_note(self.store, "telemetry", window, "traces"))
         else:
             extent = await self._extent_json()
             body["data_extent"] = extent
@@ -740,9 +928,37 @@ class ObservabilityTools:
                     f'goes back to {oldest}: pass range (e.g. "24h") or start/end to see more'
                 )
             body["next"] = (
-                "get_service(service) for one service's operations, edges and likely origin"
+                "get_service(service) for one service's operations, edges and likely origin; "
+                "search_logs(service) and list_metrics for services without spans"
             )
         return Shaped(body, [shown.trimmable("services")])
+
+    async def _metric_services(self, window: TimeRange, whole_ns: int) -> dict[str, int]:
+        """``service.name`` -> how many metric names have its points in ``window``.
+
+        One ``count`` query per metric name, grouped by ``service.name`` over one bucket; a
+        metric whose points cannot be counted that way (:class:`QueryRejected`) is skipped.
+        """
+        counts: dict[str, int] = {}
+        names = await self.store.metric_names(window, limit=MAX_LIMIT)
+        for descriptor in names.items:
+            try:
+                series_list = await self.store.metric_series(
+                    MetricQuery(
+                        name=descriptor.name,
+                        time_range=window,
+                        step_ns=whole_ns,
+                        aggregation="count",
+                        group_by=["service.name"],
+                    ),
+                    limit=MAX_LIMIT,
+                )
+            except QueryRejected:
+                continue
+            for service in {str(s.labels.get("service.name", "")) for s in series_list}:
+                if service:
+                    counts[service] = counts.get(service, 0) + 1
+        return counts
 
     async def get_service(self, args: GetServiceArgs, ctx: CallContext) -> Shaped:
         """``get_service``: one service's RED, operations, edges, deploys and likely origin."""
@@ -1052,10 +1268,11 @@ class ObservabilityTools:
     # -- logs ---------------------------------------------------------------------------------
 
     async def search_logs(self, args: SearchLogsArgs, ctx: CallContext) -> Shaped:
-        """``search_logs``: log records by text, service, severity and trace id."""
+        """``search_logs``: log records by text, service, severity, trace id and attributes."""
         trace_id = None if args.trace_id is None else parse_trace_id(args.trace_id)
+        attributes = filter_map(args.attributes, "attributes")
         # The query with the trace id as parsed: both spellings of one id are one query.
-        query = msgspec.structs.replace(args, trace_id=trace_id)
+        query = msgspec.structs.replace(args, trace_id=trace_id, attributes=attributes)
         if (
             trace_id is not None
             and args.cursor is None
@@ -1079,6 +1296,7 @@ class ObservabilityTools:
             if args.min_severity is None
             else SEVERITIES[args.min_severity],
             trace_id=trace_id,
+            attributes=attributes,
         )
         page = await self.store.search_logs(
             log_query, limit=pager.fetch_limit(args.limit), cursor=pager.store_cursor
