@@ -304,6 +304,14 @@ async def test_unknown_things_fail_with_hints_naming_the_next_tool(
     assert str(bad_text["detail"]).startswith("text:")
     # The default last hour holds only the SmartThings traces; the result points further back.
     assert "stored data goes back to" in str(default_window["note"])
+    # ... and the TrainTicket services whose metrics run up to now are listed too (issue 17),
+    # without RED figures (no spans of theirs in the window).
+    default_rows = {str(row["service"]): row for row in as_dicts(default_window["services"])}
+    travel_row = default_rows[TRAVEL]
+    assert "metrics" in as_list(travel_row["signals"])
+    assert "traces" not in as_list(travel_row["signals"])
+    assert "request_count" not in travel_row
+    assert any("traces" in as_list(row["signals"]) for row in default_rows.values())
     assert "list_metrics" in str(missing_metric["hint"])
     assert overrun["error"] == "timeout"
     assert overrun["retryable"] is True
