@@ -90,6 +90,17 @@ async def check_search_logs_filters(make_store: MakeStore) -> None:
                     f"search_logs pages of {limit}",
                 )
                 _equal(paged, page.items, f"search_logs({query}) paged by {limit}")
+        # An attribute condition no record meets (a value of another key, a missing key)
+        # selects nothing.
+        for attributes in ({"thread.id": "2", "log.iostream": "stderr"}, {"no.such.key": "1"}):
+            _expect(
+                not _expected_logs(data.logs, data.window, attributes=attributes),
+                f"no dataset log has {attributes}",
+            )
+            none = await store.search_logs(
+                LogQuery(time_range=data.window, attributes=attributes), limit=MAX_LIMIT
+            )
+            _equal(none.items, [], f"search_logs(attributes={attributes})")
         # Records come back whole.
         record = data.logs[4]
         found = await store.search_logs(
