@@ -103,3 +103,32 @@ async def test_a_wait_that_ended_in_time_leaves_the_generic_timeout(
     assert body["error"] == "timeout"
     assert body["detail"] == "the call did not finish within its deadline (1000 ms)"
     assert body["hint"] != "come back later"
+
+
+def server_with_closing_tool(ended: list[str]) -> Server:
+    async def wait(args: WaitArgs, ctx: CallContext) -> str:
+        ctx.at_close(lambda: ended.append("first"))
+        ctx.at_close(lambda: ended.append("second"))
+        await trio.sleep(args.then_ms / 1000)
+        assert ended == []  # not before the call ends
+        return "done"
+
+    server = Server("t", "0")
+    server.register_tool(Tool("wait", "Wait.", WaitArgs, wait, read_budget_s=1.0))
+    return server
+
+
+async def test_at_close_callbacks_run_once_when_the_call_ends() -> None:
+    ended: list[str] = []
+    result = await call(server_with_closing_tool(ended), {"marked_ms": 0})
+    assert result.get("isError", False) is False
+    assert ended == ["first", "second"]
+
+
+async def test_at_close_callbacks_run_when_the_deadline_ends_the_call(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    ended: list[str] = []
+    result = await call(server_with_closing_tool(ended), {"marked_ms": 0, "then_ms": 5000})
+    assert error_body(result)["error"] == "timeout"
+    assert ended == ["first", "second"]

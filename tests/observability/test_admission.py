@@ -390,3 +390,55 @@ async def test_end_to_end_over_http_one_token_cannot_starve_another(tmp_path: Pa
             stop.set()
     finally:
         security.close()
+
+
+class RecordingStore(HoldingStore):
+    """A :class:`HoldingStore` that records which call made each read, in order."""
+
+    def __init__(self, held: set[str]) -> None:
+        super().__init__(held)
+        self.reads: list[int] = []
+
+    def _record(self) -> None:
+        ctx = current_call_context()
+        assert ctx is not None
+        self.reads.append(id(ctx))
+
+    async def services(self, time_range: TimeRange, *, limit: int) -> Page[ServiceSummary]:
+        self._record()
+        return await super().services(time_range, limit=limit)
+
+    async def log_counts(
+        self, time_range: TimeRange, *, step_ns: int, limit: int
+    ) -> list[LogCountSeries]:
+        self._record()
+        return await super().log_counts(time_range, step_ns=step_ns, limit=limit)
+
+    async def metric_names(
+        self, time_range: TimeRange, *, limit: int, prefix: str | None = None
+    ) -> Page[MetricDescriptor]:
+        self._record()
+        return await super().metric_names(time_range, limit=limit, prefix=prefix)
+
+    async def statistics(self) -> StoreStatistics:
+        self._record()
+        return await super().statistics()
+
+
+async def test_a_call_holds_its_slot_from_its_first_read_to_its_end() -> None:
+    # One slot for alice: her second call reaches the store only once the first call has made
+    # all its reads and ended. Were each read admitted on its own, the waiting call would take
+    # the slot between the first call's reads, and both would end only when both were done.
+    store = RecordingStore(held={"alice"})
+    server = build(store, per_identity=1, total=2)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(list_services, server, "alice")
+        await store.wait_started(1)
+        nursery.start_soon(list_services, server, "alice")
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.started == ["alice"]  # the second call waits for admission
+        store.release.set()
+    assert store.started == ["alice", "alice"]
+    first = store.reads[0]
+    assert store.reads.count(first) >= 2  # list_services makes several reads
+    assert store.reads == sorted(store.reads, key=lambda call: call != first)  # no interleaving

@@ -21,8 +21,9 @@ Contract:
 
 import contextlib
 import contextvars
+import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import trio
 from msgspec import UNSET, Struct, UnsetType
@@ -59,6 +60,8 @@ class WaitNote(Struct, frozen=True):
     detail: str
     hint: str
 
+
+log = logging.getLogger("coremetry.mcp")
 
 _CURRENT: contextvars.ContextVar["CallContext | None"] = contextvars.ContextVar(
     "coremetry_call_context", default=None
@@ -152,6 +155,7 @@ class CallContext:
         self._send = send
         self._last_progress = -math.inf
         self._closed = False
+        self._at_close: list[Callable[[], None]] | None = None
         self.wait_note: WaitNote | None = None
         """What the call is waiting for right now (:meth:`waiting`), else ``None``."""
 
@@ -247,8 +251,32 @@ class CallContext:
             await self._send(ENCODER.encode(Notification(method=method, params=params)))
 
     def close(self) -> None:
-        """Mark the call complete: later progress and log calls send nothing."""
+        """Mark the call complete: later progress and log calls send nothing.
+
+        Runs the callbacks given to :meth:`at_close`, once each, in the order given (a failing
+        one is logged; the others still run).
+        """
         self._closed = True
+        callbacks, self._at_close = self._at_close, None
+        if callbacks:
+            for callback in callbacks:
+                try:
+                    callback()
+                except Exception:
+                    log.exception("a call-end callback failed (request %r)", self.request_id)
+
+    def at_close(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` when the call ends (:meth:`close`: result, error, timeout or cancel).
+
+        For resources held for the whole call, such as a store admission slot. A callback
+        given after the call ended runs at once.
+        """
+        if self._closed:
+            callback()
+            return
+        if self._at_close is None:
+            self._at_close = []
+        self._at_close.append(callback)
 
     async def request(self, method: str, params: JsonObject) -> JsonObject:
         """Send a server-to-client request and wait for its result (handshake era).

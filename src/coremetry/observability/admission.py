@@ -1,12 +1,12 @@
 """Store admission: every store call of a tool, resource or prompt is admitted per identity.
 
 One identity must not hold every query thread (issue 13: ten heavy calls from one token made a
-trivial call from another token wait 27 s). So each store call made while a gated call runs
-(:func:`~coremetry.mcp.context.current_call_context`) first takes a slot of
-:class:`StoreAdmission`:
+trivial call from another token wait 27 s). So a gated call
+(:func:`~coremetry.mcp.context.current_call_context`) takes a slot of :class:`StoreAdmission` at
+its first store read and holds it until the call ends:
 
-- at most ``max_calls_per_identity`` store calls of one identity (``caller.subject``) run at
-  once, and at most ``max_calls`` in all (config ``store.max_calls_per_identity``,
+- at most ``max_calls_per_identity`` calls of one identity (``caller.subject``) use the store
+  at once, and at most ``max_calls`` in all (config ``store.max_calls_per_identity``,
   ``store.max_calls``; defaults 2 and 4, with ``store.query_threads`` = 4: one identity holds at
   most half the threads, so another identity always finds a slot);
 - waiters are served fairly: when a slot frees, the identities with waiting calls take turns
@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 from collections.abc import AsyncIterator
 from typing import Final
 
 import trio
 
-from coremetry.mcp import current_call_context
+from coremetry.mcp import CallContext, current_call_context
 from coremetry.store import (
     DeployRecord,
     LogQuery,
@@ -200,6 +201,21 @@ class StoreAdmission:
             trio.Cancelled: the call was cancelled or its deadline expired while waiting (no
                 slot is held then).
         """
+        await self.acquire(identity)
+        try:
+            yield
+        finally:
+            self.release(identity)
+
+    async def acquire(self, identity: str) -> None:
+        """Take one slot of ``identity``, waiting for it as :meth:`slot` does.
+
+        The caller must give it back with :meth:`release` exactly once.
+
+        Raises:
+            trio.Cancelled: the call was cancelled or its deadline expired while waiting (no
+                slot is held then).
+        """
         immediate = (
             identity not in self._queues
             and self._total < self.max_calls
@@ -214,10 +230,10 @@ class StoreAdmission:
                 raise
         else:
             await self._wait(identity)
-        try:
-            yield
-        finally:
-            self._release(identity)
+
+    def release(self, identity: str) -> None:
+        """Give back a slot taken by :meth:`acquire` (the next waiter's turn comes)."""
+        self._release(identity)
 
     async def _wait(self, identity: str) -> None:
         waiter = _Waiter()
@@ -243,11 +259,12 @@ class StoreAdmission:
 class AdmittedStore:
     """A :class:`~coremetry.store.TelemetryStore` whose reads pass a :class:`StoreAdmission`.
 
-    Every read made during a gated call takes a slot of the caller's identity
-    (``caller.subject`` of :func:`~coremetry.mcp.context.current_call_context`) for as long as
-    the store works on it; outside a call, and for ``write``, ``delete_before`` and
-    ``aclose``, the call goes straight to the wrapped store. Results and exceptions are the
-    wrapped store's.
+    A gated call takes a slot of the caller's identity (``caller.subject`` of
+    :func:`~coremetry.mcp.context.current_call_context`) at its first read and holds it until the
+    call ends (:meth:`~coremetry.mcp.CallContext.at_close`), so admitted calls run to their end
+    in turn rather than all sharing the store until the last one finishes. Outside a call, and
+    for ``write``, ``delete_before`` and ``aclose``, the call goes straight to the wrapped store.
+    Results and exceptions are the wrapped store's.
 
     Args:
         store: the store to read (the caller owns it; :meth:`aclose` closes it).
@@ -257,6 +274,8 @@ class AdmittedStore:
     def __init__(self, store: TelemetryStore, admission: StoreAdmission) -> None:
         self.store = store
         self.admission = admission
+        self._holding: set[CallContext] = set()
+        self._taking: dict[CallContext, trio.Lock] = {}
 
     @contextlib.asynccontextmanager
     async def _admitted(self) -> AsyncIterator[None]:
@@ -264,8 +283,26 @@ class AdmittedStore:
         if ctx is None:
             yield
             return
-        async with self.admission.slot(ctx.caller.subject):
-            yield
+        if ctx not in self._holding:
+            # A call takes its slot at its first read and keeps it until it ends, so calls
+            # finish in turn: were every read admitted on its own, waiting reads of all calls
+            # would take turns and every call would finish when the last one does, past its
+            # deadline. Reads of one call in parallel tasks share its slot.
+            lock = self._taking.get(ctx)
+            if lock is None:
+                lock = self._taking[ctx] = trio.Lock()
+            async with lock:
+                if ctx not in self._holding:
+                    identity = ctx.caller.subject
+                    await self.admission.acquire(identity)
+                    self._holding.add(ctx)
+                    ctx.at_close(functools.partial(self._call_ended, ctx, identity))
+        yield
+
+    def _call_ended(self, ctx: CallContext, identity: str) -> None:
+        self._holding.discard(ctx)
+        self._taking.pop(ctx, None)
+        self.admission.release(identity)
 
     async def write(self, batch: TelemetryBatch) -> WriteResult:
         """See :meth:`TelemetryStore.write` (not admitted: ingest, not a tool call)."""
