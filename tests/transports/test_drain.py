@@ -166,6 +166,8 @@ async def test_every_call_in_flight_is_answered_and_new_requests_get_503(revisio
     assert result["structuredContent"]["error"] == "backend_unavailable"
     assert result["structuredContent"]["retryable"] is True
     assert "shutting down" in json.loads(result["content"][0]["text"])["detail"]
+    # The hint is the drain's, not the backend's (the telemetry did not fail).
+    assert result["structuredContent"]["hint"].startswith("The server is shutting down")
 
     cut_read = answers["resource"].json()
     check_emitted(cut_read, revision, "resources/read")

@@ -49,6 +49,12 @@ RETRY_AFTER_S: Final = 5
 
 SHUTDOWN_MESSAGE: Final = "the server is shutting down; retry the request (on another instance)"
 
+SHUTDOWN_HINT: Final = (
+    "The server is shutting down; the telemetry is fine. Retry the same call in a few seconds "
+    "(against another instance if there is one)."
+)
+"""The hint of a ``tools/call`` cut off by the drain (not the backend's: it did not fail)."""
+
 
 class Cancellable(Protocol):
     """A call in flight (``PendingCall`` or ``PendingBatch``): cancelled at the deadline."""
@@ -233,7 +239,7 @@ def shutdown_reply(request_id: RequestId | None, method: object, version: str) -
             ``structuredContent`` from 2025-06-18, ``resultType`` in stateless revisions).
     """
     if method == "tools/call" and request_id is not None:
-        error = classify_tool_error(BackendUnavailable(SHUTDOWN_MESSAGE))
+        error = classify_tool_error(BackendUnavailable(SHUTDOWN_MESSAGE, hint=SHUTDOWN_HINT))
         result: dict[str, object] = {
             "content": [{"type": "text", "text": tool_error_json(error)}],
             "isError": True,
