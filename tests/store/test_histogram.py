@@ -41,8 +41,9 @@ def test_min_and_max_outside_the_bucket_do_not_move_it() -> None:
     assert (found.lower, found.upper) == (5.0, 9.0)
 
 
-def test_the_overflow_bucket_without_max_answers_the_largest_bound() -> None:
-    assert histogram_quantile(0.5, BOUNDS, [0, 0, 0, 3]) == Quantile(10.0, 10.0, 10.0)
+def test_the_overflow_bucket_without_max_answers_the_largest_bound_as_a_lower_limit() -> None:
+    # The value is Prometheus' (the largest finite bound); the interval is open above.
+    assert histogram_quantile(0.5, BOUNDS, [0, 0, 0, 3]) == Quantile(10.0, 10.0, math.inf)
     assert histogram_quantile(0.5, [math.inf], [3]) is None
 
 

@@ -1407,7 +1407,9 @@ class ObservabilityTools:
         if percentile:
             points_format = (
                 "[bucket start (RFC 3339; a multiple of the step in unix time), value, lower, "
-                "upper]; empty buckets omitted; null = not a finite number"
+                "upper]; empty buckets omitted; null = not a finite number (an upper of null: "
+                "the rank is above the largest bucket bound and no max was exported, so the "
+                "value is only a lower limit)"
             )
             notes.append(
                 f"{applied} of a histogram is estimated from bucket counts: each value is "

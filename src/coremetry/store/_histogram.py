@@ -36,7 +36,9 @@ class Quantile:
         lower: the lower end of the interval the estimate was interpolated in: the bucket's
             lower bound raised to the exported minimum when that is higher.
         upper: the upper end: the bucket's upper bound lowered to the exported maximum when
-            that is lower (the exported maximum, or the largest finite bound, for ``+Inf``).
+            that is lower (the exported maximum for ``+Inf``; ``math.inf`` when the rank is in
+            the ``+Inf`` bucket and no maximum was exported: the estimate is then only a lower
+            limit).
 
     The estimate rests on that one bucket's bounds: all that is known is that the percentile
     lies in ``[lower, upper]``.
@@ -67,7 +69,8 @@ def histogram_quantile(
     clamped to the observed range: ``lower`` is raised to ``minimum`` and ``upper`` lowered to
     ``maximum`` when they fall inside it (values 100, 200, 300 ms in the SDK's default buckets
     give p99 298.5 ms, not 492.5). A rank in the ``+Inf`` bucket interpolates up to
-    ``maximum`` when known, else answers the largest finite bound.
+    ``maximum`` when known, else answers the largest finite bound as the value with an
+    unbounded ``upper`` (``math.inf``): the percentile is at least that bound.
 
     Args:
         q: the quantile, a fraction 0..1 (``p95`` is 0.95).
@@ -105,7 +108,9 @@ def histogram_quantile(
         if high is None or high <= lower:
             if not finite:
                 return None
-            return Quantile(value=finite[-1], lower=finite[-1], upper=finite[-1])
+            # Prometheus' answer (the largest finite bound), which is only a lower limit
+            # here: the rank lies above it, and nothing bounds it from above.
+            return Quantile(value=finite[-1], lower=finite[-1], upper=math.inf)
         upper = high
     if low is not None and lower < low <= upper:
         lower = low
