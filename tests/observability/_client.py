@@ -110,3 +110,21 @@ def embedded_json(text: str) -> JsonObject:
     decoded = json.loads(text[start : text.rindex("\n```")])
     assert isinstance(decoded, dict)
     return decoded
+
+
+def obj(value: object) -> JsonObject:
+    """``value`` as a JSON object (asserted)."""
+    assert isinstance(value, dict), value
+    return value
+
+
+def objs(value: object) -> list[JsonObject]:
+    """``value`` as a list of JSON objects (asserted)."""
+    assert isinstance(value, list), value
+    return [obj(v) for v in value]
+
+
+def num(value: object) -> float:
+    """``value`` as a number (asserted; ints too)."""
+    assert isinstance(value, int | float), value
+    return float(value)

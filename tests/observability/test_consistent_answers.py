@@ -15,7 +15,7 @@ from typing import Final
 
 import trio
 
-from ._client import failure, mcp_client, structured
+from ._client import failure, mcp_client, num, obj, objs, structured
 from .conftest import DemoServer
 
 LIMIT_S: Final = 300.0
@@ -23,21 +23,6 @@ TRAVEL: Final = "ts-travel-service"
 GATEWAY: Final = "ts-gateway-service"
 
 JsonObject = dict[str, object]
-
-
-def obj(value: object) -> JsonObject:
-    assert isinstance(value, dict), value
-    return value
-
-
-def objs(value: object) -> list[JsonObject]:
-    assert isinstance(value, list), value
-    return [obj(v) for v in value]
-
-
-def num(value: object) -> float:
-    assert isinstance(value, int | float), value
-    return float(value)
 
 
 async def test_latency_peaks_are_buckets_the_metric_query_returns(demo_server: DemoServer) -> None:

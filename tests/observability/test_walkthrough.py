@@ -23,7 +23,7 @@ from mcp import types
 
 from coremetry.observability.ranges import rfc3339
 
-from ._client import mcp_client, structured
+from ._client import mcp_client, num, obj, objs, structured
 from .conftest import DemoServer
 
 LIMIT_S: Final = 300.0
@@ -41,21 +41,6 @@ def walkthrough() -> str:
     start = text.index("## Walkthrough: the demo incident")
     end = text.index("\n## ", start + 1)
     return " ".join(text[start:end].split())
-
-
-def obj(value: object) -> JsonObject:
-    assert isinstance(value, dict), value
-    return value
-
-
-def objs(value: object) -> list[JsonObject]:
-    assert isinstance(value, list), value
-    return [obj(v) for v in value]
-
-
-def num(value: object) -> float:
-    assert isinstance(value, int | float), value
-    return float(value)
 
 
 def rounds_to(value: float, shown: float, decimals: int) -> bool:
