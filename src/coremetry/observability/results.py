@@ -531,10 +531,15 @@ RESULT_TYPES: Final[tuple[type[Result], ...]] = (
 
 
 def _any_value(kind: type) -> JsonObject:
-    """The schema of ``object``: any JSON value (every type listed); other types are refused."""
+    """The ``schema_hook`` of msgspec: ``object`` is any JSON value (every type listed).
+
+    Raises:
+        TypeError: any other type msgspec cannot describe — a result Struct must use JSON
+            types (raised at import, when the schemas are built, never while serving).
+    """
     if kind is object:
         return {"type": ["object", "array", "string", "number", "boolean", "null"]}
-    raise NotImplementedError(kind)
+    raise TypeError(f"no JSON schema for {kind!r} in a tool result")
 
 
 def output_schema(result: type[Result]) -> JsonObject:
