@@ -364,6 +364,9 @@ async def test_writes_and_tail_newest_first(tmp_path: Path) -> None:
         source="mcp",
     )
     assert [e.at_unix_nano for e in audit.tail(3)] == [now + 9, now + 8, now + 7]
+    # It names callers and digests their arguments: private to the server's user.
+    assert (tmp_path / "data").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "data" / DB_FILENAME).stat().st_mode & 0o777 == 0o600
     alice = audit.tail(50, sub="alice")
     assert [e.at_unix_nano for e in alice] == [now + 8, now + 6, now + 4, now + 2, now]
     assert audit.tail(0) == []

@@ -470,7 +470,9 @@ class AuditLog:
     # -- blocking helpers (worker threads) -------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # 0600 from the start: the audit log names callers and digests their arguments.
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
         return _connect(self.path)
 
     def _close_connection(self) -> None:

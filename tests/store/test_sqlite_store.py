@@ -76,6 +76,18 @@ async def test_new_database_is_wal_at_the_current_version(tmp_path: Path) -> Non
         conn.close()
 
 
+async def test_a_new_database_is_private_to_its_owner(tmp_path: Path) -> None:
+    """Telemetry carries user data: the store's directory is 0700 and its files 0600."""
+    path = tmp_path / "data" / "telemetry.db"
+    async with open_sqlite_store(path) as store:
+        await store.write(TelemetryBatch(spans=[span(0, time.time_ns())]))
+        modes = {p.name: p.stat().st_mode & 0o777 for p in path.parent.iterdir()}
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert modes["telemetry.db"] == 0o600
+    assert modes.get("telemetry.db-wal", 0o600) == 0o600  # present while the store is open
+    assert set(modes.values()) == {0o600}
+
+
 async def test_version_1_database_is_migrated_and_its_records_stay_queryable(
     tmp_path: Path,
 ) -> None:

@@ -343,9 +343,12 @@ class SqliteStore:
 
 def _open_writer(path: Path) -> Writer:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Create the file ourselves so it is 0600 from the start (telemetry carries user data);
+        # sqlite gives its -wal and -shm files the database file's permissions.
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
     except OSError as exc:
-        message = f"telemetry store {path}: cannot create its directory: {exc}"
+        message = f"telemetry store {path}: cannot create it: {exc}"
         raise StoreUnavailable(message) from exc
     try:
         conn = connect(path, reader=False)
