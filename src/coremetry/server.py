@@ -315,7 +315,9 @@ async def serve(
         # drains are still written, then the writer flushes and stops.
         if security is not None:
             await outer.start(security.audit.run_writer)
-        async with trio.open_nursery() as nursery:
+        # Tasks (task-augmented tools/call) run in the server's own nursery: they outlive the
+        # requests that created them and end (recorded failed) when the server stops.
+        async with mcp.tasks_running(), trio.open_nursery() as nursery:
             if install_signal_handlers:
                 nursery.start_soon(watch_signals, stop)
             nursery.start_soon(supervise, "drain", app.drain.run)

@@ -93,6 +93,7 @@ class _PeekMeta(msgspec.Struct):
 class _PeekParams(msgspec.Struct):
     name: object = None
     uri: object = None
+    task_id: object = msgspec.field(default=None, name="taskId")
     meta: _PeekMeta | UnsetType = msgspec.field(default=UNSET, name="_meta")
 
 
@@ -133,7 +134,15 @@ def _peek(body: bytes) -> _Peek | None:
         return None
 
 
-_NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+_NAME_PARAM: Final = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    # The tasks extension (SEP-2663 "Routing Headers"): Mcp-Name carries params.taskId.
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
 
 
 def decode_header_value(value: str) -> str | None:
@@ -366,7 +375,7 @@ def _header_mismatch(
         return f"Header mismatch: Mcp-Method {method_header!r} differs from method {peek.method!r}"
     key = _NAME_PARAM.get(peek.method)
     if key is not None:
-        expected = params.name if key == "name" else params.uri
+        expected = {"name": params.name, "uri": params.uri, "taskId": params.task_id}[key]
         name_header = headers.get("mcp-name")
         if not isinstance(expected, str):
             return None  # the core rejects the params themselves
