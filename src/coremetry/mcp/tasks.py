@@ -82,6 +82,9 @@ TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 META_RELATED_TASK: Final = "io.modelcontextprotocol/related-task"
 """2025-11-25: the ``_meta`` key tying a message to its task (``{"taskId": ...}``)."""
 
+TASKS_FILE: Final = "tasks.json"
+"""The tasks file's name in the data dir (``<data_dir>/tasks.json``)."""
+
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 """A task's status (the same five values in both revisions)."""
 
@@ -772,6 +775,7 @@ def handshake_capability() -> JsonObject:
 __all__ = [
     "META_RELATED_TASK",
     "TASKS_EXTENSION",
+    "TASKS_FILE",
     "StoredTask",
     "TaskIdParams",
     "TaskListParams",
