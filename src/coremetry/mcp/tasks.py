@@ -57,7 +57,7 @@ from typing import Final, Literal
 
 import msgspec
 import trio
-from msgspec import UNSET, Raw, Struct, UnsetType, field
+from msgspec import UNSET, Struct, UnsetType, field
 
 from . import codes
 from .calls import Connection, PendingCall
@@ -136,6 +136,8 @@ class StoredTask(Struct, kw_only=True):
         error: the JSON-RPC error object (JSON), once failed.
         input_requests: 2026-07-28: the requests still waiting for the client's answer.
         request_state: 2026-07-28: the MRTR ``requestState`` of the round waiting for input.
+        kept_bytes: the size of the result or error kept, in bytes of JSON (what the
+            per-identity budget counts).
     """
 
     task_id: str
@@ -147,8 +149,9 @@ class StoredTask(Struct, kw_only=True):
     updated_at: float
     ttl_ms: int
     poll_interval_ms: int
-    result: Raw | None = None
-    error: Raw | None = None
+    result: JsonObject | None = None
+    error: JsonObject | None = None
+    kept_bytes: int = 0
     input_requests: JsonObject | None = None
     request_state: str | None = None
 
@@ -157,10 +160,12 @@ class StoredTask(Struct, kw_only=True):
         """Unix time (s) after which the task is dropped."""
         return self.created_at + self.ttl_ms / 1000.0
 
-    @property
-    def kept_bytes(self) -> int:
-        """Bytes of result or error this task keeps (what the per-identity budget counts)."""
-        return len(self.result or b"") + len(self.error or b"")
+    def keep(self, *, result: JsonObject | None = None, error: JsonObject | None = None) -> None:
+        """Keep the task's outcome: its result or its error, and their size in bytes of JSON."""
+        self.result = result
+        self.error = error
+        kept = result if result is not None else error
+        self.kept_bytes = 0 if kept is None else len(ENCODER.encode(kept))
 
 
 _FILE_ENCODER: Final = msgspec.json.Encoder()
@@ -208,6 +213,9 @@ class TaskManager:
         page_size: tasks per ``tasks/list`` page.
         store_path: the JSON file tasks are kept in across restarts (``None``: memory only).
 
+    Attributes:
+        clock: the wall clock (Unix seconds) stamping tasks and expiring them; tests replace it.
+
     Raises:
         ValueError: a non-positive budget, TTL, interval or page size.
     """
@@ -237,6 +245,7 @@ class TaskManager:
         self._tasks: dict[str, StoredTask] = {}
         self._live: dict[str, _Live] = {}
         self._nursery: trio.Nursery | None = None
+        self.clock: Callable[[], float] = time.time
         if store_path is not None:
             self._load(store_path)
 
@@ -275,7 +284,7 @@ class TaskManager:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.warning("tasks: %s is not a task file (%s); starting with no tasks", path, exc)
             return
-        now = time.time()
+        now = self.clock()
         for task in stored:
             if task.expires_at <= now:
                 continue
@@ -378,7 +387,7 @@ class TaskManager:
         ttl_ms = self.max_ttl_ms
         if not isinstance(params.task, UnsetType) and isinstance(params.task.ttl, int):
             ttl_ms = max(1000, min(ttl_ms, params.task.ttl))
-        now = time.time()
+        now = self.clock()
         task = StoredTask(
             task_id=secrets.token_urlsafe(32),
             owner=conn.caller.subject,
@@ -447,14 +456,14 @@ class TaskManager:
                 error = answer.get("error") if isinstance(answer, dict) else None
                 result = answer.get("result") if isinstance(answer, dict) else None
                 if isinstance(error, dict):
-                    task.error = Raw(ENCODER.encode(error))
+                    task.keep(error=error)
                     self._finish(task, "failed", str(error.get("message", "")))
                     return
                 if not isinstance(result, dict):
                     self._finish_failed(task, codes.INTERNAL_ERROR, "Internal error: no result")
                     return
                 if result.get("resultType") != "input_required":
-                    task.result = Raw(ENCODER.encode(result))
+                    task.keep(result=result)
                     self._finish(task, "completed", "")
                     return
                 # 2026-07-28 MRTR inside a task: park until the client answered every request.
@@ -502,7 +511,7 @@ class TaskManager:
     def _set_status(self, task: StoredTask, status: TaskStatus, message: str) -> None:
         task.status = status
         task.status_message = message
-        task.updated_at = time.time()
+        task.updated_at = self.clock()
         live = self._live.get(task.task_id)
         if live is not None and live.changed is not None:
             live.changed()
@@ -513,8 +522,7 @@ class TaskManager:
         self._save()
 
     def _finish_failed(self, task: StoredTask, code: int, message: str) -> None:
-        task.error = Raw(ENCODER.encode({"code": code, "message": message}))
-        task.result = None
+        task.keep(error={"code": code, "message": message})
         self._finish(task, "failed", message)
 
     @staticmethod
@@ -522,8 +530,7 @@ class TaskManager:
         task.status = "failed"
         task.status_message = message
         task.updated_at = now
-        task.error = Raw(ENCODER.encode({"code": code, "message": message}))
-        task.result = None
+        task.keep(error={"code": code, "message": message})
         task.input_requests = None
         task.request_state = None
 
@@ -549,12 +556,12 @@ class TaskManager:
                 codes.INTERNAL_ERROR,
                 f"The result ({size} bytes) is larger than the server keeps per identity "
                 f"({self.result_budget_bytes} bytes); narrow the question.",
-                time.time(),
+                self.clock(),
             )
 
     def _expire(self) -> None:
         """Drop tasks past their TTL (a running one is cancelled first)."""
-        now = time.time()
+        now = self.clock()
         gone = [t for t in self._tasks.values() if t.expires_at <= now]
         for task in gone:
             live = self._live.get(task.task_id)
@@ -683,7 +690,7 @@ class TaskManager:
                 live.responses[key] = params.input_responses[key]
                 del pending[key]
             if answered:
-                task.updated_at = time.time()
+                task.updated_at = self.clock()
             if not pending:
                 live.wake.set()
         return self._complete(request, {})
@@ -704,23 +711,21 @@ class TaskManager:
                 await live.done.wait()
             related: JsonObject = {META_RELATED_TASK: {"taskId": task.task_id}}
             if task.status == "completed" and task.result is not None:
-                result = _LOOSE.decode(task.result)
-                if isinstance(result, dict):
-                    meta = result.get("_meta")
-                    result["_meta"] = {**(meta if isinstance(meta, dict) else {}), **related}
-                    return Reply(ENCODER.encode(ResultResponse(id=request.id, result=result)))
+                result = dict(task.result)
+                meta = result.get("_meta")
+                result["_meta"] = {**(meta if isinstance(meta, dict) else {}), **related}
+                return Reply(ENCODER.encode(ResultResponse(id=request.id, result=result)))
             if task.status == "failed" and task.error is not None:
-                error = _LOOSE.decode(task.error)
-                if isinstance(error, dict):
-                    code = error.get("code")
-                    message = error.get("message")
-                    data = error.get("data")
-                    return error_reply(
-                        request.id,
-                        code if isinstance(code, int) else codes.INTERNAL_ERROR,
-                        message if isinstance(message, str) else "Task failed",
-                        data if isinstance(data, dict) else None,
-                    )
+                error = task.error
+                code = error.get("code")
+                message = error.get("message")
+                data = error.get("data")
+                return error_reply(
+                    request.id,
+                    code if isinstance(code, int) else codes.INTERNAL_ERROR,
+                    message if isinstance(message, str) else "Task failed",
+                    data if isinstance(data, dict) else None,
+                )
             return error_reply(
                 request.id,
                 codes.INVALID_PARAMS,
