@@ -934,6 +934,42 @@ async def _tool_with_task(args: NoArgs, ctx: CallContext) -> str | InputRequired
     return f"Hello, {_field(elicited(answers, 'user_name'), 'name')}! (from the task)"
 
 
+class RegionArgs(msgspec.Struct, kw_only=True):
+    """Arguments of ``test_header_param``."""
+
+    region: str
+
+
+REGION_SCHEMA: Final[JsonObject] = {
+    "type": "object",
+    "properties": {
+        "region": {
+            "type": "string",
+            "description": "A region, mirrored in the Mcp-Param-Region header.",
+            "x-mcp-header": "Region",
+        }
+    },
+    "required": ["region"],
+}
+
+
+async def _header_param(args: RegionArgs, ctx: CallContext) -> str:
+    return f"Region: {args.region}"
+
+
+def register_header_fixture(server: Server) -> None:
+    """The tool with an ``x-mcp-header`` argument (``http-custom-header-server-validation``)."""
+    server.register_tool(
+        Tool(
+            "test_header_param",
+            "Echoes `region`, which the client also sends as the Mcp-Param-Region header.",
+            RegionArgs,
+            _header_param,
+            input_schema=REGION_SCHEMA,
+        )
+    )
+
+
 def register_task_fixtures(server: Server) -> None:
     """The tools the suite's ``tasks-*`` scenarios call (SEP-2663 fixture names)."""
     server.register_tool(Tool("greet", "Says hello (never a task).", GreetArgs, _greet))
@@ -1090,6 +1126,7 @@ def register_conformance(server: Server) -> None:
         Prompt("test_prompt_with_image", "A prompt that includes an image.", _prompt_image)
     )
     register_task_fixtures(server)
+    register_header_fixture(server)
     server.register_prompt(
         Prompt(
             "test_input_required_result_prompt",

@@ -124,6 +124,24 @@ def schema_for(args_type: type[Struct]) -> JsonObject:
     return top
 
 
+def param_headers_of(schema: JsonObject) -> dict[str, str]:
+    """The arguments an input schema mirrors into HTTP headers (SEP-2243 ``x-mcp-header``).
+
+    Returns:
+        ``{argument: header name suffix}``: a client sends the argument's value in the header
+        ``Mcp-Param-<suffix>`` too (2026-07-28 Streamable HTTP), and the server checks that
+        the two agree.
+    """
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return {}
+    return {
+        str(name): spec["x-mcp-header"]
+        for name, spec in properties.items()
+        if isinstance(spec, dict) and isinstance(spec.get("x-mcp-header"), str)
+    }
+
+
 class Tool(Generic[ArgsT]):
     """A tool: a named, read-budgeted operation a model may call (MCP ``server/tools``).
 
@@ -198,6 +216,8 @@ class Tool(Generic[ArgsT]):
         )
         self.output_schema = output_schema
         self.task_support: TaskSupport = task_support
+        # SEP-2243 (2026-07-28): arguments mirrored into ``Mcp-Param-<name>`` HTTP headers.
+        self.param_headers: dict[str, str] = param_headers_of(self.input_schema)
         self.input_before_task = input_before_task
         self.decoder: msgspec.json.Decoder[ArgsT] = msgspec.json.Decoder(args)
         self.input_schema_json: bytes = msgspec.json.encode(self.input_schema)

@@ -332,6 +332,15 @@ class Server:
         """Register a prompt; a duplicate name logs a warning and the last registration wins."""
         self._registry.register_prompt(prompt)
 
+    def param_headers(self, tool: str) -> dict[str, str]:
+        """The arguments of ``tool`` mirrored into ``Mcp-Param-*`` headers (SEP-2243).
+
+        Returns:
+            ``{argument: header name suffix}``; empty for an unknown tool or one with none.
+        """
+        entry = self._registry.tools.get(tool)
+        return {} if entry is None else entry.param_headers
+
     def tool_count(self) -> int:
         """Number of registered tools."""
         return len(self._registry.tools)
