@@ -629,3 +629,78 @@ async def test_handshake_task_methods_and_status_notifications() -> None:
         check_emitted(message, HANDSHAKE)
     assert [as_object(m["params"])["taskId"] for m in sent] == [task_id]
     assert sent[0]["method"] == "notifications/tasks/status"
+
+
+class SizeArgs(msgspec.Struct, kw_only=True):
+    """``size``: bytes of text to answer."""
+
+    size: int
+
+
+async def sized(args: SizeArgs, ctx: CallContext) -> str:
+    return "x" * args.size
+
+
+async def test_results_beyond_an_identity_budget_drop_that_identity_oldest() -> None:
+    server = build_mcp_server(fixture=True, task_result_budget_bytes=2500)
+    server.register_tool(
+        Tool("sized", "Answers size bytes.", SizeArgs, sized, task_support="optional")
+    )
+    alice, bob = handshake_conn(ALICE), handshake_conn(BOB)
+
+    async def run(conn: Connection, size: int) -> str:
+        created = await rpc(
+            server, conn, "tools/call", {"name": "sized", "arguments": {"size": size}, "task": {}}
+        )
+        task_id = created_id(created)
+        await server.tasks.wait_done(task_id)
+        return task_id
+
+    with trio.fail_after(LIMIT_S):
+        async with server.tasks_running():
+            bobs = await run(bob, 1000)
+            first, second, third = [await run(alice, 1000) for _ in range(3)]
+            huge = await run(alice, 3000)
+            statuses = {
+                name: await rpc(server, conn, "tasks/get", {"taskId": task_id})
+                for name, conn, task_id in (
+                    ("bob", bob, bobs),
+                    ("first", alice, first),
+                    ("second", alice, second),
+                    ("third", alice, third),
+                    ("huge", alice, huge),
+                )
+            }
+            huge_result = await rpc(server, alice, "tasks/result", {"taskId": huge})
+    # Alice's budget holds two 1000-byte results: the third dropped her oldest; the huge one
+    # was not kept at all (its small error was), so it dropped nothing.
+    assert error_of(statuses["first"])["code"] == -32602
+    assert as_object(statuses["second"]["result"])["status"] == "completed"
+    assert as_object(statuses["third"]["result"])["status"] == "completed"
+    assert as_object(statuses["bob"]["result"])["status"] == "completed"  # not alice's budget
+    huge_task = as_object(statuses["huge"]["result"])
+    assert huge_task["status"] == "failed"
+    assert "larger than the server keeps per identity (2500 bytes)" in str(
+        huge_task["statusMessage"]
+    )
+    assert error_of(huge_result)["message"] == huge_task["statusMessage"]
+
+
+async def test_an_identity_may_run_only_so_many_tasks_at_once() -> None:
+    server = build_mcp_server(fixture=True)
+    server.tasks.max_running_per_identity = 1
+    alice, bob = handshake_conn(ALICE), handshake_conn(BOB)
+    long_sleep: JsonObject = {"name": "sleep_ms", "arguments": {"ms": 600_000}, "task": {}}
+    with trio.fail_after(LIMIT_S):
+        async with server.tasks_running():
+            running = created_id(await rpc(server, alice, "tools/call", long_sleep))
+            refused = await rpc(server, alice, "tools/call", long_sleep)
+            bobs = created_id(await rpc(server, bob, "tools/call", long_sleep))
+            for conn, task_id in ((alice, running), (bob, bobs)):
+                await rpc(server, conn, "tasks/cancel", {"taskId": task_id})
+            again = created_id(await rpc(server, alice, "tools/call", long_sleep))
+            await rpc(server, alice, "tasks/cancel", {"taskId": again})
+    error = error_of(refused)
+    assert error["code"] == -32000
+    assert as_object(error["data"]) == {"running": 1, "limit": 1}
+    assert server.tasks.status_of(running) == "cancelled"

@@ -212,6 +212,8 @@ class TaskManager:
         result_budget_bytes: the bytes of finished results kept per identity.
         page_size: tasks per ``tasks/list`` page.
         store_path: the JSON file tasks are kept in across restarts (``None``: memory only).
+        max_running_per_identity: tasks one identity may have running (or waiting for input)
+            at once; one more is refused with ``-32000`` (its store calls would only queue).
 
     Attributes:
         clock: the wall clock (Unix seconds) stamping tasks and expiring them; tests replace it.
@@ -230,6 +232,7 @@ class TaskManager:
         result_budget_bytes: int = 8 * 1024 * 1024,
         page_size: int = 100,
         store_path: Path | None = None,
+        max_running_per_identity: int = 16,
     ) -> None:
         if max_budget_s <= 0 or max_ttl_ms <= 0 or poll_interval_ms <= 0 or page_size <= 0:
             raise ValueError("task budget, TTL, poll interval and page size must be positive")
@@ -241,6 +244,7 @@ class TaskManager:
         self.poll_interval_ms = poll_interval_ms
         self.result_budget_bytes = result_budget_bytes
         self._page_size = page_size
+        self.max_running_per_identity = max_running_per_identity
         self._path = store_path
         self._tasks: dict[str, StoredTask] = {}
         self._live: dict[str, _Live] = {}
@@ -384,13 +388,24 @@ class TaskManager:
             self._check_enabled()
             raise AssertionError("unreachable")
         self._expire()
+        owner = conn.caller.subject
+        running = sum(
+            1 for t in self._tasks.values() if t.owner == owner and t.status not in TERMINAL
+        )
+        if running >= self.max_running_per_identity:
+            raise ProtocolError(
+                codes.RATE_LIMITED,
+                f"Too many tasks running for you ({running}); wait for one to end or cancel "
+                "one (tasks/cancel), then retry",
+                {"running": running, "limit": self.max_running_per_identity},
+            )
         ttl_ms = self.max_ttl_ms
         if not isinstance(params.task, UnsetType) and isinstance(params.task.ttl, int):
             ttl_ms = max(1000, min(ttl_ms, params.task.ttl))
         now = self.clock()
         task = StoredTask(
             task_id=secrets.token_urlsafe(32),
-            owner=conn.caller.subject,
+            owner=owner,
             era="stateless" if request.stateless else "handshake",
             status="working",
             created_at=now,
@@ -535,7 +550,20 @@ class TaskManager:
         task.request_state = None
 
     def _enforce_budget(self, owner: str, *, keep: str) -> None:
-        """Drop ``owner``'s oldest finished tasks while their results exceed the budget."""
+        """Keep ``owner``'s finished results within the budget, ``keep`` (the newest) first.
+
+        A result larger than the whole budget is not kept: its task fails, saying so. Then the
+        owner's oldest finished tasks are dropped while their results exceed the budget.
+        """
+        kept = self._tasks.get(keep)
+        if kept is not None and kept.kept_bytes > self.result_budget_bytes:
+            self._settle_failed(
+                kept,
+                codes.INTERNAL_ERROR,
+                f"The result ({kept.kept_bytes} bytes) is larger than the server keeps per "
+                f"identity ({self.result_budget_bytes} bytes); narrow the question.",
+                self.clock(),
+            )
         finished = sorted(
             (t for t in self._tasks.values() if t.owner == owner and t.status in TERMINAL),
             key=lambda t: t.updated_at,
@@ -544,20 +572,9 @@ class TaskManager:
         for old in finished:
             if total <= self.result_budget_bytes:
                 return
-            if old.task_id == keep:
-                continue
-            total -= old.kept_bytes
-            del self._tasks[old.task_id]
-        kept = self._tasks.get(keep)
-        if total > self.result_budget_bytes and kept is not None:
-            size = kept.kept_bytes
-            self._settle_failed(
-                kept,
-                codes.INTERNAL_ERROR,
-                f"The result ({size} bytes) is larger than the server keeps per identity "
-                f"({self.result_budget_bytes} bytes); narrow the question.",
-                self.clock(),
-            )
+            if old.task_id != keep:
+                total -= old.kept_bytes
+                del self._tasks[old.task_id]
 
     def _expire(self) -> None:
         """Drop tasks past their TTL (a running one is cancelled first)."""
