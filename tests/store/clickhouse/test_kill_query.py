@@ -170,7 +170,11 @@ async def test_a_task_cancelled_mid_query_kills_the_query(chdb_http: ChdbHttpSer
             before = len(chdb_http.held)
             chdb_http.overshoot_s = 30.0
             chdb_http.hold = is_services_query
-            task = {"name": "list_services", "arguments": {"range": "24h"}, "task": {}}
+            task: dict[str, object] = {
+                "name": "list_services",
+                "arguments": {"range": "24h"},
+                "task": {},
+            }
             created = await client.post(url, content=rpc(1, "tools/call", task), headers=HEADERS)
             task_id = created.json()["result"]["task"]["taskId"]
             await wait_for(lambda: len(chdb_http.held) > before)
