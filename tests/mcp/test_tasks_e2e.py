@@ -704,3 +704,35 @@ async def test_an_identity_may_run_only_so_many_tasks_at_once() -> None:
     assert error["code"] == -32000
     assert as_object(error["data"]) == {"running": 1, "limit": 1}
     assert server.tasks.status_of(running) == "cancelled"
+
+
+async def test_revisions_before_2025_11_25_have_no_tasks() -> None:
+    server = build_mcp_server(fixture=True)
+    conn = Connection(caller=ALICE, transport="stdio", protocol_version="2025-06-18")
+    with trio.fail_after(LIMIT_S):
+        async with server.tasks_running():
+            init = await server.handle(
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 0,
+                        "method": "initialize",
+                        "params": {"protocolVersion": "2025-06-18", "capabilities": {}},
+                    }
+                ).encode(),
+                conn,
+            )
+            call = {"name": "sleep_ms", "arguments": {"ms": 0}, "task": {}}
+            message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}
+            direct = await server.handle(json.dumps(message).encode(), conn)
+            message = {"jsonrpc": "2.0", "id": 2, "method": "tasks/list", "params": {}}
+            listed = await server.handle(json.dumps(message).encode(), conn)
+    assert init is not None
+    assert direct is not None
+    assert listed is not None
+    capabilities = as_object(as_object(json.loads(init.body)["result"])["capabilities"])
+    assert "tasks" not in capabilities
+    answer = as_object(json.loads(direct.body))
+    check_emitted(answer, "2025-06-18", "tools/call")
+    assert only_text_of(answer) == "slept 0 ms"  # answered directly: `task` means nothing here
+    assert error_of(as_object(json.loads(listed.body)))["code"] == -32601

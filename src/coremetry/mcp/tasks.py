@@ -11,7 +11,8 @@ Two revisions define tasks, and both are served:
   and ``tasks/cancel`` answers the cancelled task. ``notifications/tasks/status`` goes out on
   session transports (stdio, WebSocket, legacy SSE) when a status changes. A ``required`` tool
   called without ``task`` and a ``forbidden`` one called with it are ``-32601``. The server
-  capability is ``tasks: {list, cancel, requests: {tools: {call}}}``.
+  capability is ``tasks: {list, cancel, requests: {tools: {call}}}``. Older revisions have no
+  tasks: ``params.task`` is ignored there and ``tasks/*`` is ``-32601``.
 - **2026-07-28** (extension ``io.modelcontextprotocol/tasks``, SEP-2663): the server decides.
   When the request's ``_meta`` client capabilities carry the extension, a ``tools/call`` of a
   task-supporting tool answers a flat ``CreateTaskResult`` (``resultType: "task"``, ``taskId``,
@@ -64,6 +65,7 @@ from .calls import Connection, PendingCall
 from .framing import ProtocolError, Reply, Request, Send, error_reply
 from .pagination import page
 from .registry import Tool
+from .versions import V2025_11_25, at_least
 from .wire import (
     ENCODER,
     META_CLIENT_CAPABILITIES,
@@ -347,6 +349,8 @@ class TaskManager:
                 return False
             self._check_enabled()
             return True
+        if not at_least(request.version, V2025_11_25):
+            return False  # no tasks before 2025-11-25: ``task`` means nothing there
         asked = not isinstance(params.task, UnsetType)
         if support == "forbidden":
             if asked:
@@ -629,6 +633,12 @@ class TaskManager:
                 http_status=400,
             )
         if not request.stateless:
+            if not at_least(request.version, V2025_11_25):
+                raise ProtocolError(
+                    codes.METHOD_NOT_FOUND,
+                    f"Method not found: {request.method} is not part of protocol revision "
+                    f"{request.version} (tasks exist from 2025-11-25)",
+                )
             self._check_enabled()
 
     def _task_fields(self, task: StoredTask) -> JsonObject:
