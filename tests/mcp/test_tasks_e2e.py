@@ -387,6 +387,7 @@ async def test_a_task_expires_after_its_ttl(tmp_path: Path) -> None:
             task = as_object(as_object(created["result"])["task"])
             now[0] += 4.9  # within its TTL: still there
             kept = await rpc(server, alice, "tasks/get", {"taskId": task_id})
+            await server.tasks.flush()
             on_file = path.read_text(encoding="utf-8")
             now[0] += 0.2  # past it: gone, from memory and from the file
             gone = await rpc(server, alice, "tasks/get", {"taskId": task_id})
@@ -420,6 +421,7 @@ async def test_a_restart_fails_running_tasks_and_keeps_finished_ones(tmp_path: P
                 {"name": "sleep_ms", "arguments": {"ms": 600_000}, "task": {}},
             )
             running_id = created_id(running)
+            await first.tasks.flush()
             # The process dies here (the file still says "working"): a new one starts.
             second = build_mcp_server(fixture=True, task_store_path=path)
             async with second.tasks_running():

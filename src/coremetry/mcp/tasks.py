@@ -251,6 +251,7 @@ class TaskManager:
         self._tasks: dict[str, StoredTask] = {}
         self._live: dict[str, _Live] = {}
         self._nursery: trio.Nursery | None = None
+        self._dirty = trio.Event()
         self.clock: Callable[[], float] = time.time
         if store_path is not None:
             self._load(store_path)
@@ -266,16 +267,32 @@ class TaskManager:
     async def running(self) -> AsyncIterator[None]:
         """Run tasks for the duration of the block (the server-owned nursery).
 
-        On exit every task still running is cancelled and recorded ``failed`` with a message
-        saying the server shut down (the store file keeps that), then the block ends.
+        The store file is rewritten by a writer task beside them, in a worker thread, each
+        time something changed (changes made meanwhile are coalesced into one write). On exit
+        every task still running is cancelled and recorded ``failed`` with a message saying the
+        server shut down, and the file is written one last time.
         """
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            try:
-                yield
-            finally:
-                self._nursery = None
-                nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._writer)
+                try:
+                    yield
+                finally:
+                    self._nursery = None
+                    nursery.cancel_scope.cancel()
+        finally:
+            self._write(self._snapshot())
+
+    async def flush(self) -> None:
+        """Write the store file now, with every change made so far (no-op without a path)."""
+        await trio.to_thread.run_sync(self._write, self._snapshot())
+
+    async def _writer(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty = trio.Event()
+            await trio.to_thread.run_sync(self._write, self._snapshot())
 
     def _load(self, path: Path) -> None:
         try:
@@ -300,11 +317,25 @@ class TaskManager:
         self._save()
 
     def _save(self) -> None:
-        """Rewrite the store file atomically (no-op without a store path)."""
-        path = self._path
-        if path is None:
+        """Have the store file rewritten: by the writer task while tasks run, else at once."""
+        if self._path is None:
             return
-        data = _FILE_ENCODER.encode(list(self._tasks.values()))
+        if self._nursery is None:
+            self._write(self._snapshot())
+        else:
+            self._dirty.set()
+
+    def _snapshot(self) -> bytes | None:
+        """The store file's content now (``None`` without a store path)."""
+        if self._path is None:
+            return None
+        return _FILE_ENCODER.encode(list(self._tasks.values()))
+
+    def _write(self, data: bytes | None) -> None:
+        """Replace the store file with ``data`` atomically (a failure is logged, not raised)."""
+        path = self._path
+        if path is None or data is None:
+            return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".tasks-", dir=path.parent)
@@ -372,10 +403,19 @@ class TaskManager:
         return True
 
     def _check_enabled(self) -> None:
+        self._running_nursery()
+
+    def _running_nursery(self) -> trio.Nursery:
+        """The nursery tasks run in.
+
+        Raises:
+            ProtocolError: ``-32603`` outside :meth:`running` (the server runs no tasks now).
+        """
         if self._nursery is None:
             raise ProtocolError(
                 codes.INTERNAL_ERROR, "Internal error: this server is not running tasks now"
             )
+        return self._nursery
 
     # -- creating ------------------------------------------------------------------------------
 
@@ -384,13 +424,10 @@ class TaskManager:
     ) -> Reply:
         """Start ``params`` as a task of the caller; answer ``CreateTaskResult`` at once.
 
-        The task is recorded (and the store file written) before the answer is built, so a
-        ``tasks/get`` right after it finds the task.
+        The task is recorded before the answer is built, so a ``tasks/get`` right after it
+        finds the task (the store file follows at once, from the writer task).
         """
-        nursery = self._nursery
-        if nursery is None:  # wants_task checked; the server may have stopped in between
-            self._check_enabled()
-            raise AssertionError("unreachable")
+        nursery = self._running_nursery()
         self._expire()
         owner = conn.caller.subject
         running = sum(
