@@ -196,3 +196,29 @@ def test_store_admission_defaults_and_environment() -> None:
 def test_store_admission_ranges(overrides: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         load_config(environ={}, overrides=overrides)
+
+
+def test_task_defaults_and_environment() -> None:
+    config = load_config(environ={})
+    assert config.mcp.task_max_budget_s == 600.0
+    assert config.mcp.task_max_budget_s > config.mcp.max_budget_s
+    assert config.mcp.task_ttl_ms == 3_600_000
+    assert config.mcp.task_result_budget_bytes == 8 * 1024 * 1024
+    env = load_config(environ={"COREMETRY_MCP_TASK_MAX_BUDGET_S": "1800"})
+    assert env.mcp.task_max_budget_s == 1800.0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        # A task's deadline must be longer than a direct call's, or tasks would buy nothing.
+        ({"mcp": {"task_max_budget_s": 60}}, "mcp.task_max_budget_s must be larger"),
+        ({"mcp": {"max_budget_s": 900}}, "mcp.task_max_budget_s must be larger"),
+        ({"mcp": {"task_ttl_ms": 0}}, "mcp.task_ttl_ms"),
+        ({"mcp": {"task_poll_interval_ms": 0}}, "mcp.task_poll_interval_ms"),
+        ({"mcp": {"task_result_budget_bytes": 0}}, "mcp.task_result_budget_bytes"),
+    ],
+)
+def test_task_ranges(overrides: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(environ={}, overrides=overrides)

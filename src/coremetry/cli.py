@@ -75,6 +75,7 @@ from coremetry.detection.problem_store import PROBLEMS_FILE
 from coremetry.http_edge import is_loopback_host
 from coremetry.ingest.cli import add_ingest_parser, run_ingest
 from coremetry.mcp import Server
+from coremetry.mcp.tasks import TASKS_FILE
 from coremetry.observability.cli import add_tools_parser, run_tools
 from coremetry.roles import ROLES, Caller
 from coremetry.server import (
@@ -311,6 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         problems_path=Path(config.data_dir).expanduser() / PROBLEMS_FILE,
         max_store_calls_per_identity=config.store.max_calls_per_identity,
         max_store_calls=config.store.max_calls,
+        task_max_budget_s=config.mcp.task_max_budget_s,
+        task_ttl_ms=config.mcp.task_ttl_ms,
+        task_poll_interval_ms=config.mcp.task_poll_interval_ms,
+        task_result_budget_bytes=config.mcp.task_result_budget_bytes,
+        task_store_path=Path(config.data_dir).expanduser() / TASKS_FILE,
     )
     try:
         if args.command == "stdio":

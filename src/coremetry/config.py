@@ -64,6 +64,15 @@ class McpConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     output_budget_bytes: int = 16 * 1024
     """Largest tool, resource or prompt result, in bytes of JSON (lists beyond it are cut and
     return a cursor); at least 1024."""
+    task_max_budget_s: float = 600.0
+    """Deadline of a call running as a task (MCP tasks), in seconds; larger than
+    ``max_budget_s``."""
+    task_ttl_ms: int = 3_600_000
+    """How long a task and its result are kept from its creation, at most, in milliseconds."""
+    task_poll_interval_ms: int = 1000
+    """Polling interval suggested to task clients, in milliseconds."""
+    task_result_budget_bytes: int = 8 * 1024 * 1024
+    """Bytes of finished task results kept per identity (the oldest go first)."""
 
 
 class SseConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -337,6 +346,13 @@ def _check(config: Config) -> None:
         (config.mcp.output_budget_bytes >= 1024, "mcp.output_budget_bytes must be at least 1024"),
         (config.mcp.list_ttl_ms >= 0, "mcp.list_ttl_ms must not be negative"),
         (config.mcp.read_ttl_ms >= 0, "mcp.read_ttl_ms must not be negative"),
+        (
+            config.mcp.task_max_budget_s > config.mcp.max_budget_s,
+            "mcp.task_max_budget_s must be larger than mcp.max_budget_s",
+        ),
+        (config.mcp.task_ttl_ms > 0, "mcp.task_ttl_ms must be positive"),
+        (config.mcp.task_poll_interval_ms > 0, "mcp.task_poll_interval_ms must be positive"),
+        (config.mcp.task_result_budget_bytes > 0, "mcp.task_result_budget_bytes must be positive"),
         (config.sse.keepalive_interval_s > 0, "sse.keepalive_interval_s must be positive"),
         (config.sse.max_sessions > 0, "sse.max_sessions must be positive"),
         (config.sse.session_idle_s > 0, "sse.session_idle_s must be positive"),

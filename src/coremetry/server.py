@@ -72,6 +72,11 @@ def build_mcp_server(
     problems_path: Path | None = None,
     max_store_calls_per_identity: int = DEFAULT_MAX_CALLS_PER_IDENTITY,
     max_store_calls: int = DEFAULT_MAX_CALLS,
+    task_max_budget_s: float = 600.0,
+    task_ttl_ms: int = 3_600_000,
+    task_poll_interval_ms: int = 1000,
+    task_result_budget_bytes: int = 8 * 1024 * 1024,
+    task_store_path: Path | None = None,
 ) -> Server:
     """Build the dispatcher with the production registry.
 
@@ -89,6 +94,11 @@ def build_mcp_server(
         max_store_calls_per_identity: store calls one identity may run at once
             (``store.max_calls_per_identity``, :mod:`coremetry.observability.admission`).
         max_store_calls: store calls all identities may run at once (``store.max_calls``).
+        task_max_budget_s: the deadline of a call running as a task, in seconds.
+        task_ttl_ms: how long a task is kept from its creation, at most, in ms.
+        task_poll_interval_ms: the polling interval suggested to task clients, in ms.
+        task_result_budget_bytes: bytes of finished task results kept per identity.
+        task_store_path: the tasks file (``<data_dir>/tasks.json``); ``None``: memory only.
 
     Returns:
         A ready :class:`~coremetry.mcp.Server`.
@@ -104,6 +114,11 @@ def build_mcp_server(
         read_ttl_ms=read_ttl_ms,
         # The store's exceptions as tool errors: handed in here, not registered process-wide.
         error_classes=STORE_ERROR_CLASSES,
+        task_max_budget_s=task_max_budget_s,
+        task_ttl_ms=task_ttl_ms,
+        task_poll_interval_ms=task_poll_interval_ms,
+        task_result_budget_bytes=task_result_budget_bytes,
+        task_store_path=task_store_path,
     )
 
     async def server_info(uri: str, ctx: CallContext) -> str:
@@ -315,7 +330,9 @@ async def serve(
         # drains are still written, then the writer flushes and stops.
         if security is not None:
             await outer.start(security.audit.run_writer)
-        async with trio.open_nursery() as nursery:
+        # Tasks (task-augmented tools/call) run in the server's own nursery: they outlive the
+        # requests that created them and end (recorded failed) when the server stops.
+        async with mcp.tasks_running(), trio.open_nursery() as nursery:
             if install_signal_handlers:
                 nursery.start_soon(watch_signals, stop)
             nursery.start_soon(supervise, "drain", app.drain.run)

@@ -8,7 +8,8 @@ Starts the fixture on a free loopback port (``--port 0``), reads the bound addre
 ``listening on http://HOST:PORT`` line on stderr, runs ``tests/conformance/run-conformance.sh
 <url>/api/mcp --requirements REV`` once per revision (default: 2025-11-25 and 2026-07-28), then
 stops the server (SIGINT, then SIGKILL after 10 s). Exits 0 only when the server came up and
-every run passed (the suite's own exit status: every scored scenario passes).
+every run passed: the suite's own exit status (every scored scenario passes) *and* no check of
+any scenario, scored or not (extensions, pending ones), has status ``FAILURE`` in the results.
 
 The runner script is this folder's ``run-conformance.sh`` (with ``summarize_results.py``, which
 prints a summary of a results folder); it needs ``npm`` and installs Node 22 (when the ``node``
@@ -18,6 +19,7 @@ on first use. Results go to
 """
 
 import argparse
+import json
 import os
 import queue
 import re
@@ -83,6 +85,22 @@ def _run_suite(script: Path, url: str, revision: str, results: Path) -> int:
     return subprocess.run(command, env=env, check=False).returncode
 
 
+def failed_checks(results: Path) -> list[str]:
+    """Every check with status ``FAILURE`` in a results folder, as ``scenario: id: message``.
+
+    Scored or not: the suite's exit status only counts scored scenarios, so the not-scored
+    ones (the tasks extension, pending SEPs) would otherwise fail silently.
+    """
+    failed: list[str] = []
+    for checks_file in sorted(results.glob("*/checks.json")):
+        checks = json.loads(checks_file.read_text(encoding="utf-8"))
+        for check in checks if isinstance(checks, list) else []:
+            if isinstance(check, dict) and check.get("status") == "FAILURE":
+                message = str(check.get("errorMessage") or "")[:200]
+                failed.append(f"{checks_file.parent.name}: {check.get('id')}: {message}")
+    return failed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Start the fixture, run the suite per revision, stop the fixture; 0 if all passed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -122,7 +140,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("conformance: the fixture server did not start", file=sys.stderr)
             return 1
         for revision in revisions:
-            outcomes[revision] = _run_suite(script, base + ENDPOINT, revision, results)
+            code = _run_suite(script, base + ENDPOINT, revision, results)
+            failed = failed_checks(results / revision)
+            for line in failed:
+                print(f"conformance {revision}: FAILED CHECK {line}", file=sys.stderr)
+            outcomes[revision] = code if code != 0 or not failed else 1
     finally:
         _stop(server)
         pump.join(timeout=STOP_TIMEOUT_S)

@@ -19,7 +19,7 @@ import pytest
 import trio
 import trio.testing
 from _wire_support import SseItem as Item
-from _wire_support import SseReader
+from _wire_support import SseReader, as_object
 from conftest import check_emitted
 from hypercorn.typing import (
     ASGIReceiveCallable,
@@ -42,6 +42,7 @@ LIMIT_S = 30.0
 """Hang guard of every test (virtual seconds on the autojump clock)."""
 
 REVISION = "2024-11-05"
+TASKS_REVISION = "2025-11-25"
 SSE_ACCEPT = (b"accept", b"text/event-stream")
 JSON_BODY = (b"content-type", b"application/json")
 
@@ -719,3 +720,35 @@ async def test_session_cap() -> None:
     assert over.status == 503
     assert over.header(b"retry-after") == b"1"
     assert over.error()["code"] == -32000
+
+
+async def test_a_task_reports_on_the_stream_and_is_collected() -> None:
+    """2025-11-25 tasks over legacy SSE: the answer creating the task, its status change and
+    ``tasks/result`` all ride the session's stream, each schema-checked."""
+    server = build_mcp_server(fixture=True)
+    sse = new_transport(server)
+    with trio.fail_after(LIMIT_S):
+        async with server.tasks_running(), trio.open_nursery() as nursery:
+            session = await open_session(nursery, sse)
+            hello: JsonObject = {"protocolVersion": TASKS_REVISION, "capabilities": {}}
+            assert (await post(sse, session.session_id, rpc(0, "initialize", hello))).status == 202
+            await session.stream.next_message("initialize", TASKS_REVISION)
+            body = rpc(5, "tools/call", {"name": "sleep_ms", "arguments": {"ms": 30}, "task": {}})
+            assert (await post(sse, session.session_id, body)).status == 202
+            created = await session.stream.next_message("tools/call", TASKS_REVISION)
+            task_id = as_object(as_object(created["result"])["task"])["taskId"]
+            status: JsonObject = {}
+            while not status:
+                message = as_object(json.loads((await session.stream.next_event()).data))
+                check_emitted(message, TASKS_REVISION)
+                if message.get("method") == "notifications/tasks/status":
+                    status = as_object(message["params"])
+            fetch = rpc(6, "tasks/result", {"taskId": task_id})
+            assert (await post(sse, session.session_id, fetch)).status == 202
+            collected = await session.stream.next_message("tasks/result", TASKS_REVISION)
+            session.stream.disconnect()
+    assert status["taskId"] == task_id
+    assert status["status"] == "completed"
+    assert collected["id"] == 6
+    content = as_object(collected["result"])["content"]
+    assert content == [{"type": "text", "text": "slept 30 ms"}]

@@ -660,3 +660,29 @@ async def test_without_the_http_response_extension_a_refusal_is_a_close_before_a
     assert reason is not None
     assert reason.startswith("Origin not allowed")
     assert handler.active == 0
+
+
+async def test_a_task_outlives_its_socket_and_reports_its_status() -> None:
+    """2025-11-25 tasks over WebSocket: the socket that created a task hears its status
+    changes (``notifications/tasks/status``); another socket of the same identity collects it
+    after the first one closed."""
+    with trio.fail_after(LIMIT_S):
+        async with live_server() as url:
+            async with session(url) as first:
+                created = await first.request(
+                    1, "tools/call", {"name": "sleep_ms", "arguments": {"ms": 50}, "task": {}}
+                )
+                task_id = as_object(as_object(created["result"])["task"])["taskId"]
+                status: JsonObject = {}
+                while not status:  # every frame is schema-checked by Session.message
+                    message = await first.message()
+                    if message.get("method") == "notifications/tasks/status":
+                        status = as_object(message["params"])
+            async with session(url) as second:
+                collected = await second.request(2, "tasks/result", {"taskId": task_id})
+                listed = await second.request(3, "tasks/list")
+    assert status["taskId"] == task_id
+    assert status["status"] == "completed"
+    assert tool_text(collected) == "slept 50 ms"
+    tasks = as_list(as_object(listed["result"])["tasks"])
+    assert [as_object(t)["taskId"] for t in tasks] == [task_id]

@@ -861,6 +861,175 @@ def _no_args_tools(server: Server) -> list[tuple[str, str, ToolHandler[NoArgs]]]
     ]
 
 
+# -- the tasks extension (tasks-* scenarios, SEP-2663) ------------------------------------------
+
+DELETE_REQUEST: Final = elicit_request(
+    "Delete this file?", {"confirm": {"type": "boolean"}}, ["confirm"]
+)
+FIRST_REQUEST: Final = elicit_request("First: your name?", {"name": {"type": "string"}}, ["name"])
+SECOND_REQUEST: Final = elicit_request(
+    "Second: confirm?", {"confirm": {"type": "boolean"}}, ["confirm"]
+)
+
+
+class GreetArgs(msgspec.Struct, kw_only=True):
+    """Arguments of ``greet``."""
+
+    name: str = "World"
+
+
+class ComputeArgs(msgspec.Struct, kw_only=True):
+    """Arguments of ``slow_compute``: how long to work, in seconds, and a label to echo."""
+
+    seconds: float = 0.0
+    label: str = ""
+
+
+class DeleteArgs(msgspec.Struct, kw_only=True):
+    """Arguments of ``confirm_delete``."""
+
+    filename: str = ""
+
+
+async def _greet(args: GreetArgs, ctx: CallContext) -> str:
+    return f"Hello, {args.name}!"
+
+
+async def _slow_compute(args: ComputeArgs, ctx: CallContext) -> str:
+    if args.seconds > 0:
+        await trio.sleep(args.seconds)
+    return f"Computed {args.label or 'result'} after {args.seconds:g} s."
+
+
+async def _failing_job(args: NoArgs, ctx: CallContext) -> CallToolResult:
+    await trio.sleep(0.5)
+    return CallToolResult(content=[TextContent(text="The job failed (on purpose).")], is_error=True)
+
+
+async def _protocol_error_job(args: NoArgs, ctx: CallContext) -> str:
+    await trio.sleep(0.2)
+    raise ProtocolError(codes.INTERNAL_ERROR, "Internal error: the job broke (on purpose)")
+
+
+async def _confirm_delete(args: DeleteArgs, ctx: CallContext) -> str | InputRequired:
+    answers = await gather(ctx, {"confirm": DELETE_REQUEST})
+    if isinstance(answers, InputRequired):
+        return answers
+    confirmed = _field(elicited(answers, "confirm"), "confirm")
+    return f"Deleted {args.filename}." if confirmed == "True" else f"Kept {args.filename}."
+
+
+async def _multi_input(args: NoArgs, ctx: CallContext) -> str | InputRequired:
+    answers = await gather(ctx, {"first": FIRST_REQUEST, "second": SECOND_REQUEST})
+    if isinstance(answers, InputRequired):
+        return answers
+    return f"Got {_field(elicited(answers, 'first'), 'name')} and both answers."
+
+
+async def _tool_with_task(args: NoArgs, ctx: CallContext) -> str | InputRequired:
+    answers = await gather(ctx, {"user_name": NAME_REQUEST})
+    if isinstance(answers, InputRequired):
+        return answers
+    await trio.sleep(0.2)  # the long part, run as the task
+    return f"Hello, {_field(elicited(answers, 'user_name'), 'name')}! (from the task)"
+
+
+class RegionArgs(msgspec.Struct, kw_only=True):
+    """Arguments of ``test_header_param``."""
+
+    region: str
+
+
+REGION_SCHEMA: Final[JsonObject] = {
+    "type": "object",
+    "properties": {
+        "region": {
+            "type": "string",
+            "description": "A region, mirrored in the Mcp-Param-Region header.",
+            "x-mcp-header": "Region",
+        }
+    },
+    "required": ["region"],
+}
+
+
+async def _header_param(args: RegionArgs, ctx: CallContext) -> str:
+    return f"Region: {args.region}"
+
+
+def register_header_fixture(server: Server) -> None:
+    """The tool with an ``x-mcp-header`` argument (``http-custom-header-server-validation``)."""
+    server.register_tool(
+        Tool(
+            "test_header_param",
+            "Echoes `region`, which the client also sends as the Mcp-Param-Region header.",
+            RegionArgs,
+            _header_param,
+            input_schema=REGION_SCHEMA,
+        )
+    )
+
+
+def register_task_fixtures(server: Server) -> None:
+    """The tools the suite's ``tasks-*`` scenarios call (SEP-2663 fixture names)."""
+    server.register_tool(Tool("greet", "Says hello (never a task).", GreetArgs, _greet))
+    server.register_tool(
+        Tool(
+            "slow_compute",
+            "Works `seconds` seconds, then answers (a task when the client can take one).",
+            ComputeArgs,
+            _slow_compute,
+            task_support="optional",
+        )
+    )
+    server.register_tool(
+        Tool(
+            "failing_job",
+            "Fails with a tool error after about half a second (runs only as a task).",
+            NoArgs,
+            _failing_job,
+            task_support="required",
+        )
+    )
+    server.register_tool(
+        Tool(
+            "protocol_error_job",
+            "Breaks with a protocol-level error (a task when the client can take one).",
+            NoArgs,
+            _protocol_error_job,
+            task_support="optional",
+        )
+    )
+    server.register_tool(
+        Tool(
+            "confirm_delete",
+            "Asks the user to confirm (elicitation), then answers.",
+            DeleteArgs,
+            _confirm_delete,
+            task_support="optional",
+        )
+    )
+    server.register_tool(
+        Tool(
+            "multi_input",
+            "Asks two questions at once (elicitation), then answers.",
+            NoArgs,
+            _multi_input,
+            task_support="optional",
+        )
+    )
+    server.register_tool(
+        Tool(
+            "test_tool_with_task",
+            "Asks for user_name (MRTR) synchronously, then runs as a task that greets.",
+            NoArgs,
+            _tool_with_task,
+            task_support="required",
+            input_before_task=True,
+        )
+    )
+
+
 def register_conformance(server: Server) -> None:
     """Register the conformance suite's fixture entries (and our transport fixture)."""
     for name, description, handler in _no_args_tools(server):
@@ -956,6 +1125,8 @@ def register_conformance(server: Server) -> None:
     server.register_prompt(
         Prompt("test_prompt_with_image", "A prompt that includes an image.", _prompt_image)
     )
+    register_task_fixtures(server)
+    register_header_fixture(server)
     server.register_prompt(
         Prompt(
             "test_input_required_result_prompt",

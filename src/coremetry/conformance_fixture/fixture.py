@@ -143,11 +143,13 @@ def register_fixture(server: Server) -> None:
     server.register_tool(
         Tool(
             "sleep_ms",
-            "Sleep for ms milliseconds, reporting progress every 10 ms; read budget 2 s.",
+            "Sleep for ms milliseconds, reporting progress every 10 ms; read budget 2 s "
+            "(as a task: the server's task budget).",
             SleepArgs,
             _sleep,
             short_description="Sleep, with progress.",
             read_budget_s=SLEEP_BUDGET_S,
+            task_support="optional",
         )
     )
     server.register_tool(

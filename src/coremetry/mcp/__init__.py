@@ -7,8 +7,8 @@ nothing from :mod:`coremetry.transports`, auth, the store, quart or hypercorn (a
 it). Transports hand :class:`Server` bytes plus a :class:`Connection` and send back what it
 answers. The modules, lowest first: ``wire``, ``codes``, ``versions``, ``uri_template``,
 ``tool_errors``, ``gate``, ``framing``, ``request_state``, ``outbound``, ``context``,
-``registry``, ``pagination``, ``observe``, ``calls``, ``lists``, ``subscriptions``, ``methods``,
-``server`` (the facade).
+``registry``, ``pagination``, ``observe``, ``calls``, ``lists``, ``subscriptions``, ``tasks``,
+``methods``, ``server`` (the facade).
 """
 
 from . import codes as codes

@@ -431,9 +431,11 @@ class Calls:
         conn: Connection,
         budget_s: float,
         retry: RetryableParams | UnsetType = UNSET,
+        *,
+        task_budget_s: float | None = None,
     ) -> CallContext:
         now = trio.current_time()
-        limit_s = min(budget_s, self._max_budget_s)
+        limit_s = min(budget_s, self._max_budget_s) if task_budget_s is None else task_budget_s
         client_ms = request.meta.timeout_ms
         if not isinstance(client_ms, UnsetType):  # >= 0: RequestMeta refuses the rest
             limit_s = min(limit_s, float(client_ms) / 1000.0)
@@ -510,8 +512,19 @@ class Calls:
             )
         return None
 
-    def call_tool(self, request: Request, params: CallToolParams, conn: Connection) -> PendingCall:
-        """``tools/call``: decode the arguments with the tool's Struct, gate, run, classify."""
+    def call_tool(
+        self,
+        request: Request,
+        params: CallToolParams,
+        conn: Connection,
+        *,
+        task_budget_s: float | None = None,
+    ) -> PendingCall:
+        """``tools/call``: decode the arguments with the tool's Struct, gate, run, classify.
+
+        ``task_budget_s`` (a call running as a task, :mod:`coremetry.mcp.tasks`) replaces the
+        tool's budget and the server maximum; the client's ``timeout_ms`` still shortens it.
+        """
         tool = self._registry.tools.get(params.name)
         if tool is None:
             raise UnknownEntry(
@@ -521,7 +534,7 @@ class Calls:
             EMPTY_OBJECT if isinstance(params.arguments, UnsetType) else bytes(params.arguments)
         )
 
-        ctx = self._context(request, conn, tool.read_budget_s, params)
+        ctx = self._context(request, conn, tool.read_budget_s, params, task_budget_s=task_budget_s)
         audit = UNOBSERVED if self.observer is None else CallAudit("tool", tool.name, arguments)
 
         async def body() -> Reply:

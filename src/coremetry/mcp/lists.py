@@ -14,7 +14,7 @@ from .framing import Reply, Request, result_reply
 from .gate import role_satisfies
 from .pagination import page
 from .registry import Registry, Tool
-from .versions import V2025_03_26, V2025_06_18, at_least
+from .versions import V2025_03_26, V2025_06_18, V2025_11_25, at_least
 from .wire import (
     JsonObject,
     ListParams,
@@ -38,6 +38,10 @@ class Listings:
         page_size: items per page.
         list_ttl_ms: ``ttlMs`` of 2026-07-28 list results, in milliseconds.
         server_meta: the ``_meta`` of every stateless result.
+
+    Attributes:
+        task_execution: tools list their ``execution.taskSupport`` (2025-11-25) — set while
+            the server runs tasks (:meth:`~coremetry.mcp.Server.tasks_running`).
     """
 
     def __init__(
@@ -47,6 +51,7 @@ class Listings:
         self._page_size = page_size
         self._list_ttl_ms = list_ttl_ms
         self._server_meta = server_meta
+        self.task_execution = False
 
     def list_tools(self, request: Request, params: ListParams, conn: Connection) -> Reply:
         """``tools/list``: the tools the caller's role may use, one page."""
@@ -56,6 +61,10 @@ class Listings:
         shown, next_cursor = page("tools", visible, params.cursor, self._page_size)
         version = request.version
         infos = [_tool_info(t, version) for t in shown]
+        if self.task_execution and version == V2025_11_25:
+            for info, tool in zip(infos, shown, strict=True):
+                if tool.task_support != "forbidden":
+                    info.execution = {"taskSupport": tool.task_support}
         result = ListToolsResult(tools=infos, next_cursor=next_cursor)
         return result_reply(self._server_meta, request, result, cache=self._list_ttl_ms)
 

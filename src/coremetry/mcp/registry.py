@@ -17,7 +17,7 @@ warning and the last registration wins; iteration is in registration order.
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final, Generic, TypeVar
+from typing import Final, Generic, Literal, TypeVar
 
 import msgspec
 from msgspec import Struct
@@ -93,6 +93,10 @@ Completer = Callable[[str, str, Mapping[str, str]], Awaitable[Sequence[str]]]
 ``completion/complete``; at most 100 values are sent."""
 
 DEFAULT_READ_BUDGET_S: Final = 30.0
+
+TaskSupport = Literal["forbidden", "optional", "required"]
+"""Whether a tool may run as a task (2025-11-25 ``execution.taskSupport``; the 2026-07-28 tasks
+extension keeps the three values): never, when the client can take one, or always."""
 """Default per-call read budget in seconds (the server maximum may shorten it)."""
 
 
@@ -120,6 +124,24 @@ def schema_for(args_type: type[Struct]) -> JsonObject:
     return top
 
 
+def param_headers_of(schema: JsonObject) -> dict[str, str]:
+    """The arguments an input schema mirrors into HTTP headers (SEP-2243 ``x-mcp-header``).
+
+    Returns:
+        ``{argument: header name suffix}``: a client sends the argument's value in the header
+        ``Mcp-Param-<suffix>`` too (2026-07-28 Streamable HTTP), and the server checks that
+        the two agree.
+    """
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return {}
+    return {
+        str(name): spec["x-mcp-header"]
+        for name, spec in properties.items()
+        if isinstance(spec, dict) and isinstance(spec.get("x-mcp-header"), str)
+    }
+
+
 class Tool(Generic[ArgsT]):
     """A tool: a named, read-budgeted operation a model may call (MCP ``server/tools``).
 
@@ -141,6 +163,12 @@ class Tool(Generic[ArgsT]):
             composition, ``$anchor``, a ``$schema`` dialect). It must be an object schema
             (``"type": "object"``). ``arguments`` are still decoded with ``args``, so the Struct
             must accept every value the schema accepts (and should reject what it rejects).
+        task_support: whether a call may run as a task (:mod:`coremetry.mcp.tasks`): a task's
+            deadline is the server's task budget instead of ``read_budget_s``.
+        input_before_task: 2026-07-28, a ``"required"``/``"optional"`` tool that gathers client
+            input (MRTR) before its long part: a call carrying no ``inputResponses`` runs
+            synchronously (its ``input_required`` answer goes back at once); the retry carrying
+            the answers becomes the task.
 
     Raises:
         ValueError: an empty name or description, a non-positive budget, or an
@@ -154,6 +182,8 @@ class Tool(Generic[ArgsT]):
         args: type[ArgsT],
         handler: ToolHandler[ArgsT],
         *,
+        task_support: TaskSupport = "forbidden",
+        input_before_task: bool = False,
         min_role: str = "",
         short_description: str = "",
         read_budget_s: float = DEFAULT_READ_BUDGET_S,
@@ -185,6 +215,10 @@ class Tool(Generic[ArgsT]):
             schema_for(args) if input_schema is None else dict(input_schema)
         )
         self.output_schema = output_schema
+        self.task_support: TaskSupport = task_support
+        # SEP-2243 (2026-07-28): arguments mirrored into ``Mcp-Param-<name>`` HTTP headers.
+        self.param_headers: dict[str, str] = param_headers_of(self.input_schema)
+        self.input_before_task = input_before_task
         self.decoder: msgspec.json.Decoder[ArgsT] = msgspec.json.Decoder(args)
         self.input_schema_json: bytes = msgspec.json.encode(self.input_schema)
         self.output_schema_json: bytes | None = (

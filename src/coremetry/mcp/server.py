@@ -24,9 +24,11 @@ guarantees of each seam are stated in its module. Handshake era: ``initialize`` 
 revision of the connection (an unknown requested revision is answered with our latest).
 """
 
+import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
 import msgspec
@@ -57,8 +59,24 @@ from .outbound import OutboundRequests
 from .registry import Prompt, Registry, Resource, ResourceTemplate, Tool
 from .request_state import StateSealer
 from .subscriptions import Subscriptions
+from .tasks import (
+    TASKS_EXTENSION,
+    TaskIdParams,
+    TaskListParams,
+    TaskManager,
+    TaskUpdateParams,
+    handshake_capability,
+)
 from .tool_errors import BUILTIN_ERROR_CLASSES, ErrorClasses, merge_error_classes
-from .versions import ALL_VERSIONS, V2025_03_26, V2025_06_18, at_least, is_stateless, negotiate
+from .versions import (
+    ALL_VERSIONS,
+    V2025_03_26,
+    V2025_06_18,
+    V2025_11_25,
+    at_least,
+    is_stateless,
+    negotiate,
+)
 from .wire import (
     INBOUND_DECODER,
     META_SERVER_INFO,
@@ -120,6 +138,15 @@ class Server:
             classes (laid over :data:`~coremetry.mcp.tool_errors.BUILTIN_ERROR_CLASSES`; see
             :func:`~coremetry.mcp.tool_errors.merge_error_classes`). Handed in at assembly: the
             core keeps no process-wide table.
+        task_max_budget_s: the deadline of a call running as a task, in seconds (larger than
+            ``max_budget_s``; :mod:`coremetry.mcp.tasks`).
+        task_ttl_ms: how long a task and its result are kept from creation, at most, in ms.
+        task_poll_interval_ms: the polling interval suggested to task clients, in ms.
+        task_result_budget_bytes: bytes of finished task results kept per identity.
+        task_store_path: the file tasks are kept in across restarts (``None``: memory only).
+
+    Tasks run only inside :meth:`tasks_running` (the server-owned nursery the hosts open
+    around their transports); outside it no task capability is advertised.
 
     Raises:
         ValueError: a non-positive budget or page size.
@@ -142,6 +169,11 @@ class Server:
         state_key: bytes | None = None,
         list_changed: bool = False,
         error_classes: ErrorClasses | None = None,
+        task_max_budget_s: float = 600.0,
+        task_ttl_ms: int = 3_600_000,
+        task_poll_interval_ms: int = 1000,
+        task_result_budget_bytes: int = 8 * 1024 * 1024,
+        task_store_path: Path | None = None,
     ) -> None:
         if max_budget_s <= 0:
             raise ValueError("max_budget_s must be positive")
@@ -182,6 +214,16 @@ class Server:
         lists = Listings(
             self._registry, page_size=page_size, list_ttl_ms=list_ttl_ms, server_meta=server_meta
         )
+        self._lists = lists
+        self.tasks = TaskManager(
+            server_meta=server_meta,
+            max_budget_s=task_max_budget_s,
+            max_ttl_ms=task_ttl_ms,
+            poll_interval_ms=task_poll_interval_ms,
+            result_budget_bytes=task_result_budget_bytes,
+            page_size=page_size,
+            store_path=task_store_path,
+        )
         self._subscriptions = Subscriptions(
             resource_subscriptions=resource_subscriptions, server_meta=server_meta
         )
@@ -200,8 +242,14 @@ class Server:
         add("prompts/list", MethodSpec(ListParams, lists.list_prompts, eras="both"))
         add(
             "tools/call",
-            MethodSpec(CallToolParams, calls.call_tool, eras="both", gated=True, observed="tool"),
+            MethodSpec(CallToolParams, self._call_tool, eras="both", gated=True, observed="tool"),
         )
+        tasks = self.tasks
+        add("tasks/get", MethodSpec(TaskIdParams, tasks.get, eras="both"))
+        add("tasks/cancel", MethodSpec(TaskIdParams, tasks.cancel, eras="both"))
+        add("tasks/update", MethodSpec(TaskUpdateParams, tasks.update, eras="stateless"))
+        add("tasks/result", MethodSpec(TaskIdParams, tasks.result, eras="handshake", gated=True))
+        add("tasks/list", MethodSpec(TaskListParams, tasks.list, eras="handshake"))
         add(
             "resources/read",
             MethodSpec(
@@ -226,6 +274,36 @@ class Server:
             "subscriptions/listen",
             MethodSpec(ListenParams, subscriptions.listen, eras="stateless", gated=True),
         )
+
+    def _call_tool(
+        self, request: Request, params: CallToolParams, conn: Connection
+    ) -> Reply | PendingCall:
+        """``tools/call``, directly or as a task (:meth:`TaskManager.wants_task`)."""
+        calls = self._calls
+        tool = self._registry.tools.get(params.name)
+        if tool is None or not self.tasks.wants_task(request, params, tool):
+            return calls.call_tool(request, params, conn)
+
+        def start(
+            round_params: CallToolParams, task_conn: Connection, budget_s: float
+        ) -> PendingCall:
+            return calls.call_tool(request, round_params, task_conn, task_budget_s=budget_s)
+
+        return self.tasks.create(request, params, conn, start)
+
+    @contextlib.asynccontextmanager
+    async def tasks_running(self) -> AsyncIterator[None]:
+        """Run task-augmented requests for the duration of the block (see :mod:`.tasks`).
+
+        The hosts (``coremetry serve``, ``stdio``, the conformance fixture) open it around
+        their transports; on exit the tasks still running are recorded failed.
+        """
+        async with self.tasks.running():
+            self._lists.task_execution = True
+            try:
+                yield
+            finally:
+                self._lists.task_execution = False
 
     def add_method(self, method: str, spec: MethodSpec[ParamsT]) -> None:
         """Serve ``method`` with ``spec`` (replacing any earlier spec of that name).
@@ -253,6 +331,15 @@ class Server:
     def register_prompt(self, prompt: Prompt) -> None:
         """Register a prompt; a duplicate name logs a warning and the last registration wins."""
         self._registry.register_prompt(prompt)
+
+    def param_headers(self, tool: str) -> dict[str, str]:
+        """The arguments of ``tool`` mirrored into ``Mcp-Param-*`` headers (SEP-2243).
+
+        Returns:
+            ``{argument: header name suffix}``; empty for an unknown tool or one with none.
+        """
+        entry = self._registry.tools.get(tool)
+        return {} if entry is None else entry.param_headers
 
     def tool_count(self) -> int:
         """Number of registered tools."""
@@ -514,6 +601,11 @@ class Server:
         )
         if at_least(version, V2025_03_26):
             caps.completions = {}
+        if self.tasks.enabled:
+            if stateless:
+                caps.extensions = {TASKS_EXTENSION: {}}
+            elif at_least(version, V2025_11_25):
+                caps.tasks = handshake_capability()
         return caps
 
     def _initialize(self, request: Request, params: InitializeParams, conn: Connection) -> Reply:

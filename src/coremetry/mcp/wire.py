@@ -204,11 +204,26 @@ RetryableParams = _RetryableParams
 """The base of the params that may carry MRTR ``inputResponses``/``requestState`` (public name)."""
 
 
+class TaskRequestMetadata(Struct, kw_only=True):
+    """``params.task`` of a task-augmented request (2025-11-25 ``TaskMetadata``).
+
+    ``ttl`` is the retention the client asks for, in milliseconds from creation; other keys
+    (a 2026-07-28 server ignores the legacy ``pollInterval`` hint) are ignored.
+    """
+
+    ttl: int | UnsetType | None = UNSET
+
+
 class CallToolParams(_RetryableParams, kw_only=True):
-    """``tools/call`` params; ``arguments`` is decoded later with the tool's own Struct."""
+    """``tools/call`` params; ``arguments`` is decoded later with the tool's own Struct.
+
+    ``task`` asks for a task-augmented call (2025-11-25 tasks); in 2026-07-28 the server alone
+    decides and the key is tolerated but ignored (:mod:`coremetry.mcp.tasks`).
+    """
 
     name: str
     arguments: Raw | UnsetType = UNSET
+    task: TaskRequestMetadata | UnsetType = UNSET
 
 
 class ReadResourceParams(_RetryableParams, kw_only=True):
@@ -338,6 +353,10 @@ class ServerCapabilities(_Wire, kw_only=True):
     logging: JsonObject | UnsetType = UNSET
     completions: JsonObject | UnsetType = UNSET
     experimental: JsonObject | UnsetType = UNSET
+    tasks: JsonObject | UnsetType = UNSET
+    """2025-11-25 tasks (``{list, cancel, requests: {tools: {call}}}``)."""
+    extensions: JsonObject | UnsetType = UNSET
+    """2026-07-28 extensions by identifier (``io.modelcontextprotocol/tasks``)."""
 
 
 class InitializeResult(Result, kw_only=True):
@@ -376,6 +395,8 @@ class ToolInfo(_Wire, kw_only=True):
     input_schema: Raw
     output_schema: Raw | UnsetType = UNSET
     annotations: ToolAnnotations | UnsetType = UNSET
+    execution: JsonObject | UnsetType = UNSET
+    """2025-11-25: ``{"taskSupport": "forbidden" | "optional" | "required"}``."""
 
 
 class ListToolsResult(Result, kw_only=True):

@@ -66,6 +66,7 @@ _OUTPUT = (
 TOOLS: Final = (
     ToolSpec(
         name="list_services",
+        task_support="optional",
         args=ListServicesArgs,
         output=results.ListServicesResult,
         handler=ObservabilityTools.list_services,
@@ -85,6 +86,7 @@ TOOLS: Final = (
     ),
     ToolSpec(
         name="get_service",
+        task_support="optional",
         args=GetServiceArgs,
         output=results.GetServiceResult,
         handler=ObservabilityTools.get_service,
@@ -107,6 +109,7 @@ TOOLS: Final = (
     ),
     ToolSpec(
         name="get_service_map",
+        task_support="optional",
         args=GetServiceMapArgs,
         output=results.GetServiceMapResult,
         handler=ObservabilityTools.get_service_map,
@@ -124,6 +127,7 @@ TOOLS: Final = (
     ),
     ToolSpec(
         name="search_traces",
+        task_support="optional",
         args=SearchTracesArgs,
         output=results.SearchTracesResult,
         handler=ObservabilityTools.search_traces,
@@ -166,6 +170,7 @@ TOOLS: Final = (
     ),
     ToolSpec(
         name="search_logs",
+        task_support="optional",
         args=SearchLogsArgs,
         output=results.SearchLogsResult,
         handler=ObservabilityTools.search_logs,
@@ -202,6 +207,7 @@ TOOLS: Final = (
     ),
     ToolSpec(
         name="query_metric",
+        task_support="optional",
         args=QueryMetricArgs,
         output=results.QueryMetricResult,
         handler=ObservabilityTools.query_metric,
@@ -240,6 +246,7 @@ TOOLS: Final = (
     ),
     ToolSpec(
         name="compare_deploys",
+        task_support="optional",
         args=CompareDeploysArgs,
         output=results.CompareDeploysResult,
         handler=ObservabilityTools.compare_deploys,
@@ -295,6 +302,7 @@ TOOLS: Final = (
     ),
     ToolSpec(
         name="list_anomalies",
+        task_support="optional",
         args=ListAnomaliesArgs,
         output=results.ListAnomaliesResult,
         handler=ObservabilityTools.list_anomalies,

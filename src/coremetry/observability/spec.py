@@ -18,7 +18,7 @@ from typing import Final, Generic, TypeVar
 import msgspec
 
 from coremetry.mcp import CallContext, Tool, schema_for
-from coremetry.mcp.registry import ToolOutput
+from coremetry.mcp.registry import TaskSupport, ToolOutput
 from coremetry.mcp.wire import ToolAnnotations
 
 from .budget import JsonObject, Shaped, fit
@@ -175,6 +175,9 @@ class ToolSpec(Generic[ArgsT]):
             :class:`~.results.Result` Struct; the served ``outputSchema`` is generated from it
             (:func:`~.results.output_schema`: the result, the budget's minimal object, or the
             tool-error object).
+        task_support: whether a call may run as an MCP task (:mod:`coremetry.mcp.tasks`):
+            ``"optional"`` for the store-heavy tools (long windows, wide scans), whose task
+            deadline is ``mcp.task_max_budget_s`` instead of the call budget.
     """
 
     name: str
@@ -185,6 +188,7 @@ class ToolSpec(Generic[ArgsT]):
     min_role: str = ""
     output: type[Result]
     annotations: ToolAnnotations = READ_ONLY
+    task_support: TaskSupport = "forbidden"
 
     @property
     def title(self) -> str:
@@ -220,4 +224,5 @@ class ToolSpec(Generic[ArgsT]):
             min_role=self.min_role,
             input_schema=self.input_schema(),
             output_schema=self.output_schema(),
+            task_support=self.task_support,
         )

@@ -179,8 +179,10 @@ async def serve_stdio(
             nursery.start_soon(reader)
             if stop is not None:
                 nursery.start_soon(on_stop, stop)
-            with calls:
-                await serve_connection(server, conn, line_recv, drain_on_eof=True, drain=drain)
+            # Tasks (task-augmented tools/call) run beside the session and end with it.
+            async with server.tasks_running():
+                with calls:
+                    await serve_connection(server, conn, line_recv, drain_on_eof=True, drain=drain)
             reading.cancel()
             watching.cancel()
             # serve_connection has drained every call; let the writer flush and stop.

@@ -93,6 +93,8 @@ class _PeekMeta(msgspec.Struct):
 class _PeekParams(msgspec.Struct):
     name: object = None
     uri: object = None
+    task_id: object = msgspec.field(default=None, name="taskId")
+    arguments: msgspec.Raw = msgspec.Raw(b"null")  # decoded only for x-mcp-header tools
     meta: _PeekMeta | UnsetType = msgspec.field(default=UNSET, name="_meta")
 
 
@@ -133,7 +135,15 @@ def _peek(body: bytes) -> _Peek | None:
         return None
 
 
-_NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+_NAME_PARAM: Final = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    # The tasks extension (SEP-2663 "Routing Headers"): Mcp-Name carries params.taskId.
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
 
 
 def decode_header_value(value: str) -> str | None:
@@ -281,7 +291,9 @@ class StreamableHttp:
         # A 2026-07-28 request whose headers disagree with its body is a mismatch first (the
         # client disagrees with itself), whatever the header says; only then is the header's
         # revision judged on its own.
-        mismatch = _header_mismatch(headers, peek, header_version)
+        mismatch = _header_mismatch(headers, peek, header_version) or _param_mismatch(
+            headers, peek, self.server
+        )
         if mismatch is not None:
             await send_response(
                 send,
@@ -366,7 +378,7 @@ def _header_mismatch(
         return f"Header mismatch: Mcp-Method {method_header!r} differs from method {peek.method!r}"
     key = _NAME_PARAM.get(peek.method)
     if key is not None:
-        expected = params.name if key == "name" else params.uri
+        expected = {"name": params.name, "uri": params.uri, "taskId": params.task_id}[key]
         name_header = headers.get("mcp-name")
         if not isinstance(expected, str):
             return None  # the core rejects the params themselves
@@ -374,6 +386,46 @@ def _header_mismatch(
             return f"Header mismatch: Mcp-Name is required for {peek.method}"
         if decode_header_value(name_header) != expected:
             return f"Header mismatch: Mcp-Name differs from params.{key}"
+    return None
+
+
+def _param_mismatch(headers: Headers, peek: _Peek | None, server: Server) -> str | None:
+    """SEP-2243 custom headers of a 2026-07-28 ``tools/call``; a message when they are broken.
+
+    A tool whose input schema marks arguments with ``x-mcp-header`` gets each such argument
+    present in the body in the header ``Mcp-Param-<name>`` too (``=?base64?…?=`` decoded),
+    with the same value (a number or boolean as its JSON text). A missing, undecodable or
+    different header is a mismatch, and so is a header for an argument the body leaves out.
+    """
+    if peek is None or peek.method != "tools/call" or isinstance(peek.params, UnsetType):
+        return None
+    params = peek.params
+    if peek.meta_version is None or not isinstance(params.name, str):
+        return None
+    wanted = server.param_headers(params.name)
+    if not wanted:
+        return None
+    try:
+        arguments = msgspec.json.decode(params.arguments)
+    except msgspec.DecodeError:
+        return None  # the core rejects the params themselves
+    if not isinstance(arguments, dict):
+        arguments = {}
+    for argument, suffix in wanted.items():
+        raw_header = headers.get(f"mcp-param-{suffix.lower()}")
+        if argument not in arguments:
+            if raw_header is not None:
+                return f"Header mismatch: Mcp-Param-{suffix} is set but arguments.{argument} is not"
+            continue
+        if raw_header is None:
+            return f"Header mismatch: Mcp-Param-{suffix} is required (arguments.{argument})"
+        decoded = decode_header_value(raw_header)
+        if decoded is None:
+            return f"Header mismatch: Mcp-Param-{suffix} is not valid =?base64?...?= text"
+        value = arguments[argument]
+        expected = value if isinstance(value, str) else msgspec.json.encode(value).decode()
+        if decoded != expected:
+            return f"Header mismatch: Mcp-Param-{suffix} differs from arguments.{argument}"
     return None
 
 

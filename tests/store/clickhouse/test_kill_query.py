@@ -152,3 +152,41 @@ async def test_the_server_stopping_first_is_a_timeout_too(chdb_http: ChdbHttpSer
     assert payload["error"] == "timeout"
     assert held.query_id not in chdb_http.kills
     assert held.query_id not in store.runtime.kills
+
+
+async def test_a_task_cancelled_mid_query_kills_the_query(chdb_http: ChdbHttpServer) -> None:
+    """``list_services`` run as an MCP task (2025-11-25 ``params.task``), then ``tasks/cancel``:
+    the task ends cancelled and its statement is killed on the ClickHouse server."""
+
+    def rpc(request_id: int, method: str, params: dict[str, object]) -> bytes:
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        return json.dumps(message).encode()
+
+    with trio.fail_after(LIMIT_S):
+        async with (
+            served_store(chdb_http) as (url, store),
+            httpx.AsyncClient(timeout=LIMIT_S) as client,
+        ):
+            before = len(chdb_http.held)
+            chdb_http.overshoot_s = 30.0
+            chdb_http.hold = is_services_query
+            task: dict[str, object] = {
+                "name": "list_services",
+                "arguments": {"range": "24h"},
+                "task": {},
+            }
+            created = await client.post(url, content=rpc(1, "tools/call", task), headers=HEADERS)
+            task_id = created.json()["result"]["task"]["taskId"]
+            await wait_for(lambda: len(chdb_http.held) > before)
+            held = only_held(chdb_http, before)
+            cancelled = await client.post(
+                url, content=rpc(2, "tasks/cancel", {"taskId": task_id}), headers=HEADERS
+            )
+            await wait_for(lambda: held.query_id in chdb_http.kills)
+            status = await client.post(
+                url, content=rpc(3, "tasks/get", {"taskId": task_id}), headers=HEADERS
+            )
+    assert cancelled.json()["result"]["status"] == "cancelled"
+    assert status.json()["result"]["status"] == "cancelled"
+    assert held.killed.is_set()
+    assert held.query_id in store.runtime.kills
