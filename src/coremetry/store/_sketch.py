@@ -25,17 +25,23 @@ a typical per-minute sketch is a few bytes per distinct bin.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Final
 
 import msgspec
 from ddsketch.mapping import LogarithmicMapping
 
-__all__ = ["RELATIVE_ACCURACY", "LatencySketch", "bin_key"]
+__all__ = ["KEY_MULTIPLIER", "RELATIVE_ACCURACY", "ZERO_KEY", "LatencySketch", "bin_key"]
 
 RELATIVE_ACCURACY: Final = 0.01
 """Relative error of every sketch percentile against the exact nearest-rank one (1 %)."""
 
 _MAPPING: Final = LogarithmicMapping(RELATIVE_ACCURACY)
+KEY_MULTIPLIER: Final = math.log(2) / math.log1p(2 * RELATIVE_ACCURACY / (1 - RELATIVE_ACCURACY))
+"""The mapping's factor: a duration ``d >= 1`` is in bin ``ceil(log2(d) * KEY_MULTIPLIER)``, as
+``LogarithmicMapping`` computes it (for a query engine that computes bins itself)."""
+ZERO_KEY: Final = -(2**31)
+"""The bin a query engine gives a duration below 1 ns (:attr:`LatencySketch.zeros` here)."""
 _KEY: Final = _MAPPING.key
 _ENCODE: Final = msgspec.msgpack.Encoder().encode
 _DECODE: Final = msgspec.msgpack.Decoder(list[int]).decode
@@ -81,6 +87,15 @@ class LatencySketch:
         else:
             bins = self.bins
             bins[key] = bins.get(key, 0) + 1
+
+    def add_bins(self, keys: Sequence[int], counts: Sequence[int]) -> None:
+        """Add ``counts[i]`` durations to bin ``keys[i]`` (:data:`ZERO_KEY`: zero durations)."""
+        bins = self.bins
+        for key, count in zip(keys, counts, strict=True):
+            if key == ZERO_KEY:
+                self.zeros += count
+            else:
+                bins[key] = bins.get(key, 0) + count
 
     def merge(self, other: LatencySketch) -> None:
         """Add every duration of ``other`` to this sketch."""
