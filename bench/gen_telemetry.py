@@ -1,7 +1,10 @@
 """Generate a benchmark telemetry store shaped like the Nezha TrainTicket data.
 
 Run: ``python bench/gen_telemetry.py OUT.db [--spans 1000000] [--logs 1000000] [--hours 24]``
-(``--nezha DIR`` for another copy of the Nezha data; ``--seed``; ``--big-traces 20``).
+(``--days 7`` instead of ``--hours``; ``--nezha DIR`` for another copy of the Nezha data;
+``--seed``; ``--big-traces 20``). The size is ``--spans`` and ``--logs`` (e.g. ``--spans
+5000000 --logs 5000000 --days 7``: issue 15's store at scale); metric points keep the demo's
+density whatever the size (per pod every 60 s, per service every 30/60 s, over the range).
 
 Not uniform noise: every trace is a replay of a *real* Nezha trace (``tests/data/nezha``:
 339 traces, 21,669 spans of the TrainTicket microservices): its tree, services, operation
@@ -530,7 +533,13 @@ async def generate(args: argparse.Namespace) -> None:
             trace = (await store.get_trace(gen.rng.choice(sample_traces), limit=1000)).items
             extra = gen.logs_for(trace, per_span)[: args.logs - written["logs"]]
             await flush([], extra, [])
-        points = list(gen.metrics())
+        # Streamed in chunks: a week of the demo's metric density is millions of points.
+        points: list[MetricPoint] = []
+        for point in gen.metrics():
+            points.append(point)
+            if len(points) >= 50_000:
+                await flush([], [], points)
+                points = []
         await flush([], [], points)
         stats = await store.statistics()
     elapsed = time.perf_counter() - started
@@ -563,11 +572,15 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=1_000_000)
     parser.add_argument("--logs", type=int, default=1_000_000)
     parser.add_argument("--hours", type=float, default=24.0, help="time range, ending now")
+    parser.add_argument("--days", type=float, help="time range in days (overrides --hours)")
     parser.add_argument("--big-traces", type=int, default=20, help="traces of >= 1,000 spans")
     parser.add_argument("--batch", type=int, default=5000, help="records per write")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--nezha", default=str(NEZHA), help="the Nezha data (CSVs gzip-compressed)")
-    trio.run(generate, parser.parse_args())
+    args = parser.parse_args()
+    if args.days is not None:
+        args.hours = args.days * 24
+    trio.run(generate, args)
 
 
 if __name__ == "__main__":

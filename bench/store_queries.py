@@ -54,6 +54,7 @@ from coremetry.store.sqlite._runtime import ReadContext
 from coremetry.store.sqlite._text import fts_query
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _store_tools  # the RED tools over 1 h / 24 h / 7 d, a process each
 import gen_telemetry  # the generator's replay gives realistic write batches
 
 SECOND: Final = 1_000_000_000
@@ -165,6 +166,9 @@ async def write_throughput(path: Path, repeat_batches: int) -> tuple[float, floa
 
 async def run(args: argparse.Namespace) -> None:
     path = Path(args.db)
+    if args.tools_only:
+        tools_section(path, args.tools_repeat)
+        return
     manifest = msgspec.json.decode(await trio.Path(f"{path}.json").read_bytes(), type=Manifest)
     rng = random.Random(3)
     repeat: int = args.repeat
@@ -206,8 +210,10 @@ async def run(args: argparse.Namespace) -> None:
             big = list(manifest.big_traces)
             sample = list(manifest.sample_traces)
             last_hours = hours(manifest, 24)
+            # The last 24 hours (the whole store when it covers less).
             day = TimeRange(
-                start_unix_nano=manifest.start_unix_nano, end_unix_nano=manifest.end_unix_nano
+                start_unix_nano=max(manifest.start_unix_nano, manifest.end_unix_nano - 24 * HOUR),
+                end_unix_nano=manifest.end_unix_nano,
             )
             big_sizes = [(await store.get_trace(t, limit=1)).total or 0 for t in big]
             rows.append(
@@ -500,18 +506,26 @@ async def run(args: argparse.Namespace) -> None:
         "spans_resource_start",
         "spans_errors",
     )
+    rollup_tables: tuple[str, ...] = ("red_services", "red_operations", "red_edges", "edge_pending")
+    rollup_tables += tuple(k for k in size if k.startswith("sqlite_autoindex_red_"))
     log_tables = ("logs", "logs_identity", "logs_time", "logs_resource_time", "logs_trace")
     span_bytes = sum(size.get(t, 0) for t in span_tables)
     log_bytes = sum(size.get(t, 0) for t in log_tables)
     fts_bytes = sum(v for k, v in size.items() if k.startswith("logs_fts"))
+    rollup_bytes = sum(size.get(t, 0) for t in rollup_tables)
     per = 1_000_000
     print(
-        f"size: file {(await trio.Path(path).stat()).st_size / 2**20:,.0f} MiB; spans + indexes "
-        f"{span_bytes / stats.span_count * per / 2**20:,.0f} MiB per million spans; "
+        f"size: file {(await trio.Path(path).stat()).st_size / 2**20:,.0f} MiB "
+        f"({(await trio.Path(path).stat()).st_size / stats.span_count * per / 2**20:,.0f} MiB "
+        f"per million spans, everything); spans + indexes "
+        f"{span_bytes / stats.span_count * per / 2**20:,.0f} MiB per million spans "
+        f"(+ RED roll-ups {rollup_bytes / stats.span_count * per / 2**20:,.1f} MiB); "
         f"logs + indexes {log_bytes / stats.log_count * per / 2**20:,.0f} MiB "
         f"(+ full-text index {fts_bytes / stats.log_count * per / 2**20:,.0f} MiB) "
         f"per million log records"
     )
+    print()
+    reports = tools_section(path, args.tools_repeat)
     if args.json:
         await trio.Path(args.json).write_text(
             json.dumps(
@@ -523,10 +537,22 @@ async def run(args: argparse.Namespace) -> None:
                     "write_spans_per_s": span_rate,
                     "write_logs_per_s": log_rate,
                     "sizes": size,
+                    "tools": reports,
                 },
                 indent=1,
             )
         )
+
+
+def tools_section(path: Path, repeat: int) -> list[dict[str, object]]:
+    """The RED tools over 1 h / 24 h / 7 d with their targets (:mod:`_store_tools`)."""
+    print(
+        "RED tools through MCP (a process per tool and window; p50 of "
+        f"{repeat} after a warm-up; heap = RssAnon, RSS includes the mapped store file):"
+    )
+    reports = _store_tools.run_all(path, repeat)
+    _store_tools.print_report(reports)
+    return reports
 
 
 def main() -> None:
@@ -536,6 +562,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds; the best p50 counts")
     parser.add_argument("--write-batches", type=int, default=50, help="batches of 1,000 written")
     parser.add_argument("--json", help="also write every figure and sample as JSON")
+    parser.add_argument("--tools-repeat", type=int, default=5, help="timed calls per RED tool")
+    parser.add_argument("--tools-only", action="store_true", help="only the RED tools section")
     trio.run(run, parser.parse_args())
 
 

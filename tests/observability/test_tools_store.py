@@ -207,3 +207,21 @@ async def test_service_self_time_counts_parallel_spans_once(tmp_path: Path) -> N
             assert 0 <= number(row["self_time_ms"]) <= duration, (row, duration)
             summed[str(row["service"])] += 1
     assert all(summed.values())
+
+
+async def test_red_tools_state_the_percentile_error(tmp_path: Path) -> None:
+    # The embedded store reads percentiles from per-minute latency sketches (1 % relative
+    # error); each RED tool says so beside its p50_ms..p99_ms.
+    install = ZIPKIN / "smartthings-mobile-web-install.json"
+    async with open_sqlite_store(tmp_path / "telemetry.db", retention_days=0) as store:
+        await store.write(versioned(OAUTH, "1.0"))
+        await store.write(versioned(install, "2.0"))
+        server = build_mcp_server(store=store, output_budget_bytes=4096)
+        window = {"start": window_of(OAUTH)["start"], "end": window_of(install)["end"]}
+        answers = [
+            await call(server, "list_services", window),
+            await call(server, "get_service", {"service": "auth", **window}),
+            await call(server, "get_service_map", window),
+            await call(server, "compare_deploys", {"service": "auth", **window}),
+        ]
+    assert [a.get("percentile_relative_error") for a in answers] == [0.01] * 4

@@ -371,11 +371,21 @@ class DeploySide(msgspec.Struct, kw_only=True):
 class ListServicesResult(Windowed, kw_only=True):
     """``list_services``."""
 
+    percentile_relative_error: float | UnsetType = UNSET
+    """Every ``p50_ms``/``p95_ms``/``p99_ms`` of the answer is within this relative error of
+    the exact nearest-rank percentile of the spans' durations (``0.01``: within 1 %, read from
+    the store's per-minute latency sketches; ``0``: exact). Present when it has percentiles."""
+
     services: list[ServiceRow | str]
 
 
 class GetServiceResult(Result, kw_only=True):
     """``get_service``: ``likely_origin`` is described in the tool's description."""
+
+    percentile_relative_error: float | UnsetType = UNSET
+    """Every ``p50_ms``/``p95_ms``/``p99_ms`` of the answer is within this relative error of
+    the exact nearest-rank percentile of the spans' durations (``0.01``: within 1 %, read from
+    the store's per-minute latency sketches; ``0``: exact). Present when it has percentiles."""
 
     service: str
     window: Window
@@ -392,6 +402,11 @@ class GetServiceResult(Result, kw_only=True):
 
 class GetServiceMapResult(Windowed, kw_only=True):
     """``get_service_map`` (``services`` on the first page only)."""
+
+    percentile_relative_error: float | UnsetType = UNSET
+    """Every ``p50_ms``/``p95_ms``/``p99_ms`` of the answer is within this relative error of
+    the exact nearest-rank percentile of the spans' durations (``0.01``: within 1 %, read from
+    the store's per-minute latency sketches; ``0``: exact). Present when it has percentiles."""
 
     edges: list[EdgeRow | str]
     services: list[MapServiceRow] | UnsetType = UNSET
@@ -455,6 +470,11 @@ class ListDeploysResult(Windowed, kw_only=True):
 
 class CompareDeploysResult(Result, kw_only=True):
     """``compare_deploys``: ``change`` holds ``<key>_delta`` (after minus before)."""
+
+    percentile_relative_error: float | UnsetType = UNSET
+    """Every ``p50_ms``/``p95_ms``/``p99_ms`` of the answer is within this relative error of
+    the exact nearest-rank percentile of the spans' durations (``0.01``: within 1 %, read from
+    the store's per-minute latency sketches; ``0``: exact). Present when it has percentiles."""
 
     service: str
     window: Window

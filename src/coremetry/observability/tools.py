@@ -21,7 +21,7 @@ no data — never made-up problems.
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, ClassVar, Final, Literal
 
 import msgspec
@@ -37,6 +37,7 @@ from coremetry.store import (
     LogRecord,
     MetricQuery,
     MetricSeries,
+    OperationSummary,
     QueryRejected,
     ServiceEdge,
     ServiceSummary,
@@ -598,6 +599,17 @@ def service_row(summary: ServiceSummary, window: TimeRange) -> JsonObject:
     }
 
 
+def percentile_error(
+    *groups: Iterable[ServiceSummary | OperationSummary | ServiceEdge],
+) -> JsonObject:
+    """The largest percentile error the store declared for these summaries.
+
+    ``{"percentile_relative_error": e}``, or ``{}`` when there are no summaries.
+    """
+    errors = [item.percentile_relative_error for group in groups for item in group]
+    return {"percentile_relative_error": max(errors)} if errors else {}
+
+
 def edge_row(edge: ServiceEdge) -> JsonObject:
     """One caller -> callee edge with the callee-side RED of its calls."""
     return {
@@ -914,6 +926,7 @@ class ObservabilityTools:
             "services": list(items),
             "total": total,
             "truncated": shown.more,
+            **percentile_error(span_services),
         }
         shown.add_cursor(body)
         if not items:
@@ -1001,6 +1014,7 @@ class ObservabilityTools:
             "downstream": downstream,
             "deploys": [deploy_row(d) for d in deploys],
             **(await self.problems_of(args.service, tr)),
+            **percentile_error([summary], operations.items, edges),
             "truncated": False,
             "next": "search_traces(service, min_duration_ms) for slow traces, get_trace for one, "
             "search_logs(service, min_severity=ERROR), query_metric for its metrics",
@@ -1035,6 +1049,7 @@ class ObservabilityTools:
         if len(edges) < MAX_LIMIT:
             body["total"] = len(edges)
         body["truncated"] = more
+        body.update(percentile_error(shown, summaries))
         if offset == 0:
             body["services"] = [
                 {
@@ -1570,9 +1585,11 @@ class ObservabilityTools:
         }
         sides: dict[str, JsonObject] = {}
         operations: dict[str, dict[str, JsonObject]] = {}
+        read: list[ServiceSummary | OperationSummary] = []
         for side, tr in windows.items():
             summaries = await self._all_services(tr)
             red = next((s for s in summaries if s.service_name == args.service), None)
+            read += [red] if red is not None else []
             sides[side] = {
                 "version": (before if side == "before" else after).version,
                 "window": {
@@ -1582,6 +1599,7 @@ class ObservabilityTools:
                 "red": None if red is None else service_row(red, tr),
             }
             ops = await self.store.operations(args.service, tr, limit=20)
+            read += ops.items
             for op in ops.items:
                 operations.setdefault(op.name, {})[side] = {
                     "span_count": op.span_count,
@@ -1610,6 +1628,7 @@ class ObservabilityTools:
             ],
             "truncated": False,
             "note": "each side covers the time its version was seen; traffic mix may differ",
+            **percentile_error(read),
         }
         return Shaped(body, [Trimmable(("operations",))])
 

@@ -155,6 +155,10 @@ class ServiceSummary(msgspec.Struct, frozen=True, kw_only=True):
     p99_duration_ns: int | None
     last_seen_unix_nano: int
     versions: list[str] = msgspec.field(default_factory=list)
+    percentile_relative_error: float = 0.0
+    """The relative error bound of the ``p*_duration_ns`` figures against the exact
+    nearest-rank percentiles of the raw spans (``0.0``: exact; a backend answering from
+    latency sketches says its sketches' accuracy, e.g. ``0.01``)."""
 
     @property
     def error_rate(self) -> float:
@@ -176,6 +180,10 @@ class OperationSummary(msgspec.Struct, frozen=True, kw_only=True):
     p50_duration_ns: int | None
     p95_duration_ns: int | None
     p99_duration_ns: int | None
+    percentile_relative_error: float = 0.0
+    """The relative error bound of the ``p*_duration_ns`` figures against the exact
+    nearest-rank percentiles of the raw spans (``0.0``: exact; a backend answering from
+    latency sketches says its sketches' accuracy, e.g. ``0.01``)."""
 
 
 StatusFilter: TypeAlias = Literal["any", "error", "ok"]
@@ -373,6 +381,10 @@ class ServiceEdge(msgspec.Struct, frozen=True, kw_only=True):
     p50_duration_ns: int | None
     p95_duration_ns: int | None
     p99_duration_ns: int | None
+    percentile_relative_error: float = 0.0
+    """The relative error bound of the ``p*_duration_ns`` figures against the exact
+    nearest-rank percentiles of the raw spans (``0.0``: exact; a backend answering from
+    latency sketches says its sketches' accuracy, e.g. ``0.01``)."""
 
 
 class RedPoint(msgspec.Struct, frozen=True, kw_only=True):

@@ -54,6 +54,7 @@ from coremetry.store._query_args import (
     check_aggregation_applies,
     query_hash,
 )
+from coremetry.store._sketch import RELATIVE_ACCURACY, LatencySketch
 from coremetry.store.interface import (
     DeployRecord,
     LogCountPoint,
@@ -87,7 +88,7 @@ from ._codec import (
     span_from_row,
 )
 from ._runtime import Param, Runtime
-from ._schema import LOOKUP_MAX_S, TableNames
+from ._schema import LOOKUP_MAX_S, TableNames, sketch_key_sql
 from ._text import Term, text_terms
 
 __all__ = [
@@ -194,14 +195,24 @@ class Reader:
         tables: the configured table names (checked).
         runtime: where statements run.
         trace_lookup: the exporter's trace-id lookup table is there (and of its shape).
+        rollups: the RED roll-up table (:func:`._schema.rollup_ddl`) is there: ``services``,
+            ``operations`` and ``deploys`` read it for a window's whole minutes.
     """
 
-    def __init__(self, tables: TableNames, runtime: Runtime, *, trace_lookup: bool = False) -> None:
+    def __init__(
+        self,
+        tables: TableNames,
+        runtime: Runtime,
+        *,
+        trace_lookup: bool = False,
+        rollups: bool = False,
+    ) -> None:
         tables.check()
         self.tables = tables
         self.run = runtime
         self.traces = tables.qualified("traces")
         self.trace_lookup = tables.qualified("trace_id_ts") if trace_lookup else None
+        self.rollup = tables.qualified("red_1m") if rollups else None
         self.logs = tables.qualified("logs")
         self.metric_tables: dict[MetricType, str] = {
             kind: tables.qualified(kind) for kind in _TYPE_ORDER
@@ -252,7 +263,17 @@ class Reader:
     # -- services and operations ----------------------------------------------------------
 
     async def services(self, time_range: TimeRange, limit: int) -> Page[ServiceSummary]:
-        """RED per service from its entry spans (see :class:`ServiceSummary`)."""
+        """RED per service from its entry spans (see :class:`ServiceSummary`).
+
+        From the roll-ups when there are (plus the raw spans of the window's partial
+        minutes), else from the raw spans.
+        """
+        if self.rollup is not None:
+            return await self._rolled_services(time_range, limit)
+        return await self._raw_services(time_range, limit)
+
+    async def _raw_services(self, time_range: TimeRange, limit: int) -> Page[ServiceSummary]:
+        """RED per service from the raw spans (exact percentiles)."""
         rows = await self.run.query(
             f"""
             SELECT service, span_count, request_count, error_count, {_percentiles("ds")},
@@ -384,7 +405,15 @@ class Reader:
     async def operations(
         self, service_name: str, time_range: TimeRange, limit: int
     ) -> Page[OperationSummary]:
-        """RED per span name of one service, over all of its spans."""
+        """RED per span name of one service, over all of its spans (roll-ups when there are)."""
+        if self.rollup is not None:
+            return await self._rolled_operations(service_name, time_range, limit)
+        return await self._raw_operations(service_name, time_range, limit)
+
+    async def _raw_operations(
+        self, service_name: str, time_range: TimeRange, limit: int
+    ) -> Page[OperationSummary]:
+        """RED per span name of one service from the raw spans."""
         rows = await self.run.query(
             f"""
             SELECT name, span_count, error_count, {_percentiles("ds")}, total
@@ -823,7 +852,18 @@ class Reader:
     async def deploys(
         self, time_range: TimeRange, limit: int, service_name: str | None
     ) -> list[DeployRecord]:
-        """Distinct ``service.version`` per service in the range, latest first seen first."""
+        """Distinct ``service.version`` per service in the range, latest first seen first.
+
+        From the roll-ups when there are (plus the partial minutes' raw spans).
+        """
+        if self.rollup is not None:
+            return await self._rolled_deploys(time_range, limit, service_name)
+        return await self._raw_deploys(time_range, limit, service_name)
+
+    async def _raw_deploys(
+        self, time_range: TimeRange, limit: int, service_name: str | None
+    ) -> list[DeployRecord]:
+        """Distinct ``service.version`` per service from the raw spans."""
         params: dict[str, Param] = {**_range(time_range), "limit": limit}
         only = ""
         if service_name is not None:
@@ -844,6 +884,207 @@ class Reader:
             LIMIT {{limit:UInt32}}
             """,
             params,
+        )
+        return [
+            DeployRecord(
+                service_name=cast(str, row[0]),
+                version=cast(str, row[1]),
+                first_seen_unix_nano=cast(int, row[2]),
+                last_seen_unix_nano=cast(int, row[3]),
+                span_count=cast(int, row[4]),
+            )
+            for row in rows
+        ]
+
+    # -- RED from the roll-ups ----------------------------------------------------------------
+
+    def _split(self, time_range: TimeRange) -> tuple[dict[str, Param], str | None, str | None]:
+        """Parameters and the conditions of the two parts of a window.
+
+        The roll-up rows of its whole minutes (on ``Minute``) and the raw spans of its partial
+        minutes (on ``Timestamp``); ``None`` for a part the window does not have.
+        """
+        start = max(0, time_range.start_unix_nano)
+        end = max(0, time_range.end_unix_nano)
+        first = min(-(-start // _MINUTE) * _MINUTE, MAX_NS)
+        last = end - end % _MINUTE
+        params: dict[str, Param] = {}
+        raw: list[str] = []
+        if first >= last:
+            params.update(r0=start, r1=end)
+            raw.append(
+                "(Timestamp >= fromUnixTimestamp64Nano({r0:Int64}) "
+                "AND Timestamp < fromUnixTimestamp64Nano({r1:Int64}))"
+            )
+            return params, None, raw[0]
+        params.update(m0=first // SECOND, m1=last // SECOND)
+        rolled = "Minute >= toDateTime({m0:UInt32}) AND Minute < toDateTime({m1:UInt32})"
+        if start < first:
+            params.update(h0=start, h1=first)
+            raw.append(
+                "(Timestamp >= fromUnixTimestamp64Nano({h0:Int64}) "
+                "AND Timestamp < fromUnixTimestamp64Nano({h1:Int64}))"
+            )
+        if last < end:
+            params.update(t0=last, t1=end)
+            raw.append(
+                "(Timestamp >= fromUnixTimestamp64Nano({t0:Int64}) "
+                "AND Timestamp < fromUnixTimestamp64Nano({t1:Int64}))"
+            )
+        return params, rolled, (" OR ".join(raw) or None)
+
+    async def _rolled_services(self, time_range: TimeRange, limit: int) -> Page[ServiceSummary]:
+        params, rolled, raw = self._split(time_range)
+        parts = []
+        if rolled is not None:
+            parts.append(
+                f"""
+                SELECT toString(ServiceName) AS service, sum(Spans) AS spans,
+                       sumIf(Spans, Entry = 1) AS requests, sumIf(Errors, Entry = 1) AS errors,
+                       toUnixTimestamp64Nano(max(Last)) AS last,
+                       groupUniqArrayIf(Version, Version != '') AS versions,
+                       sumMapMerge(Bins) AS m, Entry AS entry
+                FROM {self.rollup} WHERE {rolled}
+                GROUP BY ServiceName, Entry
+                """
+            )
+        if raw is not None:
+            parts.append(
+                f"""
+                SELECT toString(ServiceName) AS service, toUInt64(count()) AS spans,
+                       toUInt64(countIf({ENTRY})) AS requests,
+                       toUInt64(countIf({ENTRY} AND {ERROR})) AS errors,
+                       toUnixTimestamp64Nano(max(Timestamp)) AS last,
+                       groupUniqArrayIf(ResourceAttributes['service.version'],
+                                        ResourceAttributes['service.version'] != '') AS versions,
+                       sumMapIf([{sketch_key_sql("Duration")}], [toUInt64(1)], {ENTRY}) AS m,
+                       toUInt8(1) AS entry
+                FROM {self.traces} WHERE {raw}
+                GROUP BY ServiceName
+                """
+            )
+        rows = await self.run.query(
+            f"""
+            SELECT service, sum(spans) AS span_count, sum(requests) AS request_count,
+                   sum(errors), max(last), arraySort(groupUniqArrayArray(versions)),
+                   sumMapIf(m.1, m.2, entry = 1) AS bins, count() OVER () AS total
+            FROM ({" UNION ALL ".join(parts)})
+            GROUP BY service
+            ORDER BY request_count DESC, service
+            LIMIT {{limit:UInt32}}
+            """,
+            {**params, "limit": limit},
+        )
+        items = []
+        for row in rows:
+            p50, p95, p99 = _sketch_of(row[6]).percentiles()
+            items.append(
+                ServiceSummary(
+                    service_name=cast(str, row[0]),
+                    span_count=cast(int, row[1]),
+                    request_count=cast(int, row[2]),
+                    error_count=cast(int, row[3]),
+                    p50_duration_ns=p50,
+                    p95_duration_ns=p95,
+                    p99_duration_ns=p99,
+                    last_seen_unix_nano=cast(int, row[4]),
+                    versions=list(cast("list[str]", row[5])),
+                    percentile_relative_error=RELATIVE_ACCURACY,
+                )
+            )
+        return Page(items=items, total=cast(int, rows[0][7]) if rows else 0)
+
+    async def _rolled_operations(
+        self, service_name: str, time_range: TimeRange, limit: int
+    ) -> Page[OperationSummary]:
+        params, rolled, raw = self._split(time_range)
+        parts = []
+        if rolled is not None:
+            parts.append(
+                f"""
+                SELECT toString(SpanName) AS name, sum(Spans) AS spans, sum(Errors) AS errors,
+                       sumMapMerge(Bins) AS m
+                FROM {self.rollup} WHERE ServiceName = {{service:String}} AND {rolled}
+                GROUP BY SpanName
+                """
+            )
+        if raw is not None:
+            parts.append(
+                f"""
+                SELECT toString(SpanName) AS name, toUInt64(count()) AS spans,
+                       toUInt64(countIf({ERROR})) AS errors,
+                       sumMap([{sketch_key_sql("Duration")}], [toUInt64(1)]) AS m
+                FROM {self.traces} WHERE ServiceName = {{service:String}} AND ({raw})
+                GROUP BY SpanName
+                """
+            )
+        rows = await self.run.query(
+            f"""
+            SELECT name, sum(spans) AS span_count, sum(errors), sumMap(m.1, m.2),
+                   count() OVER () AS total
+            FROM ({" UNION ALL ".join(parts)})
+            GROUP BY name
+            ORDER BY span_count DESC, name
+            LIMIT {{limit:UInt32}}
+            """,
+            {**params, "service": service_name, "limit": limit},
+        )
+        items = []
+        for row in rows:
+            p50, p95, p99 = _sketch_of(row[3]).percentiles()
+            items.append(
+                OperationSummary(
+                    service_name=service_name,
+                    name=cast(str, row[0]),
+                    span_count=cast(int, row[1]),
+                    error_count=cast(int, row[2]),
+                    p50_duration_ns=p50,
+                    p95_duration_ns=p95,
+                    p99_duration_ns=p99,
+                    percentile_relative_error=RELATIVE_ACCURACY,
+                )
+            )
+        return Page(items=items, total=cast(int, rows[0][4]) if rows else 0)
+
+    async def _rolled_deploys(
+        self, time_range: TimeRange, limit: int, service_name: str | None
+    ) -> list[DeployRecord]:
+        params, rolled, raw = self._split(time_range)
+        only = ""
+        if service_name is not None:
+            only = "AND ServiceName = {service:String}"
+            params["service"] = service_name
+        parts = []
+        if rolled is not None:
+            parts.append(
+                f"""
+                SELECT toString(ServiceName) AS service, Version AS version,
+                       min(First) AS first, max(Last) AS last, sum(Spans) AS spans
+                FROM {self.rollup} WHERE Version != '' {only} AND {rolled}
+                GROUP BY ServiceName, Version
+                """
+            )
+        if raw is not None:
+            parts.append(
+                f"""
+                SELECT toString(ServiceName) AS service,
+                       ResourceAttributes['service.version'] AS version,
+                       min(Timestamp) AS first, max(Timestamp) AS last,
+                       toUInt64(count()) AS spans
+                FROM {self.traces} WHERE ({raw}) {only}
+                GROUP BY ServiceName, version HAVING version != ''
+                """
+            )
+        rows = await self.run.query(
+            f"""
+            SELECT service, version, toUnixTimestamp64Nano(min(first)) AS first_seen,
+                   toUnixTimestamp64Nano(max(last)), sum(spans)
+            FROM ({" UNION ALL ".join(parts)})
+            GROUP BY service, version
+            ORDER BY first_seen DESC, service, version
+            LIMIT {{limit:UInt32}}
+            """,
+            {**params, "limit": limit},
         )
         return [
             DeployRecord(
@@ -1228,3 +1469,14 @@ def _term_sql(i: int, term: Term, params: dict[str, Param], tk: str = "tk") -> t
         f"hasSubstr({tk}, {{phrase_{i}:Array(String)}})",
         f"arrayCount({test}, arrayEnumerate({tk}))",
     )
+
+
+_MINUTE: Final = 60 * SECOND
+
+
+def _sketch_of(bins: object) -> LatencySketch:
+    """The sketch of a ``sumMap`` result: ``(keys, counts)`` (ClickHouse gives a tuple)."""
+    keys, counts = cast("tuple[Sequence[int], Sequence[int]]", bins)
+    sketch = LatencySketch()
+    sketch.add_bins(keys, counts)
+    return sketch

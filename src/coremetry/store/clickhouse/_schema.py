@@ -39,6 +39,8 @@ from typing import Final
 
 import msgspec
 
+from coremetry.store._sketch import KEY_MULTIPLIER, ZERO_KEY
+
 __all__ = [
     "IDENTIFIER",
     "LOOKUP_MAX_S",
@@ -47,6 +49,9 @@ __all__ = [
     "exporter_ddl",
     "missing_columns",
     "quote_identifier",
+    "rollup_ddl",
+    "rollup_problem",
+    "rollup_select",
     "trace_lookup_problem",
 ]
 
@@ -88,14 +93,18 @@ class TableNames(msgspec.Struct, frozen=True, kw_only=True):
         quote_identifier(self.database, "clickhouse.database")
         quote_identifier(self.traces, "clickhouse.traces_table_name")
         quote_identifier(self.traces + "_trace_id_ts_mv", "clickhouse.traces_table_name")
+        quote_identifier(self.traces + "_red_1m_mv", "clickhouse.traces_table_name")
         quote_identifier(self.logs, "clickhouse.logs_table_name")
         quote_identifier(self.metrics + "_histogram", "clickhouse.metrics_table_name")
 
     def table(self, kind: str) -> str:
-        """The bare name of ``kind`` (traces, logs, gauge, sum, histogram, trace_id_ts[_mv])."""
+        """The bare name of ``kind``.
+
+        Kinds: traces, logs, gauge, sum, histogram, trace_id_ts[_mv], red_1m[_mv].
+        """
         if kind == "traces":
             return self.traces
-        if kind in ("trace_id_ts", "trace_id_ts_mv"):
+        if kind in ("trace_id_ts", "trace_id_ts_mv", "red_1m", "red_1m_mv"):
             return f"{self.traces}_{kind}"
         if kind == "logs":
             return self.logs
@@ -434,3 +443,100 @@ FROM {names.qualified("traces")}
 WHERE TraceId != ''
 GROUP BY TraceId""",
     ]
+
+
+ROLLUP_COLUMNS: Final[dict[str, str]] = {
+    "Minute": "DateTime",
+    "ServiceName": "LowCardinality(String)",
+    "Version": "String",
+    "SpanName": "LowCardinality(String)",
+    "Entry": "UInt8",
+    "Spans": "SimpleAggregateFunction(sum, UInt64)",
+    "Errors": "SimpleAggregateFunction(sum, UInt64)",
+    "First": "SimpleAggregateFunction(min, DateTime64(9))",
+    "Last": "SimpleAggregateFunction(max, DateTime64(9))",
+    "Bins": "AggregateFunction(sumMap, Array(Int32), Array(UInt64))",
+}
+"""The RED roll-up table's columns (``<traces>_red_1m``), as :func:`rollup_ddl` creates them."""
+
+
+def sketch_key_sql(duration: str) -> str:
+    """SQL for the latency-sketch bin of ``duration`` (ns, an integer expression).
+
+    The bin :class:`~coremetry.store._sketch.LatencySketch` gives it (``ddsketch``'s
+    ``LogarithmicMapping``: ``ceil(log2(d) * multiplier)``), and
+    :data:`~coremetry.store._sketch.ZERO_KEY` below 1 ns. ClickHouse's ``log2`` may differ from
+    Python's in the last bit, which moves a duration exactly on a bin's bound into the next
+    bin: still within the sketch's relative accuracy of it.
+    """
+    return (
+        f"if({duration} >= 1, toInt32(ceil(log2(toFloat64({duration})) * {KEY_MULTIPLIER!r})), "
+        f"toInt32({ZERO_KEY}))"
+    )
+
+
+def rollup_select(source: str, where: str, entry: str, error: str) -> str:
+    """The per-minute RED aggregation of spans of ``source`` (the view's, and retention's)."""
+    return f"""SELECT
+    toDateTime(toStartOfMinute(Timestamp)) AS Minute,
+    ServiceName,
+    ResourceAttributes['service.version'] AS Version,
+    SpanName,
+    toUInt8({entry}) AS Entry,
+    toUInt64(count()) AS Spans,
+    toUInt64(countIf({error})) AS Errors,
+    min(Timestamp) AS First,
+    max(Timestamp) AS Last,
+    sumMapState([{sketch_key_sql("Duration")}], [toUInt64(1)]) AS Bins
+FROM {source}
+{where}
+GROUP BY Minute, ServiceName, Version, SpanName, Entry"""
+
+
+def rollup_ddl(names: TableNames, *, entry: str, error: str) -> list[str]:
+    """The RED roll-up table ``<traces>_red_1m`` and the view that fills it (``..._mv``).
+
+    Per minute (of span start), service, ``service.version``, span name and entry flag (a
+    SERVER/CONSUMER span or a root: ``entry``): span count, error count (``error``), first and
+    last start, and the durations' latency-sketch bins (``sumMap`` state of bin -> count, see
+    :func:`sketch_key_sql`), in an ``AggregatingMergeTree``. The view sees every insert into
+    the traces table (ours and the Collector exporter's). Create them only with the traces
+    table: a view added over stored spans sees new inserts only.
+
+    Raises:
+        ValueError: a name is not a plain identifier.
+    """
+    names.check()
+    columns = ",\n    ".join(f"{name} {kind}" for name, kind in ROLLUP_COLUMNS.items())
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {names.qualified("red_1m")} (
+    {columns}
+) ENGINE = AggregatingMergeTree
+PARTITION BY toDate(Minute)
+ORDER BY (Minute, ServiceName, Version, SpanName, Entry)""",
+        f"""CREATE MATERIALIZED VIEW IF NOT EXISTS {names.qualified("red_1m_mv")}
+TO {names.qualified("red_1m")}
+AS {rollup_select(names.qualified("traces"), "", entry, error)}""",
+    ]
+
+
+_STATE_VERSION: Final = re.compile(r"AggregateFunction\(\s*\d+\s*,\s*")
+
+
+def rollup_problem(names: TableNames, found: dict[str, str] | None) -> str | None:
+    """Why the RED roll-up table cannot be used (``None``: it can).
+
+    Args:
+        names: the configured tables.
+        found: the roll-up table's columns (name -> type); ``None`` when it does not exist.
+    """
+    table = f"{names.database}.{names.table('red_1m')}"
+    if found is None:
+        return f"table {table} is missing"
+    for column, expected in ROLLUP_COLUMNS.items():
+        actual = found.get(column)
+        # ClickHouse shows an aggregate function's state version: AggregateFunction(1, sumMap, ..).
+        shown = _STATE_VERSION.sub("AggregateFunction(", actual or "")
+        if actual is None or _normalized(shown) != _normalized(expected):
+            return f"column {table}.{column} is {actual or 'missing'}, expected {expected}"
+    return None

@@ -99,7 +99,7 @@ from ._codec import (
     log_row,
     span_row,
 )
-from ._queries import Reader
+from ._queries import ENTRY, ERROR, Reader
 from ._runtime import Param, Runtime, connect, redacted_url
 from ._schema import (
     REQUIRED_COLUMNS,
@@ -107,6 +107,9 @@ from ._schema import (
     TableNames,
     exporter_ddl,
     missing_columns,
+    rollup_ddl,
+    rollup_problem,
+    rollup_select,
     trace_lookup_problem,
 )
 
@@ -224,15 +227,22 @@ class ClickHouseStore:
     Create it with :func:`open_clickhouse_store`; every method is documented on the protocol,
     the differences from the embedded store in this package's docstrings. ``trace_lookup``:
     the exporter's trace-id lookup table exists and is of its shape (``get_trace`` reads a
-    trace's time bounds from it first).
+    trace's time bounds from it first). ``rollups``: the RED roll-up table exists
+    (:func:`._schema.rollup_ddl`): ``services``, ``operations`` and ``deploys`` read it.
     """
 
     def __init__(
-        self, options: ClickHouseOptions, runtime: Runtime, *, trace_lookup: bool = False
+        self,
+        options: ClickHouseOptions,
+        runtime: Runtime,
+        *,
+        trace_lookup: bool = False,
+        rollups: bool = False,
     ) -> None:
         self.options = options
         self.runtime = runtime
-        self._reader = Reader(options.tables, runtime, trace_lookup=trace_lookup)
+        self.rollups = rollups
+        self._reader = Reader(options.tables, runtime, trace_lookup=trace_lookup, rollups=rollups)
         self._write_lock = trio.Lock()
         self._closed = False
 
@@ -421,11 +431,36 @@ class ClickHouseStore:
                         await self.runtime.command(
                             f"DELETE FROM {table} WHERE {condition}", {"cutoff": cutoff}
                         )
+            if self.rollups and counts["traces"]:
+                with trio.CancelScope(shield=True):
+                    await self._rollups_after_retention(cutoff)
         return RetentionResult(
             spans_deleted=counts["traces"],
             logs_deleted=counts["logs"],
             metric_points_deleted=counts["gauge"] + counts["sum"] + counts["histogram"],
         )
+
+    async def _rollups_after_retention(self, cutoff: int) -> None:
+        """Drop the roll-up minutes before the cutoff's, rebuild its minute from what is left."""
+        tables = self.options.tables
+        rollup = tables.qualified("red_1m")
+        minute = cutoff - cutoff % (60 * 1_000_000_000)
+        params: dict[str, Param] = {"minute": minute // 1_000_000_000, "cutoff": cutoff}
+        # The cutoff's own minute goes too when the cutoff is inside it (rebuilt below).
+        upto = "<" if minute == cutoff else "<="
+        await self.runtime.command(
+            f"DELETE FROM {rollup} WHERE Minute {upto} toDateTime({{minute:UInt32}})", params
+        )
+        if minute < cutoff:
+            where = (
+                "WHERE Timestamp >= fromUnixTimestamp64Nano({cutoff:Int64}) "
+                "AND Timestamp < fromUnixTimestamp64Nano({next:Int64})"
+            )
+            await self.runtime.command(
+                f"INSERT INTO {rollup} "
+                + rollup_select(tables.qualified("traces"), where, ENTRY, ERROR),
+                {**params, "next": minute + 60 * 1_000_000_000},
+            )
 
     # -- read side --------------------------------------------------------------------------
 
@@ -545,7 +580,7 @@ class ClickHouseStore:
 async def _read_columns(runtime: Runtime, options: ClickHouseOptions) -> dict[str, dict[str, str]]:
     """Per table kind (and ``trace_id_ts``), the columns of the tables that exist."""
     tables = options.tables
-    names = {tables.table(kind): kind for kind in (*TABLE_KINDS, "trace_id_ts")}
+    names = {tables.table(kind): kind for kind in (*TABLE_KINDS, "trace_id_ts", "red_1m")}
     rows = await runtime.query(
         "SELECT table, name, type FROM system.columns "
         "WHERE database = {database:String} AND table IN {tables:Array(String)}",
@@ -612,6 +647,9 @@ async def open_clickhouse_store(options: ClickHouseOptions) -> AsyncIterator[Cli
             new_traces = "traces" not in found
             for statement in exporter_ddl(options.tables, trace_lookup=new_traces):
                 await runtime.command(statement, {})
+            if new_traces:
+                for statement in rollup_ddl(options.tables, entry=ENTRY, error=ERROR):
+                    await runtime.command(statement, {})
             found = await _read_columns(runtime, options)
             problems = missing_columns(options.tables, found)
         if problems:
@@ -631,7 +669,17 @@ async def open_clickhouse_store(options: ClickHouseOptions) -> AsyncIterator[Cli
             runtime.where,
             lookup_problem,
         )
-    store = ClickHouseStore(options, runtime, trace_lookup=lookup_problem is None)
+    no_rollups = rollup_problem(options.tables, found.get("red_1m"))
+    if no_rollups is not None:
+        log.info(
+            "ClickHouse at %s: no RED roll-ups (%s); services, operations and deploys read the "
+            "raw spans (clickhouse.create_tables creates them with a new traces table)",
+            runtime.where,
+            no_rollups,
+        )
+    store = ClickHouseStore(
+        options, runtime, trace_lookup=lookup_problem is None, rollups=no_rollups is None
+    )
     try:
         yield store
     finally:

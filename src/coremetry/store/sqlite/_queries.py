@@ -38,19 +38,15 @@ from coremetry.store._query_args import (
 )
 from coremetry.store.errors import QueryRejected
 from coremetry.store.interface import (
-    DeployRecord,
     LogCountPoint,
     LogCountSeries,
     LogQuery,
     MetricDescriptor,
     MetricQuery,
     MetricSeries,
-    OperationSummary,
     Page,
     RedPoint,
-    ServiceEdge,
     ServiceRedSeries,
-    ServiceSummary,
     StoreStatistics,
     TimeRange,
     TraceQuery,
@@ -77,18 +73,14 @@ from ._text import fts_match
 __all__ = [
     "LogPlan",
     "check_trace_id",
-    "deploys",
     "get_trace",
     "log_counts",
     "metric_names",
     "metric_series",
-    "operations",
     "plan_log_search",
     "search_logs",
     "search_traces",
-    "service_edges",
     "service_red_series",
-    "services",
     "statistics",
 ]
 
@@ -124,10 +116,6 @@ def _percentiles(value: str = "d") -> str:
     return ", ".join(
         f"max(CASE WHEN rn = (n * {p} + 99) / 100 THEN {value} END) AS p{p}" for p in (50, 95, 99)
     )
-
-
-def _opt_int(value: SqlParam) -> int | None:
-    return None if value is None else int(value)
 
 
 # -- argument checks (run in the trio thread, before any I/O; shared: ``store._query_args``) --
@@ -195,78 +183,11 @@ def statistics(ctx: ReadContext) -> StoreStatistics:
     )
 
 
-# -- services and operations ------------------------------------------------------------------
+# -- bucketed RED and log counts ---------------------------------------------------------------
+# (services, operations, edges and deploys read the roll-ups: ``._rollups``)
 
-
-_SERVICES: Final = f"""
-WITH win AS MATERIALIZED (
-    SELECT s.service_name, s.duration_ns AS d, s.status_code, s.start_unix_nano,
-           s.resource_id, {_ENTRY} AS entry
-    FROM spans s
-    WHERE s.start_unix_nano >= :start AND s.start_unix_nano < :end
-),
-agg AS (
-    SELECT service_name, count(*) AS span_count, sum(entry) AS request_count,
-           sum(entry AND status_code = {_ERROR}) AS error_count,
-           max(start_unix_nano) AS last_seen
-    FROM win GROUP BY service_name
-),
-ranked AS (
-    SELECT service_name, d,
-           row_number() OVER (PARTITION BY service_name ORDER BY d) AS rn,
-           count(*) OVER (PARTITION BY service_name) AS n
-    FROM win WHERE entry
-),
-pct AS (
-    SELECT service_name, {_percentiles()} FROM ranked GROUP BY service_name
-),
-ver AS (
-    SELECT x.service_name, json_group_array(DISTINCT r.version) AS versions
-    FROM (SELECT DISTINCT service_name, resource_id FROM win) x
-    JOIN resources r ON r.id = x.resource_id
-    WHERE r.version != ''
-    GROUP BY x.service_name
-)
-SELECT agg.service_name, agg.span_count, agg.request_count, agg.error_count,
-       pct.p50, pct.p95, pct.p99, agg.last_seen, ver.versions, count(*) OVER () AS total
-FROM agg
-LEFT JOIN pct ON pct.service_name = agg.service_name
-LEFT JOIN ver ON ver.service_name = agg.service_name
-ORDER BY agg.request_count DESC, agg.service_name
-LIMIT :limit
-"""
 
 _STRINGS: Final = msgspec.json.Decoder(list[str])
-
-
-def services(ctx: ReadContext, time_range: TimeRange, limit: int) -> Page[ServiceSummary]:
-    """RED per service from its entry spans (see :class:`ServiceSummary`)."""
-    rows = cast(
-        "list[tuple[str, int, int, int, int | None, int | None, int | None, int, str | None, int]]",
-        ctx.execute(
-            _SERVICES,
-            {
-                "start": time_range.start_unix_nano,
-                "end": time_range.end_unix_nano,
-                "limit": limit,
-            },
-        ),
-    )
-    items = [
-        ServiceSummary(
-            service_name=row[0],
-            span_count=row[1],
-            request_count=row[2],
-            error_count=row[3],
-            p50_duration_ns=row[4],
-            p95_duration_ns=row[5],
-            p99_duration_ns=row[6],
-            last_seen_unix_nano=row[7],
-            versions=sorted(_STRINGS.decode(row[8])) if row[8] else [],
-        )
-        for row in rows
-    ]
-    return Page(items=items, total=rows[0][9] if rows else 0)
 
 
 _SERVICE_RED_SERIES: Final = f"""
@@ -365,54 +286,6 @@ def log_counts(
             )
         )
     return [LogCountSeries(service_name=name, points=points) for name, points in found.items()]
-
-
-_OPERATIONS: Final = f"""
-WITH ranked AS (
-    SELECT s.name, s.duration_ns AS d, s.status_code,
-           row_number() OVER (PARTITION BY s.name ORDER BY s.duration_ns) AS rn,
-           count(*) OVER (PARTITION BY s.name) AS n
-    FROM spans s
-    WHERE s.resource_id IN (SELECT r.id FROM resources r WHERE r.service_name = :service)
-      AND s.start_unix_nano >= :start AND s.start_unix_nano < :end
-)
-SELECT name, count(*) AS span_count, sum(status_code = {_ERROR}), {_percentiles()},
-       count(*) OVER () AS total
-FROM ranked GROUP BY name
-ORDER BY span_count DESC, name
-LIMIT :limit
-"""
-
-
-def operations(
-    ctx: ReadContext, service_name: str, time_range: TimeRange, limit: int
-) -> Page[OperationSummary]:
-    """RED per span name of one service over all its spans."""
-    rows = cast(
-        "list[tuple[str, int, int, int | None, int | None, int | None, int]]",
-        ctx.execute(
-            _OPERATIONS,
-            {
-                "service": service_name,
-                "start": time_range.start_unix_nano,
-                "end": time_range.end_unix_nano,
-                "limit": limit,
-            },
-        ),
-    )
-    items = [
-        OperationSummary(
-            service_name=service_name,
-            name=row[0],
-            span_count=row[1],
-            error_count=row[2],
-            p50_duration_ns=row[3],
-            p95_duration_ns=row[4],
-            p99_duration_ns=row[5],
-        )
-        for row in rows
-    ]
-    return Page(items=items, total=rows[0][6] if rows else 0)
 
 
 # -- traces -----------------------------------------------------------------------------------
@@ -725,121 +598,6 @@ def search_logs(ctx: ReadContext, plan: LogPlan, limit: int, cursor: str | None)
         key: CursorKey = (last[12], last[0], last[11]) if ranked else (last[0], last[11])
         next_cursor = _CURSORS.encode(plan.qhash, key)
     return Page(items=items, next_cursor=next_cursor)
-
-
-# -- edges and deploys ------------------------------------------------------------------------
-
-
-def service_edges(
-    ctx: ReadContext, time_range: TimeRange, limit: int, service_name: str | None
-) -> list[ServiceEdge]:
-    """Calls between services: child spans whose parent (same trace) is another service's."""
-    params: dict[str, SqlParam] = {
-        "start": time_range.start_unix_nano,
-        "end": time_range.end_unix_nano,
-        "limit": limit,
-    }
-    only = ""
-    if service_name is not None:
-        only = "AND (p.service_name = :service OR c.service_name = :service)"
-        params["service"] = service_name
-    # CROSS JOIN fixes the join order: range-scan the children, look each parent up by the
-    # unique (trace_id, span_id) index.
-    rows = cast(
-        "list[tuple[str, str, int, int, int | None, int | None, int | None]]",
-        ctx.execute(
-            f"""
-            WITH calls AS (
-                SELECT p.service_name AS caller, c.service_name AS callee,
-                       c.duration_ns AS d, c.status_code AS status_code
-                FROM spans c CROSS JOIN spans p
-                    ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id
-                WHERE c.start_unix_nano >= :start AND c.start_unix_nano < :end
-                  AND c.parent_span_id IS NOT NULL AND p.service_name != c.service_name
-                  {only}
-            ),
-            ranked AS (
-                SELECT caller, callee, d, status_code,
-                       row_number() OVER (PARTITION BY caller, callee ORDER BY d) AS rn,
-                       count(*) OVER (PARTITION BY caller, callee) AS n
-                FROM calls
-            )
-            SELECT caller, callee, count(*) AS call_count, sum(status_code = {_ERROR}),
-                   {_percentiles()}
-            FROM ranked GROUP BY caller, callee
-            ORDER BY call_count DESC, caller, callee
-            LIMIT :limit
-            """,
-            params,
-        ),
-    )
-    return [
-        ServiceEdge(
-            caller=row[0],
-            callee=row[1],
-            call_count=row[2],
-            error_count=row[3],
-            p50_duration_ns=row[4],
-            p95_duration_ns=row[5],
-            p99_duration_ns=row[6],
-        )
-        for row in rows
-    ]
-
-
-def deploys(
-    ctx: ReadContext, time_range: TimeRange, limit: int, service_name: str | None
-) -> list[DeployRecord]:
-    """Distinct ``service.version`` per service in the range, latest first seen first.
-
-    A resource is one service + version (+ other resource attributes), so per resource with
-    a version the first and last span start and the span count in the range are three seeks
-    into ``spans_resource_start``, whatever the number of spans.
-    """
-    params: dict[str, SqlParam] = {
-        "start": time_range.start_unix_nano,
-        "end": time_range.end_unix_nano,
-        "limit": limit,
-    }
-    only = ""
-    if service_name is not None:
-        only = "AND r.service_name = :service"
-        params["service"] = service_name
-    in_range = (
-        "FROM spans s WHERE s.resource_id = r.id "
-        "AND s.start_unix_nano >= :start AND s.start_unix_nano < :end"
-    )
-    rows = cast(
-        "list[tuple[str, str, int, int, int]]",
-        ctx.execute(
-            f"""
-            WITH per AS (
-                SELECT r.service_name, r.version,
-                       (SELECT min(s.start_unix_nano) {in_range}) AS first,
-                       (SELECT max(s.start_unix_nano) {in_range}) AS last,
-                       (SELECT count(*) {in_range}) AS n
-                FROM resources r
-                WHERE r.version != '' {only}
-            )
-            SELECT service_name, version, min(first), max(last), sum(n)
-            FROM per WHERE n > 0
-            GROUP BY service_name, version
-            ORDER BY min(first) DESC, service_name, version
-            LIMIT :limit
-            """,
-            params,
-        ),
-    )
-    return [
-        DeployRecord(
-            service_name=row[0],
-            version=row[1],
-            first_seen_unix_nano=row[2],
-            last_seen_unix_nano=row[3],
-            span_count=row[4],
-        )
-        for row in rows
-    ]
 
 
 # -- metrics ----------------------------------------------------------------------------------

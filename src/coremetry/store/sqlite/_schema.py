@@ -6,7 +6,7 @@ transaction, so a crash mid-migration leaves the previous version intact. Openin
 runs every step above its version; a database *newer* than :data:`SCHEMA_VERSION` (written by
 a later Coremetry) is refused, never downgraded.
 
-Tables (version 3):
+Tables (version 4):
 
 - ``resources``: one row per distinct resource (``service.name`` + resource attributes),
   interned so that spans, log records and metric series store a small integer instead of the
@@ -32,6 +32,9 @@ Tables (version 3):
   value is stored as NULL (SQLite has no NaN), ±Inf as itself; histogram points keep their
   buckets as JSON in ``histogram``.
 
+- ``red_services`` / ``red_operations`` / ``red_edges`` / ``edge_pending`` (version 4): the
+  RED roll-ups the writer keeps in the spans' transaction, described in :mod:`._rollups`.
+
 Every query of :mod:`coremetry.store.sqlite` has an index; the comment on each index names the
 queries that use it.
 """
@@ -39,8 +42,10 @@ queries that use it.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
+
+from ._rollups import build_rollups
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SchemaTooNew", "migrate", "schema_version"]
 
@@ -178,12 +183,79 @@ _V3: Final[tuple[str, ...]] = (
     "), 0) WHERE type = 'histogram'",
 )
 
-MIGRATIONS: Final[tuple[Sequence[str], ...]] = (_V1, _V2, _V3)
+_V4: Final[tuple[str | Callable[[sqlite3.Connection], None], ...]] = (
+    # RED roll-ups (see ._rollups): per bucket of ``width`` seconds (60, 3600, 86400) starting
+    # at ``bucket`` (unix ns), per resource (services, deploys), per resource and span name
+    # (operations) and per caller -> callee service (edges), with a latency sketch.
+    """
+    CREATE TABLE red_services (
+        width INTEGER NOT NULL,
+        bucket INTEGER NOT NULL,
+        resource_id INTEGER NOT NULL,
+        span_count INTEGER NOT NULL,
+        first_start INTEGER NOT NULL,
+        last_start INTEGER NOT NULL,
+        request_count INTEGER NOT NULL,
+        error_count INTEGER NOT NULL,
+        duration_sum INTEGER NOT NULL,
+        sketch BLOB NOT NULL,
+        PRIMARY KEY (width, bucket, resource_id)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE red_operations (
+        width INTEGER NOT NULL,
+        bucket INTEGER NOT NULL,
+        resource_id INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        span_count INTEGER NOT NULL,
+        error_count INTEGER NOT NULL,
+        duration_sum INTEGER NOT NULL,
+        sketch BLOB NOT NULL,
+        PRIMARY KEY (width, bucket, resource_id, name)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE red_edges (
+        width INTEGER NOT NULL,
+        bucket INTEGER NOT NULL,
+        caller TEXT NOT NULL,
+        callee TEXT NOT NULL,
+        call_count INTEGER NOT NULL,
+        error_count INTEGER NOT NULL,
+        duration_sum INTEGER NOT NULL,
+        sketch BLOB NOT NULL,
+        PRIMARY KEY (width, bucket, caller, callee)
+    ) WITHOUT ROWID
+    """,
+    # Child spans whose parent span is not stored (yet): the edge is rolled up when it comes.
+    """
+    CREATE TABLE edge_pending (
+        trace_id BLOB NOT NULL,
+        parent_span_id BLOB NOT NULL,
+        child_id INTEGER NOT NULL,
+        start_unix_nano INTEGER NOT NULL,
+        PRIMARY KEY (trace_id, parent_span_id, child_id)
+    ) WITHOUT ROWID
+    """,
+    # Retention of pending children.
+    "CREATE INDEX edge_pending_start ON edge_pending (start_unix_nano)",
+    # Roll up what earlier versions stored (once, in this step's transaction).
+    build_rollups,
+)
+
+MIGRATIONS: Final[tuple[Sequence[str | Callable[[sqlite3.Connection], None]], ...]] = (
+    _V1,
+    _V2,
+    _V3,
+    _V4,
+)
 """Step ``i`` takes the schema from version ``i`` to ``i + 1``: 1 the tables and indexes, 2 the
 full-text index over log bodies (built from the logs already stored), 3 what
 ``bench/store_queries.py`` showed missing: the log id ranges per minute (text search over a
 range), an index of error spans, per-resource indexes instead of per-service-name ones (deploys;
-cheaper writes), and the histogram width of each metric series."""
+cheaper writes), and the histogram width of each metric series; 4 the RED roll-ups
+(:mod:`._rollups`), built from the spans already stored."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 """The version this code writes and reads."""
@@ -228,7 +300,10 @@ def migrate(conn: sqlite3.Connection, *, target: int = SCHEMA_VERSION) -> int:
                 conn.execute("COMMIT")
                 continue
             for statement in MIGRATIONS[step]:
-                conn.execute(statement)
+                if isinstance(statement, str):
+                    conn.execute(statement)
+                else:
+                    statement(conn)
             conn.execute(f"PRAGMA user_version = {step + 1}")
             conn.execute("COMMIT")
         except BaseException:

@@ -67,7 +67,7 @@ from coremetry.store.interface import (
 from coremetry.store.model import LogRecord, Span, TelemetryBatch
 from coremetry.supervision import supervise
 
-from . import _queries
+from . import _queries, _rollups
 from ._runtime import ReadContext, connect, run_interruptible
 from ._schema import SchemaTooNew, migrate
 from ._writer import Writer
@@ -235,7 +235,7 @@ class SqliteStore:
         """See :meth:`TelemetryStore.services`."""
         check_range(time_range)
         check_limit(limit)
-        return await self._read(lambda ctx: _queries.services(ctx, time_range, limit))
+        return await self._read(lambda ctx: _rollups.services(ctx, time_range, limit))
 
     async def operations(
         self, service_name: str, time_range: TimeRange, *, limit: int
@@ -244,7 +244,7 @@ class SqliteStore:
         check_range(time_range)
         check_limit(limit)
         return await self._read(
-            lambda ctx: _queries.operations(ctx, service_name, time_range, limit)
+            lambda ctx: _rollups.operations(ctx, service_name, time_range, limit)
         )
 
     async def get_trace(
@@ -294,7 +294,7 @@ class SqliteStore:
         check_range(time_range)
         check_limit(limit)
         return await self._read(
-            lambda ctx: _queries.service_edges(ctx, time_range, limit, service_name)
+            lambda ctx: _rollups.service_edges(ctx, time_range, limit, service_name)
         )
 
     async def deploys(
@@ -303,7 +303,7 @@ class SqliteStore:
         """See :meth:`TelemetryStore.deploys`."""
         check_range(time_range)
         check_limit(limit)
-        return await self._read(lambda ctx: _queries.deploys(ctx, time_range, limit, service_name))
+        return await self._read(lambda ctx: _rollups.deploys(ctx, time_range, limit, service_name))
 
     async def service_red_series(
         self, time_range: TimeRange, *, step_ns: int, limit: int

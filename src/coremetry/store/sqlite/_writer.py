@@ -18,6 +18,7 @@ from coremetry.store.interface import RetentionResult, WriteResult
 from coremetry.store.model import Attributes, MetricPoint, TelemetryBatch
 from coremetry.store.validation import validate_batch
 
+from . import _rollups
 from ._codec import (
     LogRow,
     PointRow,
@@ -109,6 +110,8 @@ class Writer:
         self.conn = conn
         self._resources: dict[bytes, int] = {}
         self._series: dict[bytes, int] = {}
+        self._rollups_stale = False  # retention deleted spans; straddling buckets not rebuilt
+        _rollups.register_functions(conn)
 
     def _resource_id(
         self, service_name: str, attributes: Attributes, memo: dict[tuple[int, str], int]
@@ -290,7 +293,21 @@ class Writer:
             memo: dict[tuple[int, str], int] = {}
             spans = logs = points = 0
             if batch.spans:
-                spans = conn.executemany(_INSERT_SPAN, self._span_rows(batch, memo)).rowcount
+                span_rows = self._span_rows(batch, memo)
+                last_span = conn.execute("SELECT coalesce(max(id), 0) FROM spans").fetchone()[0]
+                spans = conn.executemany(_INSERT_SPAN, span_rows).rowcount
+                if spans:
+                    # The RED roll-ups in the same transaction; from the rows at hand when all
+                    # of them were new (else ``apply_written`` reads the new ones back).
+                    facts = (
+                        [
+                            (r[6], r[11], r[4], r[5] in (2, 5) or r[2] is None, r[9] == 2, r[8])
+                            for r in span_rows
+                        ]
+                        if spans == len(span_rows)
+                        else None
+                    )
+                    _rollups.apply_written(conn, last_span, facts)
             if batch.logs:
                 rows = self._log_rows(batch, memo)
                 last = conn.execute("SELECT coalesce(max(id), 0) FROM logs").fetchone()[0]
@@ -333,12 +350,19 @@ class Writer:
         """Delete up to ``chunk`` spans, logs and points each older than the cutoff (blocking).
 
         One transaction. Metric series left without points are deleted with the last chunk
-        (when fewer than ``chunk`` points were deleted).
+        (when fewer than ``chunk`` points were deleted). The RED roll-ups: buckets ending by the
+        cutoff go with each chunk; the buckets straddling it are rebuilt from what is left
+        with the last chunk of spans (:mod:`._rollups`).
         """
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
             spans = conn.execute(_DELETE_SPANS, (cutoff_unix_nano, chunk)).rowcount
+            if spans:
+                self._rollups_stale = True
+                _rollups.drop_before(conn, cutoff_unix_nano)
+            if spans < chunk and self._rollups_stale:
+                _rollups.rebuild_straddling(conn, cutoff_unix_nano)
             conn.execute(_UNINDEX_OLD_LOGS, (cutoff_unix_nano, chunk))
             logs = conn.execute(_DELETE_LOGS, (cutoff_unix_nano, chunk)).rowcount
             points = conn.execute(_DELETE_POINTS, (cutoff_unix_nano, chunk)).rowcount
@@ -358,4 +382,6 @@ class Writer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        if spans < chunk:
+            self._rollups_stale = False
         return RetentionResult(spans_deleted=spans, logs_deleted=logs, metric_points_deleted=points)

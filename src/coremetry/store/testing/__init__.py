@@ -45,6 +45,7 @@ from ._checks_metrics import (
     check_metric_series,
     check_nan_and_infinity,
 )
+from ._checks_rollups import check_rollups_match_raw
 from ._checks_traces import (
     check_clock_skew,
     check_deploys,
@@ -87,6 +88,7 @@ CONFORMANCE_CHECKS: Final[tuple[ConformanceCheck, ...]] = tuple(
         check_operations,
         check_service_edges,
         check_deploys,
+        check_rollups_match_raw,
         check_search_logs_filters,
         check_search_logs_text,
         check_metric_names,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Final, Protocol, TypeVar
 
@@ -57,6 +57,52 @@ def _close(actual: float | None, expected: float | None, what: str) -> None:
         return
     if not math.isclose(actual, expected, rel_tol=1e-9, abs_tol=1e-9):
         raise ConformanceError(f"{what}: expected {expected!r}, got {actual!r}")
+
+
+MAX_PERCENTILE_ERROR: Final = 0.01
+"""The largest ``percentile_relative_error`` a backend may declare (a 1 % sketch)."""
+
+
+def _equal_red(
+    actual: Sequence[tuple[object, ...]],
+    expected: Sequence[tuple[object, ...]],
+    percentiles: tuple[int, ...],
+    relative_error: Sequence[float],
+    what: str,
+) -> None:
+    """Rows equal, except the ``percentiles`` columns: within each row's declared error.
+
+    ``relative_error[i]`` is row ``i``'s ``percentile_relative_error`` (``0.0``: exact); it
+    must be at most :data:`MAX_PERCENTILE_ERROR`. A percentile ``a`` for the exact ``e``
+    passes when ``|a - e| <= error * e + 0.5`` (sketch values are rounded to whole ns).
+    """
+    mismatch = ConformanceError(f"{what}: expected {list(expected)!r}, got {list(actual)!r}")
+    if len(actual) != len(expected):
+        raise mismatch
+    for row, want, error in zip(actual, expected, relative_error, strict=True):
+        _expect(
+            0.0 <= error <= MAX_PERCENTILE_ERROR,
+            f"{what}: percentile_relative_error {error!r} is not within "
+            f"[0, {MAX_PERCENTILE_ERROR}]",
+        )
+        exact = [v for i, v in enumerate(row) if i not in percentiles]
+        if exact != [v for i, v in enumerate(want) if i not in percentiles] or len(row) != len(
+            want
+        ):
+            raise mismatch
+        for i in percentiles:
+            got, ideal = row[i], want[i]
+            if got is None or ideal is None:
+                if got is not ideal:
+                    raise mismatch
+                continue
+            assert isinstance(got, int | float)
+            assert isinstance(ideal, int | float)
+            if abs(got - ideal) > error * abs(ideal) + 0.5:
+                raise ConformanceError(
+                    f"{what}: percentile {got!r} is not within {error:.0%} of the exact "
+                    f"{ideal!r}; expected {list(expected)!r}, got {list(actual)!r}"
+                )
 
 
 async def _rejected(call: Awaitable[object], field: str, what: str) -> QueryRejected:

@@ -1,0 +1,743 @@
+"""RED roll-ups of the embedded store: kept at ingest, read by services/operations/edges/deploys.
+
+Why: summing every span of a 7-day window for each ``list_services`` cost 40-200x an hour's
+answer and memory grew with the rows read (issues 13 and 15). The roll-ups make the cost of
+those reads grow with the answer (services x buckets), not with the spans.
+
+**Tables** (schema version 4, :mod:`._schema`). Each row covers one *bucket*: ``width``
+seconds (60, 3600 or 86400: a minute, an hour, a UTC day; :data:`WIDTHS`) starting at
+``bucket`` (unix ns, a multiple of the width), by the span's *start* time as every query
+filters:
+
+- ``red_services``, per resource (a service + version + other resource attributes):
+  ``span_count`` (all spans), ``first_start`` / ``last_start`` (span starts), and over its
+  *entry spans* (kind SERVER/CONSUMER, or a root) ``request_count``, ``error_count`` (status
+  ERROR), ``duration_sum`` and ``sketch`` (their durations);
+- ``red_operations``, per resource and span name, over all its spans: ``span_count``,
+  ``error_count``, ``duration_sum``, ``sketch``;
+- ``red_edges``, per caller -> callee service (a child span whose parent span, same trace,
+  belongs to another service; counted on the child's start): ``call_count``,
+  ``error_count``, ``duration_sum``, ``sketch`` (the child spans' durations).
+
+A ``sketch`` is a :class:`~coremetry.store._sketch.LatencySketch` (DDSketch bins, 1 %
+relative accuracy), encoded. Every span updates the rows of its minute, hour and day, so a
+window is read as whole days, hours and minutes (:func:`plan`): a 7-day window is at most
+6 days + 46 hours + 118 minutes of rows per group, an hour at most 60 minute rows.
+
+**Maintenance** (:func:`apply_written`): in the write's own transaction, from the rows the
+write stored (ids above the previous largest: duplicates never count twice). Edges need the
+parent span's service. A child whose parent is stored (earlier, or in the same batch) is
+rolled up at once; a child whose parent is not stored yet waits in ``edge_pending``
+(trace id, parent span id, child row id) and is rolled up by the write that stores the parent.
+So at every commit the edge roll-ups hold exactly the calls whose both spans are stored — the
+same calls as the raw parent/child join — and a child whose parent never comes is never an
+edge (as in the raw join). ``edge_pending`` rows are dropped by retention with their child.
+
+**Reads** merge the roll-up rows of the window's whole minutes in Python (per group: counts
+add, sketches merge — memory is the answer's groups times a sketch, whatever the window) and
+read the raw spans of the partial minutes at the window's two ends (at most two minutes of
+spans), so every count is exact and every percentile within the sketch's 1 % of the raw
+nearest-rank one (``percentile_relative_error`` on each result).
+
+**Retention** (:func:`drop_before`, :func:`rebuild_straddling`): rows whose bucket ends at or
+before the cutoff go with the spans; the bucket of each width that straddles the cutoff is
+rebuilt from what is left (the minute from the raw spans, the hour from its minutes, the day
+from its hours), so the roll-ups again agree with the raw spans. Between two chunks of one
+retention pass the straddling buckets may still count deleted spans.
+
+**Migration**: :func:`build_rollups` rolls up the spans an older database holds, once, in
+the schema step's transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Final, cast
+
+from coremetry.store._sketch import RELATIVE_ACCURACY, LatencySketch, bin_key
+from coremetry.store.interface import (
+    DeployRecord,
+    OperationSummary,
+    Page,
+    ServiceEdge,
+    ServiceSummary,
+    TimeRange,
+)
+
+from ._runtime import ReadContext, SqlParam
+
+__all__ = [
+    "WIDTHS",
+    "apply_written",
+    "build_rollups",
+    "deploys",
+    "drop_before",
+    "operations",
+    "plan",
+    "rebuild_straddling",
+    "register_functions",
+    "service_edges",
+    "services",
+]
+
+_NS: Final = 1_000_000_000
+_MINUTE: Final = 60 * _NS
+WIDTHS: Final = (60, 3600, 86400)
+"""Bucket widths in seconds, finest first: a minute, an hour, a (UTC) day."""
+
+_ERROR: Final = 2  # StatusCode.ERROR
+_BUILD_CHUNK: Final = 100_000
+"""Span rows rolled up per step of :func:`build_rollups`."""
+
+# A span as the roll-ups see it: (start, resource_id, name, entry, error, duration).
+Fact = tuple[int, int, str, bool, bool, int]
+# A call: (caller service, callee service, child start, child duration, child error).
+Call = tuple[str, str, int, int, bool]
+
+
+class _Acc:
+    """Running RED of one group in one bucket (``first``/``last``/``requests``: services)."""
+
+    __slots__ = ("count", "dsum", "errors", "first", "last", "requests", "sketch")
+
+    def __init__(self, first: int, last: int) -> None:
+        self.count = 0
+        self.requests = 0
+        self.errors = 0
+        self.dsum = 0
+        self.first = first
+        self.last = last
+        self.sketch = LatencySketch()
+
+    def merge(self, other: _Acc) -> None:
+        self.count += other.count
+        self.requests += other.requests
+        self.errors += other.errors
+        self.dsum += other.dsum
+        self.first = min(self.first, other.first)
+        self.last = max(self.last, other.last)
+        self.sketch.merge(other.sketch)
+
+
+_Key = tuple[int | str, ...]
+
+
+class _Batch:
+    """Per-minute accumulators of one write (or one rebuild), by table."""
+
+    def __init__(self) -> None:
+        self.services: dict[tuple[int, int], _Acc] = {}
+        self.operations: dict[tuple[int, int, str], _Acc] = {}
+        self.edges: dict[tuple[int, str, str], _Acc] = {}
+
+    def add_facts(self, facts: Iterable[Fact]) -> None:
+        services = self.services
+        operations = self.operations
+        for start, rid, name, entry, error, duration in facts:
+            minute = start - start % _MINUTE
+            key = bin_key(duration)
+            acc = services.get((minute, rid))
+            if acc is None:
+                acc = services[(minute, rid)] = _Acc(start, start)
+            acc.count += 1
+            if start < acc.first:
+                acc.first = start
+            if start > acc.last:
+                acc.last = start
+            if entry:
+                acc.requests += 1
+                acc.errors += error
+                acc.dsum += duration
+                acc.sketch.add_key(key)
+            op = operations.get((minute, rid, name))
+            if op is None:
+                op = operations[(minute, rid, name)] = _Acc(start, start)
+            op.count += 1
+            op.errors += error
+            op.dsum += duration
+            op.sketch.add_key(key)
+
+    def add_calls(self, calls: Iterable[Call]) -> None:
+        edges = self.edges
+        for caller, callee, start, duration, error in calls:
+            minute = start - start % _MINUTE
+            acc = edges.get((minute, caller, callee))
+            if acc is None:
+                acc = edges[(minute, caller, callee)] = _Acc(start, start)
+            acc.count += 1
+            acc.errors += error
+            acc.dsum += duration
+            acc.sketch.add_key(bin_key(duration))
+
+    def write(self, conn: sqlite3.Connection, widths: Sequence[int] = WIDTHS) -> None:
+        """Upsert the accumulators into every width's buckets (merging with stored rows)."""
+        for table, groups in (
+            ("services", self.services),
+            ("operations", self.operations),
+            ("edges", self.edges),
+        ):
+            if not groups:
+                continue
+            rows: list[tuple[SqlParam, ...]] = []
+            for width in widths:
+                per = _coarsen(cast("dict[_Key, _Acc]", groups), width)
+                rows += [_row(table, width, key, acc) for key, acc in per.items()]
+            conn.executemany(_UPSERT[table], rows)
+
+
+def _coarsen(groups: dict[_Key, _Acc], width: int) -> dict[_Key, _Acc]:
+    """Minute accumulators merged into buckets of ``width`` seconds (keys' first item)."""
+    if width == 60:
+        return groups
+    step = width * _NS
+    merged: dict[_Key, _Acc] = {}
+    for key, acc in groups.items():
+        bucket = cast(int, key[0])
+        coarse = (bucket - bucket % step, *key[1:])
+        into = merged.get(coarse)
+        if into is None:
+            into = merged[coarse] = _Acc(acc.first, acc.last)
+        into.merge(acc)
+    return merged
+
+
+def _row(table: str, width: int, key: _Key, acc: _Acc) -> tuple[SqlParam, ...]:
+    blob = acc.sketch.encode()
+    if table == "services":
+        return (
+            width,
+            *key,
+            acc.count,
+            acc.first,
+            acc.last,
+            acc.requests,
+            acc.errors,
+            acc.dsum,
+            blob,
+        )
+    return (width, *key, acc.count, acc.errors, acc.dsum, blob)
+
+
+_UPSERT: Final = {
+    "services": (
+        "INSERT INTO red_services (width, bucket, resource_id, span_count, first_start, "
+        "last_start, request_count, error_count, duration_sum, sketch) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (width, bucket, resource_id) DO UPDATE SET "
+        "span_count = span_count + excluded.span_count, "
+        "first_start = min(first_start, excluded.first_start), "
+        "last_start = max(last_start, excluded.last_start), "
+        "request_count = request_count + excluded.request_count, "
+        "error_count = error_count + excluded.error_count, "
+        "duration_sum = duration_sum + excluded.duration_sum, "
+        "sketch = coremetry_sketch_merge(sketch, excluded.sketch)"
+    ),
+    "operations": (
+        "INSERT INTO red_operations (width, bucket, resource_id, name, span_count, error_count, "
+        "duration_sum, sketch) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (width, bucket, resource_id, name) DO UPDATE SET "
+        "span_count = span_count + excluded.span_count, "
+        "error_count = error_count + excluded.error_count, "
+        "duration_sum = duration_sum + excluded.duration_sum, "
+        "sketch = coremetry_sketch_merge(sketch, excluded.sketch)"
+    ),
+    "edges": (
+        "INSERT INTO red_edges (width, bucket, caller, callee, call_count, error_count, "
+        "duration_sum, sketch) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (width, bucket, caller, callee) DO UPDATE SET "
+        "call_count = call_count + excluded.call_count, "
+        "error_count = error_count + excluded.error_count, "
+        "duration_sum = duration_sum + excluded.duration_sum, "
+        "sketch = coremetry_sketch_merge(sketch, excluded.sketch)"
+    ),
+}
+
+
+def _sketch_merge(a: bytes, b: bytes) -> bytes:
+    sketch = LatencySketch.decode(a)
+    sketch.merge_encoded(b)
+    return sketch.encode()
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """Give a writing connection the ``coremetry_sketch_merge(a, b)`` SQL function."""
+    conn.create_function("coremetry_sketch_merge", 2, _sketch_merge, deterministic=True)
+
+
+# -- maintenance at write time ----------------------------------------------------------------
+
+_FACTS: Final = (
+    "SELECT start_unix_nano, resource_id, name, "
+    "kind IN (2, 5) OR parent_span_id IS NULL, status_code = 2, duration_ns FROM spans "
+)
+_CALLS_OF_NEW_CHILDREN: Final = (
+    "SELECT p.service_name, c.service_name, c.start_unix_nano, c.duration_ns, c.status_code = 2 "
+    "FROM spans c CROSS JOIN spans p ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id "
+    "WHERE c.id > ? AND c.parent_span_id IS NOT NULL AND p.service_name != c.service_name"
+)
+_PEND_ORPHANS: Final = (
+    "INSERT OR IGNORE INTO edge_pending (trace_id, parent_span_id, child_id, start_unix_nano) "
+    "SELECT c.trace_id, c.parent_span_id, c.id, c.start_unix_nano FROM spans c "
+    "WHERE c.id > ? AND c.parent_span_id IS NOT NULL AND NOT EXISTS "
+    "(SELECT 1 FROM spans p WHERE p.trace_id = c.trace_id AND p.span_id = c.parent_span_id)"
+)
+_CHILDREN_OF_NEW_PARENTS: Final = (
+    "SELECT q.trace_id, q.parent_span_id, s.service_name, c.service_name, c.start_unix_nano, "
+    "c.duration_ns, c.status_code = 2 "
+    "FROM spans s CROSS JOIN edge_pending q "
+    "ON q.trace_id = s.trace_id AND q.parent_span_id = s.span_id "
+    "CROSS JOIN spans c ON c.id = q.child_id WHERE s.id > ?"
+)
+
+
+def apply_written(conn: sqlite3.Connection, last_id: int, facts: list[Fact] | None) -> None:
+    """Roll up the spans a write just stored (blocking; inside the write's transaction).
+
+    Args:
+        conn: the writer connection (:func:`register_functions` done).
+        last_id: the largest span row id before the write: the new rows are above it.
+        facts: the new spans as :data:`Fact` when the caller has them (every span of the batch
+            was new); ``None`` to read them back.
+    """
+    batch = _Batch()
+    if facts is None:
+        facts = cast("list[Fact]", conn.execute(_FACTS + "WHERE id > ?", (last_id,)).fetchall())
+    batch.add_facts(facts)
+    # Children waiting for a parent this write stored: their calls, then they wait no more.
+    waiting = cast(
+        "list[tuple[bytes, bytes, str, str, int, int, bool]]",
+        conn.execute(_CHILDREN_OF_NEW_PARENTS, (last_id,)).fetchall(),
+    )
+    if waiting:
+        batch.add_calls(row[2:] for row in waiting if row[2] != row[3])
+        conn.executemany(
+            "DELETE FROM edge_pending WHERE trace_id = ? AND parent_span_id = ?",
+            sorted({(row[0], row[1]) for row in waiting}),
+        )
+    batch.add_calls(cast("list[Call]", conn.execute(_CALLS_OF_NEW_CHILDREN, (last_id,)).fetchall()))
+    conn.execute(_PEND_ORPHANS, (last_id,))
+    batch.write(conn)
+
+
+def build_rollups(conn: sqlite3.Connection) -> None:
+    """Roll up every stored span (blocking; the schema step to version 4 runs it once).
+
+    Chunks of :data:`_BUILD_CHUNK` span rows, so memory stays bounded whatever the store's
+    size. Children whose parent is not stored go to ``edge_pending``.
+    """
+    register_functions(conn)
+    top = int(conn.execute("SELECT coalesce(max(id), 0) FROM spans").fetchone()[0])
+    for low in range(0, top, _BUILD_CHUNK):
+        high = low + _BUILD_CHUNK
+        batch = _Batch()
+        batch.add_facts(
+            cast(
+                "list[Fact]",
+                conn.execute(_FACTS + "WHERE id > ? AND id <= ?", (low, high)).fetchall(),
+            )
+        )
+        batch.add_calls(
+            cast(
+                "list[Call]",
+                conn.execute(_CALLS_OF_NEW_CHILDREN + " AND c.id <= ?", (low, high)).fetchall(),
+            )
+        )
+        conn.execute(_PEND_ORPHANS + " AND c.id <= ?", (low, high))
+        batch.write(conn)
+
+
+# -- retention --------------------------------------------------------------------------------
+
+
+def drop_before(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
+    """Delete roll-up rows whose bucket ends at or before the cutoff, and pending children."""
+    for width in WIDTHS:
+        limit = cutoff_unix_nano - width * _NS
+        for table in ("red_services", "red_operations", "red_edges"):
+            conn.execute(f"DELETE FROM {table} WHERE width = ? AND bucket <= ?", (width, limit))
+    conn.execute("DELETE FROM edge_pending WHERE start_unix_nano < ?", (cutoff_unix_nano,))
+
+
+def rebuild_straddling(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
+    """Recompute the bucket of each width that holds the cutoff from what is left of it.
+
+    The minute from the raw spans (at most a minute of them), each coarser bucket from the
+    finer rows inside it. Idempotent.
+    """
+    for index, width in enumerate(WIDTHS):
+        step = width * _NS
+        bucket = cutoff_unix_nano - cutoff_unix_nano % step
+        if bucket == cutoff_unix_nano:
+            continue  # nothing straddles: drop_before took the buckets below
+        batch = _Batch()
+        if index == 0:
+            low, high = bucket, bucket + step
+            batch.add_facts(
+                cast(
+                    "list[Fact]",
+                    conn.execute(
+                        _FACTS + "WHERE start_unix_nano >= ? AND start_unix_nano < ?",
+                        (low, high),
+                    ).fetchall(),
+                )
+            )
+            batch.add_calls(_raw_calls(conn, [(low, high)], None))
+        else:
+            _load_rows(conn, batch, WIDTHS[index - 1], bucket, bucket + step)
+        for table in ("red_services", "red_operations", "red_edges"):
+            conn.execute(f"DELETE FROM {table} WHERE width = ? AND bucket = ?", (width, bucket))
+        batch.write(conn, (width,))
+
+
+def _load_rows(conn: sqlite3.Connection, batch: _Batch, width: int, low: int, high: int) -> None:
+    """Read the ``width`` rows in ``[low, high)`` into ``batch`` (its keys as minute keys)."""
+    where = "WHERE width = ? AND bucket >= ? AND bucket < ?"
+    for bucket, rid, count, first, last, requests, errors, dsum, blob in conn.execute(
+        "SELECT bucket, resource_id, span_count, first_start, last_start, request_count, "
+        f"error_count, duration_sum, sketch FROM red_services {where}",
+        (width, low, high),
+    ):
+        acc = batch.services[(bucket, rid)] = _Acc(first, last)
+        acc.count, acc.requests, acc.errors, acc.dsum = count, requests, errors, dsum
+        acc.sketch.merge_encoded(blob)
+    for bucket, rid, name, count, errors, dsum, blob in conn.execute(
+        "SELECT bucket, resource_id, name, span_count, error_count, duration_sum, sketch "
+        f"FROM red_operations {where}",
+        (width, low, high),
+    ):
+        acc = batch.operations[(bucket, rid, name)] = _Acc(bucket, bucket)
+        acc.count, acc.errors, acc.dsum = count, errors, dsum
+        acc.sketch.merge_encoded(blob)
+    for bucket, caller, callee, count, errors, dsum, blob in conn.execute(
+        "SELECT bucket, caller, callee, call_count, error_count, duration_sum, sketch "
+        f"FROM red_edges {where}",
+        (width, low, high),
+    ):
+        acc = batch.edges[(bucket, caller, callee)] = _Acc(bucket, bucket)
+        acc.count, acc.errors, acc.dsum = count, errors, dsum
+        acc.sketch.merge_encoded(blob)
+
+
+# -- reads ------------------------------------------------------------------------------------
+
+
+def plan(start: int, end: int) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
+    """Split ``[start, end)`` into raw partial minutes and whole roll-up buckets.
+
+    Returns:
+        ``(raw, rolled)``: ``raw`` the ``[low, high)`` ranges to read from the spans (the
+        partial minutes at either end, or the whole window when it holds no whole minute);
+        ``rolled`` the ``(width, first bucket, end)`` ranges of whole buckets, as few rows as
+        the widths allow (days inside, then hours, then minutes at the ends).
+    """
+    first = -(-start // _MINUTE) * _MINUTE
+    last = end - end % _MINUTE
+    if first >= last:
+        return [(start, end)], []
+    raw = []
+    if start < first:
+        raw.append((start, first))
+    if last < end:
+        raw.append((last, end))
+    rolled: list[tuple[int, int, int]] = []
+
+    def cover(low: int, high: int, index: int) -> None:
+        if low >= high:
+            return
+        width = WIDTHS[index]
+        if index == 0:
+            rolled.append((width, low, high))
+            return
+        step = width * _NS
+        inner_low = -(-low // step) * step
+        inner_high = high - high % step
+        if inner_low < inner_high:
+            cover(low, inner_low, index - 1)
+            rolled.append((width, inner_low, inner_high))
+            cover(inner_high, high, index - 1)
+        else:
+            cover(low, high, index - 1)
+
+    cover(first, last, len(WIDTHS) - 1)
+    return raw, rolled
+
+
+def _ranges(
+    time_range: TimeRange, alias: str, start_column: str
+) -> tuple[str | None, list[SqlParam], str | None, list[SqlParam]]:
+    """SQL conditions (and parameters) for the roll-up rows and the raw spans of a window."""
+    raw, rolled = plan(time_range.start_unix_nano, time_range.end_unix_nano)
+    rolled_sql = (
+        " OR ".join(
+            f"({alias}.width = ? AND {alias}.bucket >= ? AND {alias}.bucket < ?)" for _ in rolled
+        )
+        or None
+    )
+    raw_sql = " OR ".join(f"({start_column} >= ? AND {start_column} < ?)" for _ in raw) or None
+    return (
+        f"({rolled_sql})" if rolled_sql else None,
+        [v for r in rolled for v in r],
+        f"({raw_sql})" if raw_sql else None,
+        [v for r in raw for v in r],
+    )
+
+
+class _Group:
+    """A read-side group: counts added, sketch merged, versions collected."""
+
+    __slots__ = ("count", "errors", "first", "last", "requests", "sketch", "versions")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.requests = 0
+        self.errors = 0
+        self.first: int | None = None
+        self.last: int | None = None
+        self.sketch = LatencySketch()
+        self.versions: set[str] = set()
+
+    def seen(self, first: int, last: int) -> None:
+        self.first = first if self.first is None else min(self.first, first)
+        self.last = last if self.last is None else max(self.last, last)
+
+
+def services(ctx: ReadContext, time_range: TimeRange, limit: int) -> Page[ServiceSummary]:
+    """RED per service from the roll-ups (see :class:`ServiceSummary`)."""
+    rolled, rolled_params, raw, raw_params = _ranges(time_range, "x", "s.start_unix_nano")
+    groups: dict[str, _Group] = {}
+    if rolled is not None:
+        for name, version, count, first, last, requests, errors, blob in ctx.execute(
+            "SELECT r.service_name, r.version, x.span_count, x.first_start, x.last_start, "
+            "x.request_count, x.error_count, x.sketch "
+            f"FROM red_services x JOIN resources r ON r.id = x.resource_id WHERE {rolled}",
+            rolled_params,
+        ):
+            group = groups.get(cast(str, name))
+            if group is None:
+                group = groups[cast(str, name)] = _Group()
+            group.count += cast(int, count)
+            group.requests += cast(int, requests)
+            group.errors += cast(int, errors)
+            group.seen(cast(int, first), cast(int, last))
+            if version:
+                group.versions.add(cast(str, version))
+            group.sketch.merge_encoded(cast(bytes, blob))
+    if raw is not None:
+        for name, version, start, entry, error, duration in ctx.execute(
+            "SELECT r.service_name, r.version, s.start_unix_nano, "
+            f"s.kind IN (2, 5) OR s.parent_span_id IS NULL, s.status_code = {_ERROR}, "
+            f"s.duration_ns FROM spans s JOIN resources r ON r.id = s.resource_id WHERE {raw}",
+            raw_params,
+        ):
+            group = groups.get(cast(str, name))
+            if group is None:
+                group = groups[cast(str, name)] = _Group()
+            group.count += 1
+            group.seen(cast(int, start), cast(int, start))
+            if version:
+                group.versions.add(cast(str, version))
+            if entry:
+                group.requests += 1
+                group.errors += cast(int, error)
+                group.sketch.add(cast(int, duration))
+    ordered = sorted(groups.items(), key=lambda item: (-item[1].requests, item[0]))
+    items = []
+    for name, group in ordered[:limit]:
+        p50, p95, p99 = group.sketch.percentiles()
+        items.append(
+            ServiceSummary(
+                service_name=name,
+                span_count=group.count,
+                request_count=group.requests,
+                error_count=group.errors,
+                p50_duration_ns=p50,
+                p95_duration_ns=p95,
+                p99_duration_ns=p99,
+                last_seen_unix_nano=cast(int, group.last),
+                versions=sorted(group.versions),
+                percentile_relative_error=RELATIVE_ACCURACY,
+            )
+        )
+    return Page(items=items, total=len(groups))
+
+
+def operations(
+    ctx: ReadContext, service_name: str, time_range: TimeRange, limit: int
+) -> Page[OperationSummary]:
+    """RED per span name of one service from the roll-ups (see :class:`OperationSummary`)."""
+    rolled, rolled_params, raw, raw_params = _ranges(time_range, "x", "s.start_unix_nano")
+    mine = "IN (SELECT r.id FROM resources r WHERE r.service_name = ?)"
+    groups: dict[str, _Group] = {}
+    if rolled is not None:
+        for name, count, errors, blob in ctx.execute(
+            "SELECT x.name, x.span_count, x.error_count, x.sketch FROM red_operations x "
+            f"WHERE x.resource_id {mine} AND {rolled}",
+            [service_name, *rolled_params],
+        ):
+            group = groups.get(cast(str, name))
+            if group is None:
+                group = groups[cast(str, name)] = _Group()
+            group.count += cast(int, count)
+            group.errors += cast(int, errors)
+            group.sketch.merge_encoded(cast(bytes, blob))
+    if raw is not None:
+        for name, error, duration in ctx.execute(
+            f"SELECT s.name, s.status_code = {_ERROR}, s.duration_ns FROM spans s "
+            f"WHERE s.resource_id {mine} AND {raw}",
+            [service_name, *raw_params],
+        ):
+            group = groups.get(cast(str, name))
+            if group is None:
+                group = groups[cast(str, name)] = _Group()
+            group.count += 1
+            group.errors += cast(int, error)
+            group.sketch.add(cast(int, duration))
+    ordered = sorted(groups.items(), key=lambda item: (-item[1].count, item[0]))
+    items = []
+    for name, group in ordered[:limit]:
+        p50, p95, p99 = group.sketch.percentiles()
+        items.append(
+            OperationSummary(
+                service_name=service_name,
+                name=name,
+                span_count=group.count,
+                error_count=group.errors,
+                p50_duration_ns=p50,
+                p95_duration_ns=p95,
+                p99_duration_ns=p99,
+                percentile_relative_error=RELATIVE_ACCURACY,
+            )
+        )
+    return Page(items=items, total=len(groups))
+
+
+def _raw_calls(
+    conn: sqlite3.Connection | ReadContext,
+    ranges: list[tuple[int, int]],
+    service_name: str | None,
+) -> list[Call]:
+    """The calls whose child span starts in ``ranges`` (the raw parent/child join)."""
+    if not ranges:
+        return []
+    where = " OR ".join("(c.start_unix_nano >= ? AND c.start_unix_nano < ?)" for _ in ranges)
+    params: list[SqlParam] = [v for r in ranges for v in r]
+    only = ""
+    if service_name is not None:
+        only = "AND (p.service_name = ? OR c.service_name = ?)"
+        params += [service_name, service_name]
+    sql = (
+        "SELECT p.service_name, c.service_name, c.start_unix_nano, c.duration_ns, "
+        f"c.status_code = {_ERROR} FROM spans c CROSS JOIN spans p "
+        "ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id "
+        f"WHERE ({where}) AND c.parent_span_id IS NOT NULL "
+        f"AND p.service_name != c.service_name {only}"
+    )
+    if isinstance(conn, ReadContext):
+        return cast("list[Call]", conn.execute(sql, params))
+    return cast("list[Call]", conn.execute(sql, params).fetchall())
+
+
+def service_edges(
+    ctx: ReadContext, time_range: TimeRange, limit: int, service_name: str | None
+) -> list[ServiceEdge]:
+    """Caller -> callee edges from the roll-ups (see :class:`ServiceEdge`)."""
+    rolled, rolled_params, _, _ = _ranges(time_range, "x", "c.start_unix_nano")
+    raw_ranges = plan(time_range.start_unix_nano, time_range.end_unix_nano)[0]
+    groups: dict[tuple[str, str], _Group] = {}
+    if rolled is not None:
+        only = ""
+        params = list(rolled_params)
+        if service_name is not None:
+            only = "AND (x.caller = ? OR x.callee = ?)"
+            params += [service_name, service_name]
+        for caller, callee, count, errors, blob in ctx.execute(
+            "SELECT x.caller, x.callee, x.call_count, x.error_count, x.sketch FROM red_edges x "
+            f"WHERE {rolled} {only}",
+            params,
+        ):
+            key = (cast(str, caller), cast(str, callee))
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = _Group()
+            group.count += cast(int, count)
+            group.errors += cast(int, errors)
+            group.sketch.merge_encoded(cast(bytes, blob))
+    if raw_ranges:
+        for caller, callee, _start, duration, error in _raw_calls(ctx, raw_ranges, service_name):
+            key = (caller, callee)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = _Group()
+            group.count += 1
+            group.errors += int(error)
+            group.sketch.add(duration)
+    ordered = sorted(groups.items(), key=lambda item: (-item[1].count, item[0]))
+    result = []
+    for (caller, callee), group in ordered[:limit]:
+        p50, p95, p99 = group.sketch.percentiles()
+        result.append(
+            ServiceEdge(
+                caller=caller,
+                callee=callee,
+                call_count=group.count,
+                error_count=group.errors,
+                p50_duration_ns=p50,
+                p95_duration_ns=p95,
+                p99_duration_ns=p99,
+                percentile_relative_error=RELATIVE_ACCURACY,
+            )
+        )
+    return result
+
+
+def deploys(
+    ctx: ReadContext, time_range: TimeRange, limit: int, service_name: str | None
+) -> list[DeployRecord]:
+    """Versions per service from the roll-ups' first/last start and span count per resource."""
+    rolled, rolled_params, raw, raw_params = _ranges(time_range, "x", "s.start_unix_nano")
+    only = ""
+    only_params: list[SqlParam] = []
+    if service_name is not None:
+        only = "AND r.service_name = ?"
+        only_params = [service_name]
+    groups: dict[tuple[str, str], _Group] = {}
+    queries = []
+    if rolled is not None:
+        queries.append(
+            (
+                "SELECT r.service_name, r.version, min(x.first_start), max(x.last_start), "
+                "sum(x.span_count) FROM red_services x JOIN resources r ON r.id = x.resource_id "
+                f"WHERE r.version != '' {only} AND {rolled} GROUP BY r.service_name, r.version",
+                [*only_params, *rolled_params],
+            )
+        )
+    if raw is not None:
+        queries.append(
+            (
+                "SELECT r.service_name, r.version, min(s.start_unix_nano), "
+                "max(s.start_unix_nano), count(*) FROM spans s "
+                "JOIN resources r ON r.id = s.resource_id "
+                f"WHERE r.version != '' {only} AND {raw} GROUP BY r.service_name, r.version",
+                [*only_params, *raw_params],
+            )
+        )
+    for sql, params in queries:
+        for name, version, first, last, count in ctx.execute(sql, params):
+            key = (cast(str, name), cast(str, version))
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = _Group()
+            group.count += cast(int, count)
+            group.seen(cast(int, first), cast(int, last))
+    ordered = sorted(groups.items(), key=lambda item: (-cast(int, item[1].first), item[0]))
+    return [
+        DeployRecord(
+            service_name=name,
+            version=version,
+            first_seen_unix_nano=cast(int, group.first),
+            last_seen_unix_nano=cast(int, group.last),
+            span_count=group.count,
+        )
+        for (name, version), group in ordered[:limit]
+    ]

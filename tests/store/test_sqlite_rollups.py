@@ -1,0 +1,136 @@
+"""The embedded store's RED roll-ups beyond the conformance suite.
+
+Day buckets (the suite keeps its data within a day), the build of the roll-ups when a
+version-3 database is opened, the window plan, and that the roll-up reads use their keys.
+"""
+
+import itertools
+import random
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from coremetry.store import Span, TelemetryBatch, TimeRange, open_sqlite_store
+from coremetry.store.sqlite import SCHEMA_VERSION
+from coremetry.store.sqlite._rollups import WIDTHS, plan
+from coremetry.store.testing._checks_rollups import _compare, _spans
+
+SECOND = 1_000_000_000
+MINUTE = 60 * SECOND
+HOUR = 60 * MINUTE
+DAY = 24 * HOUR
+
+
+def _days_of_spans() -> tuple[int, list[Span]]:
+    base = (time.time_ns() // DAY - 5) * DAY + 3 * HOUR + 11 * SECOND
+    return base, list(_spans(base, random.Random(5), hours=80, traces=500))
+
+
+async def test_windows_of_whole_days_agree_with_the_raw_spans(tmp_path: Path) -> None:
+    base, spans = _days_of_spans()
+    async with open_sqlite_store(tmp_path / "t.db", retention_days=0) as store:
+        await store.write(TelemetryBatch(spans=spans))
+        day = base - base % DAY
+        windows = {
+            "two whole days": TimeRange(start_unix_nano=day + DAY, end_unix_nano=day + 3 * DAY),
+            "days, hours and minutes": TimeRange(
+                start_unix_nano=base + 5 * HOUR + 17 * MINUTE + 3,
+                end_unix_nano=base + 70 * HOUR + 9 * MINUTE + 5 * SECOND,
+            ),
+        }
+        for what, window in windows.items():
+            assert any(width == 86400 for width, _, _ in plan(*_bounds(window))[1])
+            await _compare(store, spans, window, what)
+
+
+def _bounds(window: TimeRange) -> tuple[int, int]:
+    return window.start_unix_nano, window.end_unix_nano
+
+
+async def test_a_version_3_database_gets_its_rollups_built_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "telemetry.db"
+    base, spans = _days_of_spans()
+    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    async with open_sqlite_store(path, retention_days=0) as store:
+        await store.write(TelemetryBatch(spans=spans))
+    # Make it the database version 3 wrote: no roll-up tables.
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for table in ("red_services", "red_operations", "red_edges", "edge_pending"):
+            conn.execute(f"DROP TABLE {table}")
+        conn.execute("PRAGMA user_version = 3")
+    finally:
+        conn.close()
+    async with open_sqlite_store(path, retention_days=0) as store:
+        await _compare(store, spans, window, "the migrated store")
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        # Children whose parent was never stored wait for it (and are no edge meanwhile).
+        orphans = conn.execute("SELECT count(*) FROM edge_pending").fetchone()[0]
+        assert orphans == sum(1 for s in spans if s.name == "orphan")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        (0, 1),
+        (17 * SECOND, 51 * SECOND),
+        (MINUTE, 2 * MINUTE),
+        (59 * SECOND, 61 * SECOND),
+        (3 * HOUR + 7, 9 * DAY + 5 * HOUR + 3 * MINUTE + 1),
+        (DAY, 8 * DAY),
+        (DAY - MINUTE, 8 * DAY + MINUTE),
+    ],
+)
+def test_the_plan_covers_the_window_once(start: int, end: int) -> None:
+    raw, rolled = plan(start, end)
+    pieces = sorted([*raw, *((low, high) for _, low, high in rolled)])
+    assert pieces[0][0] == start
+    assert pieces[-1][1] == end
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(pieces))
+    for width, low, high in rolled:
+        assert width in WIDTHS
+        assert low % (width * SECOND) == 0
+        assert high % (width * SECOND) == 0
+    assert all(high - low < MINUTE for low, high in raw)
+
+
+def test_a_week_is_read_as_few_rows_as_an_hour() -> None:
+    def rows(start: int, end: int) -> int:
+        return sum((high - low) // (width * SECOND) for width, low, high in plan(start, end)[1])
+
+    start = 1_700_000_000 * SECOND + 123_456_789  # not aligned to anything
+    hour = rows(start, start + HOUR)
+    week = rows(start, start + 7 * DAY)
+    assert hour <= 60
+    # 6 days + up to 2 x 23 hours + up to 2 x 59 minutes.
+    assert week <= 6 + 46 + 118
+
+
+async def test_rollup_reads_use_their_keys(tmp_path: Path) -> None:
+    base, spans = _days_of_spans()
+    window = TimeRange(start_unix_nano=base + 7, end_unix_nano=base + 50 * HOUR + 7)
+    async with open_sqlite_store(tmp_path / "t.db", query_threads=1, retention_days=0) as store:
+        await store.write(TelemetryBatch(spans=spans))
+        await store.statistics()
+        statements: list[str] = []
+        store._readers[0].set_trace_callback(statements.append)
+        await store.services(window, limit=10)
+        await store.operations("orders", window, limit=10)
+        await store.service_edges(window, limit=10, service_name="orders")
+        await store.deploys(window, limit=10)
+        store._readers[0].set_trace_callback(None)
+    conn = sqlite3.connect(tmp_path / "t.db")
+    try:
+        for sql in statements:
+            if "red_" not in sql:
+                continue
+            lines = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql)]
+            assert not [line for line in lines if line.startswith("SCAN x")], (sql, lines)
+    finally:
+        conn.close()
