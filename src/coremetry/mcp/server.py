@@ -46,6 +46,7 @@ from .framing import (
     error_reply,
     invalid_envelope,
     meta_of,
+    parse_problem,
     result_reply,
     utf8_problem,
 )
@@ -381,6 +382,12 @@ class Server:
         try:
             msg = INBOUND_DECODER.decode(data)
         except msgspec.ValidationError as exc:
+            # msgspec validates as it parses: a wrong type early in a body cut short (an `"id":
+            # null` before the truncation) fails validation before the parse would. JSON-RPC
+            # 2.0 §5.1: invalid JSON is a parse error, whatever else is wrong with it.
+            unparsable = parse_problem(data)
+            if unparsable is not None:
+                return unparsable
             if data.lstrip().startswith(b"["):
                 items = batch_items(data, conn.protocol_version, in_batch=in_batch)
                 if isinstance(items, Reply):
