@@ -594,6 +594,7 @@ async def serve_connection(
     *,
     drain_on_eof: bool = True,
     drain: ConnectionDrain | None = None,
+    skip_blank: bool = True,
 ) -> None:
     """Serve one session-style connection (stdio, legacy SSE, WebSocket) until it ends.
 
@@ -613,6 +614,9 @@ async def serve_connection(
             still routed, so a cancel or an elicitation answer reaches a running call), every
             call in flight is answered (its result, or the drain's answer if cut off), and
             this function returns when none is left — the transport then closes the session.
+        skip_blank: ignore blank messages (stdio: empty lines between messages). When False a
+            blank message is answered like any other body that is not JSON (``-32700``) —
+            right where each message is framed on its own (a WebSocket text frame).
 
     Raises:
         ValueError: ``conn.send`` is not set.
@@ -651,7 +655,7 @@ async def serve_connection(
         if drain is not None:
             nursery.start_soon(end_when_drained, nursery, drain.started)
         async for data in incoming:
-            if not data.strip():
+            if skip_blank and not data.strip():
                 continue
             if drain is not None and drain.started.is_set():
                 refused = drain.refusal(data, conn)
