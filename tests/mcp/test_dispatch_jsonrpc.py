@@ -110,6 +110,12 @@ async def test_invalid_id_is_invalid_request_with_null_id(raw_id: str) -> None:
         pytest.param('{"jsonrpc":"2.0","id":1,"method":"é"}'.encode("latin-1"), id="latin-1"),
         pytest.param(b"\xff\xfe{\x00}\x00", id="utf-16-bom"),
         pytest.param(b"{'jsonrpc': '2.0'}", id="single-quotes"),
+        # Found by the fuzzer (bench/fuzz.py): a wrong type *before* the truncation was
+        # answered -32600 (msgspec validates as it parses and stopped at the id).
+        pytest.param(b'{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"', id="null-id-cut"),
+        pytest.param(b'{"jsonrpc":"2.0","id":true,"method":"ping"', id="bool-id-cut"),
+        pytest.param(b'{"jsonrpc":1,"id":1,"method":"ping",}', id="bad-jsonrpc-trailing-comma"),
+        pytest.param(b'[1, {"jsonrpc":"2.0","id":1,"method":"ping"}', id="batch-cut"),
     ],
 )
 async def test_parse_error(data: bytes) -> None:

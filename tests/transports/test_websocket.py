@@ -448,6 +448,20 @@ async def test_garbage_frame_gets_parse_error_and_the_socket_stays_usable() -> N
             assert tool_text(reply) == "ok"
 
 
+@pytest.mark.parametrize("blank", ["", " ", "\r\n\t"])
+async def test_blank_frame_gets_parse_error(blank: str) -> None:
+    """Found by the fuzzer: an empty text frame was skipped without an answer (as stdio skips
+    blank lines), leaving the client waiting; a frame is one message, and this one is not JSON."""
+    with trio.fail_after(LIMIT_S):
+        async with live_server() as url, session(url) as client:
+            await client.ws.send_message(blank)
+            error = await client.message()
+            assert error["id"] is None
+            assert as_object(error["error"])["code"] == codes.PARSE_ERROR
+            reply = await client.request(1, "tools/call", echo("ok"))
+            assert tool_text(reply) == "ok"
+
+
 # ---- the client leaving --------------------------------------------------------------------
 
 

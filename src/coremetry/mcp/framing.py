@@ -167,6 +167,24 @@ def utf8_problem(data: bytes) -> Reply | None:
     return None
 
 
+def parse_problem(data: bytes) -> Reply | None:
+    """The parse error (``-32700``, HTTP 400) for bytes that are not one JSON text, else ``None``.
+
+    For the error paths only (it parses the whole message once more, untyped): a message that
+    failed typed decoding may also not be JSON at all, and then the parse error is the answer
+    (JSON-RPC 2.0 §5.1), not ``-32600``.
+    """
+    try:
+        msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        return error_reply(None, codes.PARSE_ERROR, f"Parse error: {exc}", http_status=400)
+    except RecursionError:
+        return error_reply(
+            None, codes.PARSE_ERROR, "Parse error: JSON nested too deeply", http_status=400
+        )
+    return None
+
+
 class _MethodOnly(Struct):
     method: object = None
 

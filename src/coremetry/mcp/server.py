@@ -48,6 +48,7 @@ from .framing import (
     error_reply,
     invalid_envelope,
     meta_of,
+    parse_problem,
     result_reply,
     utf8_problem,
 )
@@ -468,6 +469,12 @@ class Server:
         try:
             msg = INBOUND_DECODER.decode(data)
         except msgspec.ValidationError as exc:
+            # msgspec validates as it parses: a wrong type early in a body cut short (an `"id":
+            # null` before the truncation) fails validation before the parse would. JSON-RPC
+            # 2.0 §5.1: invalid JSON is a parse error, whatever else is wrong with it.
+            unparsable = parse_problem(data)
+            if unparsable is not None:
+                return unparsable
             if data.lstrip().startswith(b"["):
                 items = batch_items(data, conn.protocol_version, in_batch=in_batch)
                 if isinstance(items, Reply):
@@ -679,6 +686,7 @@ async def serve_connection(
     *,
     drain_on_eof: bool = True,
     drain: ConnectionDrain | None = None,
+    skip_blank: bool = True,
 ) -> None:
     """Serve one session-style connection (stdio, legacy SSE, WebSocket) until it ends.
 
@@ -698,6 +706,9 @@ async def serve_connection(
             still routed, so a cancel or an elicitation answer reaches a running call), every
             call in flight is answered (its result, or the drain's answer if cut off), and
             this function returns when none is left — the transport then closes the session.
+        skip_blank: ignore blank messages (stdio: empty lines between messages). When False a
+            blank message is answered like any other body that is not JSON (``-32700``) —
+            right where each message is framed on its own (a WebSocket text frame).
 
     Raises:
         ValueError: ``conn.send`` is not set.
@@ -736,7 +747,7 @@ async def serve_connection(
         if drain is not None:
             nursery.start_soon(end_when_drained, nursery, drain.started)
         async for data in incoming:
-            if not data.strip():
+            if skip_blank and not data.strip():
                 continue
             if drain is not None and drain.started.is_set():
                 refused = drain.refusal(data, conn)

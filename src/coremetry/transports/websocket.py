@@ -197,7 +197,11 @@ class WebSocketTransport:
         none is left; the socket then closes with 1001 (unless another close came first).
         """
         try:
-            await serve_connection(self.server, conn, frames, drain_on_eof=False, drain=self.drain)
+            # skip_blank=False: an empty text frame is a message that is not JSON (-32700),
+            # never silence the client would wait on (found by the fuzzer, bench/fuzz.py).
+            await serve_connection(
+                self.server, conn, frames, drain_on_eof=False, drain=self.drain, skip_blank=False
+            )
             if self.drain.started.is_set():
                 socket.begin_close(CLOSE_GOING_AWAY, "server shutting down")
         except* (trio.BrokenResourceError, trio.ClosedResourceError):
