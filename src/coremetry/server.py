@@ -32,6 +32,7 @@ from coremetry.auth import (
     IdentityStore,
     JwtIssuer,
     LoginService,
+    TicketBook,
     load_or_create_secret,
     open_identity_store,
 )
@@ -172,6 +173,7 @@ class Security:
         limiter: RateLimiter,
         audit: AuditLog,
         output_budget_bytes: int = 16 * 1024,
+        tickets: TicketBook | None = None,
     ) -> None:
         self.store = store
         self.issuer = issuer
@@ -180,6 +182,8 @@ class Security:
         self.limiter = limiter
         self.audit = audit
         self.output_budget_bytes = output_budget_bytes
+        self.tickets = tickets if tickets is not None else TicketBook()
+        """Single-use WebSocket tickets (``POST /api/mcp/ws-ticket``)."""
 
     def install(self, mcp: Server) -> None:
         """Plug the gate, the audit observer and the admin audit resource into ``mcp``."""
@@ -290,6 +294,7 @@ async def serve(
             store=store,
             identities=security.store,
             audit=security.audit,
+            tickets=security.tickets,
         )
     else:
         app = CoremetryApp(config, mcp, store=store)

@@ -13,6 +13,8 @@ The pieces, and who calls them:
   and the first start (:meth:`IdentityStore.create_first_admin_token`). Blocking: the app calls
   it through ``trio.to_thread``.
 - :class:`JwtIssuer`, :func:`load_or_create_secret`: session JWTs.
+- :class:`TicketBook`: single-use WebSocket tickets (``POST /api/mcp/ws-ticket``, then
+  ``/api/mcp/ws?ticket=…``) for clients that cannot send headers.
 - :class:`Claims` and the :class:`AuthError` tree (:mod:`coremetry.auth.principal`).
 
 This package takes ``Caller`` and ``ROLES`` from :mod:`coremetry.roles` and never imports the
@@ -47,6 +49,9 @@ from .principal import LoginFailed as LoginFailed
 from .principal import LoginThrottled as LoginThrottled
 from .principal import MissingCredentials as MissingCredentials
 from .principal import RevokedToken as RevokedToken
+from .ws_ticket import Ticket as Ticket
+from .ws_ticket import TicketBook as TicketBook
+from .ws_ticket import TicketLimit as TicketLimit
 
 __all__ = [
     "AuthError",
@@ -69,6 +74,9 @@ __all__ = [
     "SESSION_COOKIE",
     "ScryptParams",
     "TOKEN_PREFIX",
+    "Ticket",
+    "TicketBook",
+    "TicketLimit",
     "TokenInfo",
     "UnknownName",
     "UserInfo",
