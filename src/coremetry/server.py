@@ -32,6 +32,7 @@ from coremetry.auth import (
     IdentityStore,
     JwtIssuer,
     LoginService,
+    OidcVerifier,
     TicketBook,
     load_or_create_secret,
     open_identity_store,
@@ -210,7 +211,7 @@ def open_security(config: Config) -> Security:
     return Security(
         store=store,
         issuer=issuer,
-        authenticator=Authenticator(store, issuer),
+        authenticator=Authenticator(store, issuer, oidc=OidcVerifier.from_config(config)),
         login=LoginService(store, issuer),
         limiter=RateLimiter.from_config(config.rate_limit),
         audit=AuditLog.from_config(config),
@@ -328,6 +329,11 @@ async def serve(
                 partial(serve_http, app, hypercorn_config(config), shutdown_trigger=trigger)
             )
             url = binds[0]
+            if security is not None and security.authenticator.oidc is not None:
+                # [auth.oidc] audience unset: tokens must name this bound address's MCP URL.
+                security.authenticator.oidc.set_default_audience(
+                    f"{url}{config.http.root_path}/api/mcp"
+                )
             if first_admin_token is not None:
                 print(first_start_message(first_admin_token, url), flush=True)
             if announce:

@@ -13,6 +13,8 @@ The pieces, and who calls them:
   and the first start (:meth:`IdentityStore.create_first_admin_token`). Blocking: the app calls
   it through ``trio.to_thread``.
 - :class:`JwtIssuer`, :func:`load_or_create_secret`: session JWTs.
+- :class:`OidcVerifier`: access tokens of an external OpenID Connect identity provider
+  (``[auth.oidc]``), one more credential kind of the :class:`Authenticator`.
 - :class:`TicketBook`: single-use WebSocket tickets (``POST /api/mcp/ws-ticket``, then
   ``/api/mcp/ws?ticket=…``) for clients that cannot send headers.
 - :class:`Claims` and the :class:`AuthError` tree (:mod:`coremetry.auth.principal`).
@@ -36,6 +38,7 @@ from .identity_store import open_identity_store as open_identity_store
 from .jwt_verifier import JwtIssuer as JwtIssuer
 from .jwt_verifier import load_or_create_secret as load_or_create_secret
 from .login import LoginService as LoginService
+from .oidc import OidcVerifier as OidcVerifier
 from .passwords import DEFAULT_PARAMS as DEFAULT_PARAMS
 from .passwords import ScryptParams as ScryptParams
 from .passwords import hash_password as hash_password
@@ -69,6 +72,7 @@ __all__ = [
     "LoginService",
     "LoginThrottled",
     "MissingCredentials",
+    "OidcVerifier",
     "RevokedToken",
     "SCHEMA_VERSION",
     "SESSION_COOKIE",
