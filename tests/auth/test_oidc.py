@@ -14,6 +14,7 @@ from typing import Final
 
 import jwt
 import pytest
+import trio
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from coremetry.auth import (
@@ -73,9 +74,10 @@ class KeyServer:
         self.thread.start()
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join()
+        if self.thread.is_alive():
+            self.httpd.shutdown()
+            self.httpd.server_close()
+            self.thread.join()
 
 
 class Signer:
@@ -137,6 +139,7 @@ def verifier(
     audience: str = AUDIENCE,
     jwks_uri: str = "",
     unknown_kid_cooldown_s: float = UNKNOWN_KID_COOLDOWN_S,
+    jwks_cache_s: float = 300.0,
 ) -> OidcVerifier:
     """A verifier of ``provider``'s tokens: role from ``groups`` through :data:`ROLE_MAP`."""
     return OidcVerifier(
@@ -146,6 +149,7 @@ def verifier(
         role_map=ROLE_MAP,
         jwks_uri=jwks_uri,
         unknown_kid_cooldown_s=unknown_kid_cooldown_s,
+        jwks_cache_s=jwks_cache_s,
     )
 
 
@@ -212,6 +216,20 @@ async def test_an_unknown_kid_refetches_the_key_set_at_most_once_per_cooldown(
     rotated = await fresh.verify(new.sign(claims(provider)))  # the rotated key is picked up
     assert rotated.sub == subject(provider)
     assert provider.requests.count("/jwks") == 2
+
+
+async def test_keys_fetched_last_stay_in_use_while_the_provider_is_down(
+    provider: KeyServer,
+) -> None:
+    signer, unknown = Signer("r1"), Signer("r2")
+    provider.keys = [signer.jwk]
+    oidc = verifier(provider, jwks_cache_s=0.001, unknown_kid_cooldown_s=0)
+    assert (await oidc.verify(signer.sign(claims(provider)))).sub == subject(provider)
+    provider.close()  # the provider goes away; the cached set is past its lifespan by now
+    await trio.sleep(0.01)
+    assert (await oidc.verify(signer.sign(claims(provider)))).sub == subject(provider)
+    with pytest.raises(InvalidToken):
+        await oidc.verify(unknown.sign(claims(provider)))
 
 
 async def test_discovery_must_name_the_configured_issuer(provider: KeyServer) -> None:

@@ -19,7 +19,9 @@ Keys (OpenID Connect Discovery 1.0 §4, RFC 7517):
   :data:`FETCH_TIMEOUT_S` per request, no redirects) for ``jwks_cache_s`` seconds. A token
   whose ``kid`` is not in the cached set refetches it (a rotated key), but at most every
   :data:`UNKNOWN_KID_COOLDOWN_S` seconds: a stream of made-up ``kid`` values cannot turn into
-  a stream of requests to the provider. A fetch that fails keeps the set already cached.
+  a stream of requests to the provider. When a fetch fails, the set fetched last stays in
+  use (past ``jwks_cache_s`` if need be) and the next attempt waits :data:`DISCOVERY_RETRY_S`
+  seconds, so a provider that is down costs each token no timeout.
 
 Checks (RFC 7519, RFC 8725, RFC 9068; pyjwt does the cryptography):
 
@@ -88,7 +90,8 @@ UNKNOWN_KID_COOLDOWN_S: Final = 30.0
 """Least time between two key-set refetches caused by an unknown ``kid``, in seconds."""
 
 DISCOVERY_RETRY_S: Final = 5.0
-"""Least time between two attempts to fetch the discovery document, in seconds."""
+"""Least time between two attempts to fetch the discovery document, or the key set after a
+failed fetch, in seconds."""
 
 MAX_DOCUMENT_BYTES: Final = 1024 * 1024
 """Largest discovery document read, in bytes."""
@@ -125,6 +128,61 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         newurl: str,
     ) -> None:
         return None
+
+
+class _KeySetClient(jwt.PyJWKClient):
+    """pyjwt's key-set client, kinder to a provider that is down.
+
+    After a failed fetch, no request is made for ``retry_after_failure_s`` seconds (so tokens
+    arriving meanwhile do not each wait for a timeout, one after another under the client's
+    lock), and the key set fetched last is used even past its lifespan until a fetch succeeds
+    again (tokens still need their own valid ``exp``).
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        lifespan_s: float,
+        timeout_s: float,
+        cooldown_s: float,
+        retry_after_failure_s: float,
+    ) -> None:
+        super().__init__(
+            uri,
+            cache_keys=False,
+            cache_jwk_set=True,
+            lifespan=lifespan_s,
+            timeout=timeout_s,
+            cooldown_duration=cooldown_s,
+            headers={"accept": "application/json"},
+        )
+        self._retry_after_failure_s = retry_after_failure_s
+        self._retry_at = -math.inf
+
+    def fetch_data(self) -> object:
+        """Fetch the key set, unless the last fetch failed less than the back-off ago."""
+        now = time.monotonic()
+        if now < self._retry_at:
+            raise jwt.PyJWKClientConnectionError("the last fetch failed; not retried yet")
+        try:
+            return super().fetch_data()
+        except jwt.PyJWKClientConnectionError:
+            self._retry_at = now + self._retry_after_failure_s
+            raise
+
+    def get_jwk_set(self, refresh: bool = False) -> jwt.PyJWKSet:
+        """The key set; the last one fetched when a new fetch fails."""
+        try:
+            return super().get_jwk_set(refresh)
+        except jwt.PyJWKClientConnectionError as exc:
+            held = self.jwk_set_cache.jwk_set_with_timestamp if self.jwk_set_cache else None
+            if held is None:
+                raise
+            _log.warning(
+                "cannot refresh the signing keys at %s, using the last ones: %s", self.uri, exc
+            )
+            return held.get_jwk_set()
 
 
 def _allowed_url(url: str) -> bool:
@@ -386,13 +444,11 @@ class OidcVerifier:
                     self._discovery_retry_at = time.monotonic() + DISCOVERY_RETRY_S
                     _log.warning("OIDC discovery failed: %s", exc)
                     raise InvalidToken(f"OIDC discovery failed: {exc}") from None
-            self._client = jwt.PyJWKClient(
+            self._client = _KeySetClient(
                 jwks_uri,
-                cache_keys=False,
-                cache_jwk_set=True,
-                lifespan=self._jwks_cache_s,
-                timeout=self._timeout_s,
-                cooldown_duration=self._cooldown_s,
-                headers={"accept": "application/json"},
+                lifespan_s=self._jwks_cache_s,
+                timeout_s=self._timeout_s,
+                cooldown_s=self._cooldown_s,
+                retry_after_failure_s=DISCOVERY_RETRY_S,
             )
         return self._client
