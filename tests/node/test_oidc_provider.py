@@ -19,6 +19,7 @@ import base64
 import hmac
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from coremetry.config import load_config
 from coremetry.mcp import codes
 from coremetry.rest import TOOLS_PATH, WS_TICKET_PATH
 from coremetry.server import Security, build_mcp_server, open_security, serve
+
+from .conftest import NodeEnv
 
 LIMIT_S: Final = 60.0
 """Hang guard of every test."""
@@ -286,3 +289,30 @@ async def test_provider_tokens_that_must_not_pass_get_401(
             assert (await rest_status(live, cookie))[0] == 401
             # And the good token still works after all that (nothing was poisoned).
             assert await rest_status(live, bearer(good)) == (200, "")
+
+
+async def test_a_stock_websocket_client_gets_in_with_a_provider_token(
+    tmp_path: Path, oidc_issuer: str, node_env: NodeEnv
+) -> None:
+    """The provider's token mints a ticket; the TypeScript SDK's WebSocket client uses it."""
+    with trio.fail_after(2 * LIMIT_S):
+        async with live_server(tmp_path, oidc_issuer) as live:
+            token = await token_from(oidc_issuer, "coremetry-admin", live.resource)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("COREMETRY_")}
+            env["COREMETRY_TOKEN"] = token
+            result = await trio.run_process(
+                node_env.command("ws_ticket_client.mjs", live.base),
+                cwd=node_env.directory,
+                env=env,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    session, reuse = (json.loads(line) for line in result.stdout.decode().splitlines())
+    assert session["server"]["caller"] == {
+        "subject": f"oidc:{oidc_issuer}#coremetry-admin",
+        "role": "admin",
+    }
+    assert session["echo"] == "hello over a ticket"
+    assert reuse == {"reuse": "refused"}
