@@ -92,3 +92,16 @@ def bench_http(session: nox.Session) -> None:
     """
     _install(session, "test")  # the mcp SDK reference server comes with the test extra
     session.run("python", "bench/http_echo.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def node_clients(session: nox.Session) -> None:
+    """Real Node.js programs from npm against the server: an OpenID Connect provider
+    (``oidc-provider``) and the MCP TypeScript SDK's WebSocket client with a ticket.
+
+    Runs ``tests/node`` (collected only here: it sets ``COREMETRY_NODE_TESTS=1``); needs
+    ``node`` 20.19+ and ``npm``, which installs the pinned packages under the temporary folder
+    on first use (see ``tests/node/conftest.py``).
+    """
+    _install(session, "test")
+    session.run("pytest", "tests/node", *session.posargs, env={"COREMETRY_NODE_TESTS": "1"})

@@ -222,3 +222,96 @@ def test_task_defaults_and_environment() -> None:
 def test_task_ranges(overrides: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         load_config(environ={}, overrides=overrides)
+# -- [auth.oidc]: an external identity provider (issue 18) ------------------------------------
+
+
+def test_oidc_is_off_by_default_and_set_from_a_file(tmp_path: Path) -> None:
+    assert load_config(environ={}).auth.oidc.issuer == ""
+    config = load_config(
+        write(
+            tmp_path,
+            '[auth.oidc]\nissuer = "https://idp.example.com/realms/ops"\n'
+            'audience = "https://coremetry.example.com/api/mcp"\n'
+            'role_claim = "realm_access.roles"\n'
+            '[auth.oidc.role_map]\n"Coremetry Admins" = "admin"\nreaders = "viewer"\n',
+        ),
+        environ={},
+    )
+    oidc = config.auth.oidc
+    assert oidc.issuer == "https://idp.example.com/realms/ops"
+    assert oidc.role_claim == "realm_access.roles"
+    assert oidc.role_map == {"Coremetry Admins": "admin", "readers": "viewer"}
+    assert oidc.jwks_cache_s == 300.0
+    # config show renders the nested tables as TOML that reads back the same.
+    parsed = tomllib.loads(render_config(config))
+    assert parsed["auth"]["oidc"]["role_map"] == {"Coremetry Admins": "admin", "readers": "viewer"}
+    assert parsed["auth"]["oidc"]["issuer"] == oidc.issuer
+
+
+def test_oidc_from_the_environment() -> None:
+    config = load_config(
+        environ={
+            "COREMETRY_AUTH_OIDC_ISSUER": "https://idp.example.com",
+            "COREMETRY_AUTH_OIDC_ROLE_MAP": "ops=admin, devs=editor",
+            "COREMETRY_AUTH_OIDC_DEFAULT_ROLE": "viewer",
+            "COREMETRY_AUTH_OIDC_JWKS_CACHE_S": "60",
+        }
+    )
+    oidc = config.auth.oidc
+    assert oidc.issuer == "https://idp.example.com"
+    assert oidc.role_map == {"ops": "admin", "devs": "editor"}
+    assert oidc.default_role == "viewer"
+    assert oidc.jwks_cache_s == 60.0
+
+
+@pytest.mark.parametrize(
+    ("environ", "match"),
+    [
+        ({"COREMETRY_AUTH_OIDC_ISSUR": "x"}, r"unknown key 'issur' in section \[auth.oidc\]"),
+        (
+            {"COREMETRY_AUTH_OIDC_ROLE_MAP": "ops"},
+            "COREMETRY_AUTH_OIDC_ROLE_MAP: expected key=value",
+        ),
+    ],
+)
+def test_bad_oidc_environment_variables_are_named(environ: dict[str, str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(environ=environ)
+
+
+@pytest.mark.parametrize(
+    ("oidc", "match"),
+    [
+        ({"issuer": "http://idp.example.com"}, r"auth\.oidc\.issuer must use https://"),
+        ({"issuer": "idp.example.com"}, r"auth\.oidc\.issuer must be an https:// URL"),
+        ({"issuer": "https://idp.example.com/#x"}, r"auth\.oidc\.issuer must have no query"),
+        (
+            {"issuer": "https://idp.example.com", "jwks_uri": "http://keys.example.com/jwks"},
+            r"auth\.oidc\.jwks_uri must use https://",
+        ),
+        ({"role_map": {"ops": "root"}}, r"auth\.oidc\.role_map\['ops'\] must be viewer"),
+        ({"default_role": "owner"}, r"auth\.oidc\.default_role must be empty"),
+        ({"jwks_cache_s": 0}, r"auth\.oidc\.jwks_cache_s must be a positive"),
+        ({"issuer": "https://idp.example.com", "role_claim": "a..b"}, r"auth\.oidc\.role_claim"),
+        ({"unknown": 1}, r"unknown"),
+    ],
+)
+def test_bad_oidc_settings_are_refused_naming_the_key(oidc: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(environ={}, overrides={"auth": {"oidc": oidc}})
+
+
+def test_oidc_audience_is_required_off_loopback() -> None:
+    issuer = {"issuer": "https://idp.example.com"}
+    with pytest.raises(ConfigError, match=r"auth\.oidc\.audience must be set"):
+        load_config(environ={}, overrides={"http": {"host": "0.0.0.0"}, "auth": {"oidc": issuer}})
+    config = load_config(
+        environ={},
+        overrides={
+            "http": {"host": "0.0.0.0"},
+            "auth": {"oidc": {**issuer, "audience": "https://coremetry.example.com/api/mcp"}},
+        },
+    )
+    assert config.auth.oidc.audience == "https://coremetry.example.com/api/mcp"
+    # On loopback the bound address is the default (the server fills it in once bound).
+    assert load_config(environ={}, overrides={"auth": {"oidc": issuer}}).auth.oidc.audience == ""

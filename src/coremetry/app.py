@@ -8,6 +8,8 @@ Routing, by path:
   the same policy and authentication hook. (The benchmarks in ``bench/`` measure the choice.)
 - ``/api/mcp/sse`` + ``/api/mcp/messages`` — legacy HTTP+SSE (2024-11-05).
 - ``/api/mcp/ws`` — WebSocket (subprotocol ``mcp``).
+- ``/api/mcp/ws-ticket`` — ``POST`` mints a single-use ticket for ``/api/mcp/ws?ticket=…``
+  (:class:`coremetry.rest.WsTicketEndpoint`), when a ticket book is given.
 - ``/api/auth/login`` — a session JWT for a user name and password (:mod:`coremetry.rest`).
 - ``/api/tools`` and ``/api/tools/<name>`` — the tools over REST, through the same gate
   (:mod:`coremetry.rest`).
@@ -41,12 +43,19 @@ from werkzeug.exceptions import HTTPException
 
 from coremetry import __version__
 from coremetry.audit import AuditLog
-from coremetry.auth import IdentityStore, LoginService
+from coremetry.auth import IdentityStore, LoginService, TicketBook
 from coremetry.config import Config
 from coremetry.http_edge import Authenticate, HttpPolicy, anonymous
 from coremetry.ingest.receiver import OTLP_PATHS, OtlpReceiver
 from coremetry.mcp import Server
-from coremetry.rest import LOGIN_PATH, AdminUsers, LoginEndpoint, RestTools
+from coremetry.rest import (
+    LOGIN_PATH,
+    WS_TICKET_PATH,
+    AdminUsers,
+    LoginEndpoint,
+    RestTools,
+    WsTicketEndpoint,
+)
 from coremetry.store import TelemetryStore
 from coremetry.transports.drain import Drain
 from coremetry.transports.sse import LegacySse
@@ -72,6 +81,8 @@ class CoremetryApp:
         store: the telemetry store the OTLP/HTTP receiver writes into (none: no receiver).
         identities: with ``audit``, serves the admin account routes over this identity store.
         audit: where the admin account routes record what they do.
+        tickets: serves ``POST /api/mcp/ws-ticket`` and lets ``/api/mcp/ws?ticket=…`` redeem
+            its tickets, when given (mints are audited when ``audit`` is given too).
 
     Attributes:
         shutting_down: set when the server starts draining (for code that waits on the stop;
@@ -90,6 +101,7 @@ class CoremetryApp:
         store: TelemetryStore | None = None,
         identities: IdentityStore | None = None,
         audit: AuditLog | None = None,
+        tickets: TicketBook | None = None,
     ) -> None:
         self.config = config
         self.mcp = mcp
@@ -132,7 +144,12 @@ class CoremetryApp:
             drain=self.drain,
             max_message_bytes=config.websocket.max_message_bytes,
             max_connections=config.websocket.max_connections,
+            redeem_ticket=tickets.redeem if tickets is not None else None,
         )
+        if tickets is not None:
+            self.http_routes[WS_TICKET_PATH] = WsTicketEndpoint(
+                tickets, self.policy, authenticate=authenticate, audit=audit
+            )
         self.rest = RestTools(mcp, self.policy, authenticate=authenticate)
         if login is not None:
             self.http_routes[LOGIN_PATH] = LoginEndpoint(login, self.policy)

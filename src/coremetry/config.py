@@ -17,6 +17,7 @@ import math
 import os
 import re
 import tomllib
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
@@ -218,6 +219,42 @@ class DetectionConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """WARN-and-worse log records read per run for new-template mining (0: none)."""
 
 
+class OidcConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """An external OpenID Connect identity provider whose access tokens are accepted.
+
+    See :mod:`coremetry.auth.oidc`. Env: ``COREMETRY_AUTH_OIDC_ISSUER`` etc.
+    """
+
+    issuer: str = ""
+    """The provider's issuer URL, exactly as its tokens' ``iss`` and its discovery document
+    say (``https://``; ``http://`` only on a loopback host). Empty: off."""
+    audience: str = ""
+    """The ``aud`` a token must carry: this server's MCP endpoint URL as clients reach it
+    (e.g. ``https://coremetry.example.com/api/mcp``). Empty: the bound address's
+    ``http://HOST:PORT<root_path>/api/mcp`` (allowed only on a loopback bind)."""
+    role_claim: str = "coremetry_role"
+    """The claim holding the caller's role; a dotted path reaches into objects
+    (``realm_access.roles``). Its value is a string or a list of strings."""
+    role_map: dict[str, str] = msgspec.field(default_factory=dict)
+    """Claim values to roles (``{"coremetry-admins" = "admin"}``); empty: the values must be
+    role names (viewer, editor, admin) themselves."""
+    default_role: str = ""
+    """The role of a token whose claim names no known role; empty: such a token is refused."""
+    jwks_uri: str = ""
+    """Where the provider's signing keys are; empty: the ``jwks_uri`` of its discovery
+    document (``<issuer>/.well-known/openid-configuration``)."""
+    jwks_cache_s: float = 300.0
+    """How long fetched signing keys are used before they are fetched again, in seconds (a
+    token with an unknown key id refetches sooner, at most every 30 s)."""
+
+
+class AuthConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Ways to authenticate besides service tokens and password logins."""
+
+    oidc: OidcConfig = msgspec.field(default_factory=OidcConfig)
+    """An external OpenID Connect identity provider (``[auth.oidc]``)."""
+
+
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The whole configuration; see the module docstring for how it is assembled."""
 
@@ -231,6 +268,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     clickhouse: ClickHouseConfig = msgspec.field(default_factory=ClickHouseConfig)
     ingest: IngestConfig = msgspec.field(default_factory=IngestConfig)
     detection: DetectionConfig = msgspec.field(default_factory=DetectionConfig)
+    auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
     data_dir: str = "~/.local/share/coremetry"
     """Where the embedded store and secrets live."""
 
@@ -269,17 +307,50 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, object]:
             prefix = section + "_"
             if rest.startswith(prefix):
                 key = rest[len(prefix) :]
-                keys = {f.encode_name: f.type for f in msgspec.structs.fields(struct)}
+                fields = {f.encode_name: f.type for f in msgspec.structs.fields(struct)}
+                section_target = overrides.setdefault(section, {})
+                assert isinstance(section_target, dict)
+                key, keys, target, where = _nested_key(key, fields, section_target, section)
                 if key not in keys:
-                    raise ConfigError(f"{name}: unknown key {key!r} in section [{section}]")
-                target = overrides.setdefault(section, {})
-                assert isinstance(target, dict)
-                target[key] = value.split(",") if keys[key] == list[str] else value
+                    raise ConfigError(f"{name}: unknown key {key!r} in section [{where}]")
+                target[key] = _env_value(name, value, keys[key])
                 matched = True
                 break
         if not matched and rest not in ("token", "shared"):
             raise ConfigError(f"{name}: no such configuration key")
     return overrides
+
+
+def _nested_key(
+    key: str, keys: Mapping[str, object], target: dict[str, object], where: str
+) -> tuple[str, Mapping[str, object], dict[str, object], str]:
+    """Descend into a sub-table (``[auth.oidc]``) when ``key`` starts with its name and ``_``."""
+    for sub, kind in keys.items():
+        if (
+            key.startswith(sub + "_")
+            and isinstance(kind, type)
+            and issubclass(kind, msgspec.Struct)
+        ):
+            inner = target.setdefault(sub, {})
+            assert isinstance(inner, dict)
+            fields = {f.encode_name: f.type for f in msgspec.structs.fields(kind)}
+            return _nested_key(key[len(sub) + 1 :], fields, inner, f"{where}.{sub}")
+    return key, keys, target, where
+
+
+def _env_value(name: str, value: str, kind: object) -> object:
+    """A variable's text as the key's type wants it: lists comma-separated, tables ``k=v,…``."""
+    if kind == list[str]:
+        return value.split(",")
+    if kind == dict[str, str]:
+        table: dict[str, str] = {}
+        for item in filter(None, (part.strip() for part in value.split(","))):
+            key, sep, mapped = item.partition("=")
+            if not sep:
+                raise ConfigError(f"{name}: expected key=value pairs separated by commas")
+            table[key.strip()] = mapped.strip()
+        return table
+    return value
 
 
 def _merge(base: dict[str, object], top: Mapping[str, object]) -> dict[str, object]:
@@ -437,6 +508,58 @@ def _check(config: Config) -> None:
             )
     if config.http.root_path and not config.http.root_path.startswith("/"):
         raise ConfigError("invalid configuration: http.root_path must start with '/'")
+    _check_oidc(config)
+
+
+_ROLE_NAMES: Final = ("viewer", "editor", "admin")
+
+
+def _is_loopback_host(host: str) -> bool:
+    host = host.lower().removeprefix("[").removesuffix("]")
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _is_loopback_url(url: str) -> bool:
+    return _is_loopback_host(urllib.parse.urlsplit(url).hostname or "")
+
+
+def _check_oidc(config: Config) -> None:
+    oidc = config.auth.oidc
+
+    def fail(message: str) -> None:
+        raise ConfigError(f"invalid configuration: auth.oidc.{message}")
+
+    if not (math.isfinite(oidc.jwks_cache_s) and oidc.jwks_cache_s > 0):
+        fail(f"jwks_cache_s must be a positive number of seconds, got {oidc.jwks_cache_s}")
+    for claim_value, role in oidc.role_map.items():
+        if role not in _ROLE_NAMES:
+            fail(f"role_map[{claim_value!r}] must be viewer, editor or admin, got {role!r}")
+    if oidc.default_role not in ("", *_ROLE_NAMES):
+        fail(f"default_role must be empty, viewer, editor or admin, got {oidc.default_role!r}")
+    if not oidc.issuer:
+        return
+    for key in ("issuer", "jwks_uri", "audience"):
+        url: str = getattr(oidc, key)
+        if not url:
+            continue
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("https", "http") or not parts.hostname:
+            fail(f"{key} must be an https:// URL, got {url!r}")
+        if key != "audience" and parts.scheme == "http" and not _is_loopback_url(url):
+            fail(f"{key} must use https:// (http:// only on a loopback host), got {url!r}")
+        if key == "issuer" and (parts.query or parts.fragment):
+            fail(
+                f"issuer must have no query or fragment (OpenID Connect Discovery §3), got {url!r}"
+            )
+    if not oidc.role_claim or any(not part for part in oidc.role_claim.split(".")):
+        fail(
+            f"role_claim must name a claim (a dotted path for nested ones), got {oidc.role_claim!r}"
+        )
+    if not oidc.audience and not _is_loopback_host(config.http.host):
+        fail(
+            "audience must be set when http.host is not a loopback address: the URL clients "
+            "reach the MCP endpoint at, e.g. https://coremetry.example.com/api/mcp"
+        )
 
 
 def render_config(config: Config) -> str:
@@ -448,13 +571,27 @@ def render_config(config: Config) -> str:
     for key, value in scalars.items():
         lines.append(f"{key} = {_toml_value(key, value)}")
     for section, values in builtins.items():
-        if not isinstance(values, dict):
-            continue
-        lines.append("")
-        lines.append(f"[{section}]")
-        for key, value in values.items():
-            lines.append(f"{key} = {_toml_value(f'{section}.{key}', value)}")
+        if isinstance(values, dict):
+            _render_table(lines, section, values)
     return "\n".join(lines) + "\n"
+
+
+def _render_table(lines: list[str], dotted: str, values: dict[str, object]) -> None:
+    """Append ``[dotted]`` and its keys; sub-tables (``[auth.oidc]``) follow as their own."""
+    lines.append("")
+    lines.append(f"[{dotted}]")
+    for key, value in values.items():
+        if not isinstance(value, dict):
+            lines.append(f"{_toml_key(key)} = {_toml_value(f'{dotted}.{key}', value)}")
+    for key, value in values.items():
+        if isinstance(value, dict):
+            _render_table(lines, f"{dotted}.{_toml_key(key)}", value)
+
+
+def _toml_key(key: str) -> str:
+    if re.fullmatch(r"[A-Za-z0-9_-]+", key):
+        return key
+    return msgspec.json.encode(key).decode()
 
 
 def _toml_value(dotted: str, value: object) -> str:

@@ -39,6 +39,8 @@ from coremetry.auth import (
     LoginFailed,
     LoginService,
     LoginThrottled,
+    TicketBook,
+    TicketLimit,
     UnknownName,
 )
 from coremetry.http_edge import (
@@ -52,6 +54,7 @@ from coremetry.http_edge import (
     anonymous,
     challenge_for,
     is_json_content_type,
+    public_prefix,
     read_body,
     send_response,
     unauthorized_message,
@@ -545,11 +548,130 @@ class AdminUsers:
             ) from None
 
 
+WS_TICKET_PATH: Final = "/api/mcp/ws-ticket"
+"""``POST`` (authenticated) -> a single-use ticket for ``/api/mcp/ws?ticket=…``."""
+
+WS_PATH: Final = "/api/mcp/ws"
+"""The WebSocket endpoint a ticket opens."""
+
+
+class WsTicketEndpoint:
+    """ASGI handler of ``POST /api/mcp/ws-ticket``: a single-use WebSocket ticket (issue 18).
+
+    The caller authenticates the usual way (Bearer service token, session JWT, an external
+    identity provider's access token, or the session cookie); the answer is 200 with
+    ``Cache-Control: no-store`` and ``{"ticket", "expires_in", "url"}``: the ticket, its
+    lifetime in seconds, and the WebSocket URL with the ticket in its query (``ws://`` or
+    ``wss://`` after the request's scheme, the request's ``Host`` and public path prefix).
+    The ticket opens exactly one socket, as the caller, within ``expires_in`` seconds
+    (:mod:`coremetry.auth.ws_ticket`). No body is needed (any body is ignored).
+
+    Refusals: 401 with the Bearer challenge without valid credentials; 429 with
+    ``Retry-After`` when the caller holds too many unused tickets; 403/421 for a refused
+    Origin/Host; 405 for another method. Every mint is audited (one
+    :meth:`~coremetry.audit.AuditLog.record_admin` row: action ``ws-ticket``, target
+    ``mint``, transport ``rest``, outcome ``ok`` or ``denied``); the ticket itself is never
+    logged or audited.
+
+    Args:
+        tickets: the ticket book the WebSocket endpoint redeems from.
+        policy: Origin/Host/body-size rules (the same as the other endpoints).
+        authenticate: resolves the caller (the same hook as the MCP transports).
+        audit: where mints are recorded (``None``: not recorded).
+    """
+
+    def __init__(
+        self,
+        tickets: TicketBook,
+        policy: HttpPolicy,
+        *,
+        authenticate: Authenticate = anonymous,
+        audit: AuditLog | None = None,
+    ) -> None:
+        self.tickets = tickets
+        self.policy = policy
+        self.authenticate = authenticate
+        self.audit = audit
+
+    async def __call__(
+        self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        """Serve one mint request (see the class docstring)."""
+        headers = Headers(scope["headers"])
+        cors = await admit(
+            scope,
+            send,
+            headers,
+            self.policy,
+            method="POST",
+            allow=b"POST, OPTIONS",
+            error_body=_error,
+            not_allowed="POST (authenticated) to mint a WebSocket ticket",
+        )
+        if cors is None:
+            return
+        try:
+            caller = await self.authenticate(headers)
+        except Exception as exc:  # the auth layer's reason is never sent
+            await send_response(
+                send,
+                401,
+                _ENCODER.encode({"error": "unauthorized", "detail": unauthorized_message(exc)}),
+                headers=[challenge_for(exc), *cors],
+            )
+            return
+        try:
+            ticket = self.tickets.mint(caller.subject, headers)
+        except TicketLimit as limit:
+            await self._audit(caller, "denied")
+            retry = str(max(1, math.ceil(limit.retry_after_s))).encode()
+            await send_response(
+                send,
+                429,
+                _ENCODER.encode(
+                    {
+                        "error": "too_many_tickets",
+                        "detail": "too many unused WebSocket tickets; use or let them expire",
+                    }
+                ),
+                headers=[(b"retry-after", retry), *cors],
+            )
+            return
+        await self._audit(caller, "ok")
+        scheme = "wss" if scope["scheme"] in ("https", "wss") else "ws"
+        host = headers.get("host") or "localhost"
+        prefix = public_prefix(headers, self.policy)
+        url = f"{scheme}://{host}{prefix}{WS_PATH}?ticket={ticket.value}"
+        payload = {"ticket": ticket.value, "expires_in": ticket.expires_in_s, "url": url}
+        await send_response(
+            send,
+            200,
+            _ENCODER.encode(payload),
+            headers=[(b"cache-control", b"no-store"), *cors],
+        )
+
+    async def _audit(self, caller: Caller, outcome: str) -> None:
+        audit = self.audit
+        if audit is None:
+            return
+        try:
+            await trio.to_thread.run_sync(
+                lambda: audit.record_admin(
+                    caller, transport="rest", action="ws-ticket", target="mint", outcome=outcome
+                )
+            )
+        except Exception as exc:  # sqlite3.Error and the like: the ticket stands
+            _log.error("could not audit a WebSocket ticket of %r: %s", caller.subject, exc)
+
+
 __all__ = [
     "ADMIN_USERS_PATH",
     "LOGIN_PATH",
     "TOOLS_PATH",
+    "WS_PATH",
+    "WS_TICKET_PATH",
     "AdminUsers",
     "LoginEndpoint",
     "RestTools",
+    "WsTicketEndpoint",
 ]

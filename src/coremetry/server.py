@@ -32,6 +32,8 @@ from coremetry.auth import (
     IdentityStore,
     JwtIssuer,
     LoginService,
+    OidcVerifier,
+    TicketBook,
     load_or_create_secret,
     open_identity_store,
 )
@@ -187,6 +189,7 @@ class Security:
         limiter: RateLimiter,
         audit: AuditLog,
         output_budget_bytes: int = 16 * 1024,
+        tickets: TicketBook | None = None,
     ) -> None:
         self.store = store
         self.issuer = issuer
@@ -195,6 +198,8 @@ class Security:
         self.limiter = limiter
         self.audit = audit
         self.output_budget_bytes = output_budget_bytes
+        self.tickets = tickets if tickets is not None else TicketBook()
+        """Single-use WebSocket tickets (``POST /api/mcp/ws-ticket``)."""
 
     def install(self, mcp: Server) -> None:
         """Plug the gate, the audit observer and the admin audit resource into ``mcp``."""
@@ -221,7 +226,7 @@ def open_security(config: Config) -> Security:
     return Security(
         store=store,
         issuer=issuer,
-        authenticator=Authenticator(store, issuer),
+        authenticator=Authenticator(store, issuer, oidc=OidcVerifier.from_config(config)),
         login=LoginService(store, issuer),
         limiter=RateLimiter.from_config(config.rate_limit),
         audit=AuditLog.from_config(config),
@@ -305,6 +310,7 @@ async def serve(
             store=store,
             identities=security.store,
             audit=security.audit,
+            tickets=security.tickets,
         )
     else:
         app = CoremetryApp(config, mcp, store=store)
@@ -340,6 +346,11 @@ async def serve(
                 partial(serve_http, app, hypercorn_config(config), shutdown_trigger=trigger)
             )
             url = binds[0]
+            if security is not None and security.authenticator.oidc is not None:
+                # [auth.oidc] audience unset: tokens must name this bound address's MCP URL.
+                security.authenticator.oidc.set_default_audience(
+                    f"{url}{config.http.root_path}/api/mcp"
+                )
             if first_admin_token is not None:
                 print(first_start_message(first_admin_token, url), flush=True)
             if announce:

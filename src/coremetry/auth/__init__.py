@@ -13,6 +13,10 @@ The pieces, and who calls them:
   and the first start (:meth:`IdentityStore.create_first_admin_token`). Blocking: the app calls
   it through ``trio.to_thread``.
 - :class:`JwtIssuer`, :func:`load_or_create_secret`: session JWTs.
+- :class:`OidcVerifier`: access tokens of an external OpenID Connect identity provider
+  (``[auth.oidc]``), one more credential kind of the :class:`Authenticator`.
+- :class:`TicketBook`: single-use WebSocket tickets (``POST /api/mcp/ws-ticket``, then
+  ``/api/mcp/ws?ticket=…``) for clients that cannot send headers.
 - :class:`Claims` and the :class:`AuthError` tree (:mod:`coremetry.auth.principal`).
 
 This package takes ``Caller`` and ``ROLES`` from :mod:`coremetry.roles` and never imports the
@@ -34,6 +38,7 @@ from .identity_store import open_identity_store as open_identity_store
 from .jwt_verifier import JwtIssuer as JwtIssuer
 from .jwt_verifier import load_or_create_secret as load_or_create_secret
 from .login import LoginService as LoginService
+from .oidc import OidcVerifier as OidcVerifier
 from .passwords import DEFAULT_PARAMS as DEFAULT_PARAMS
 from .passwords import ScryptParams as ScryptParams
 from .passwords import hash_password as hash_password
@@ -47,6 +52,9 @@ from .principal import LoginFailed as LoginFailed
 from .principal import LoginThrottled as LoginThrottled
 from .principal import MissingCredentials as MissingCredentials
 from .principal import RevokedToken as RevokedToken
+from .ws_ticket import Ticket as Ticket
+from .ws_ticket import TicketBook as TicketBook
+from .ws_ticket import TicketLimit as TicketLimit
 
 __all__ = [
     "AuthError",
@@ -64,11 +72,15 @@ __all__ = [
     "LoginService",
     "LoginThrottled",
     "MissingCredentials",
+    "OidcVerifier",
     "RevokedToken",
     "SCHEMA_VERSION",
     "SESSION_COOKIE",
     "ScryptParams",
     "TOKEN_PREFIX",
+    "Ticket",
+    "TicketBook",
+    "TicketLimit",
     "TokenInfo",
     "UnknownName",
     "UserInfo",

@@ -9,7 +9,10 @@ Accepted credentials (``shared/DESIGN.md`` §5), first match wins:
 
 1. ``Authorization: Bearer <token>`` (RFC 6750 §2.1). The scheme is case-insensitive (RFC 9110
    §11.1) and surrounding or repeated whitespace is tolerated. ``<token>`` is a session JWT, or a
-   service token when it starts with ``cmk_``. It must be an RFC 6750 ``b64token``.
+   service token when it starts with ``cmk_``, or — when ``[auth.oidc]`` names an issuer — an
+   access token of that identity provider, recognised by its ``iss``
+   (:class:`~coremetry.auth.oidc.OidcVerifier`; cached like a service token). It must be an
+   RFC 6750 ``b64token``.
 2. The session cookie :data:`SESSION_COOKIE`, holding a JWT (never a service token).
 
 Refused:
@@ -66,6 +69,7 @@ from coremetry.roles import Caller
 
 from .identity_store import TOKEN_PREFIX, IdentityStore, RevocationStamp
 from .jwt_verifier import JwtIssuer
+from .oidc import OidcVerifier
 from .principal import AuthError, Claims, InvalidToken, MissingCredentials, RevokedToken
 
 _log: Final = logging.getLogger(__name__)
@@ -162,6 +166,7 @@ class Authenticator:
             disables the cache. Revocations bypass it at once (module docstring).
         cache_max_entries: most service tokens (and, separately, user names) remembered at once.
         clock: wall clock in unix seconds, for expiry checks on cache hits (tests inject one).
+        oidc: verifies access tokens of an external identity provider (``None``: not accepted).
     """
 
     def __init__(
@@ -172,6 +177,7 @@ class Authenticator:
         cache_ttl_s: float = DEFAULT_CACHE_TTL_S,
         cache_max_entries: int = DEFAULT_CACHE_MAX_ENTRIES,
         clock: Callable[[], float] = time.time,
+        oidc: OidcVerifier | None = None,
     ) -> None:
         self._store = store
         self._issuer = issuer
@@ -179,6 +185,8 @@ class Authenticator:
         """Service-token cache lifetime, in seconds (``0``: no cache)."""
         self._cache_max_entries = cache_max_entries
         self._clock = clock
+        self.oidc: Final = oidc
+        """The external identity provider's verifier, if one is configured."""
         # Keyed on the Authorization header's value as presented (module docstring).
         self._cache: dict[str, _CacheEntry] = {}
         # Keyed on the user name (a JWT's sub): its current session generation.
@@ -247,6 +255,8 @@ class Authenticator:
                 # extract_credential refuses a service token anywhere but in Authorization.
                 key = authorization if source == "authorization" else None
                 return await self._verify_service_token(token, key)
+            if self.oidc is not None and source == "authorization" and self.oidc.issued(token):
+                return await self._verify_oidc(self.oidc, token, authorization)
             claims = self._issuer.verify(token)
             await self._check_session(claims)
             return claims
@@ -279,15 +289,29 @@ class Authenticator:
         if entry.generation != claims.generation:
             raise RevokedToken(f"JWT of user {claims.sub!r} from before an account change")
 
-    async def _verify_service_token(self, token: str, cache_key: str | None) -> Claims:
-        # Taken before verifying: a revocation that lands while we read makes this entry stale.
+    async def _verify_oidc(self, oidc: OidcVerifier, token: str, cache_key: str | None) -> Claims:
+        # Cached like a service token: a hit skips the signature and the key lookup; the
+        # entry ends at the token's exp at the latest (checked on every hit).
         stamp = self._store.revocation_stamp()
         now = trio.current_time()
-        claims = await trio.to_thread.run_sync(self._store.verify_token, token)
+        claims = await oidc.verify(token)
+        self._remember(cache_key, claims, now, stamp)
+        return claims
+
+    def _remember(
+        self, cache_key: str | None, claims: Claims, now: float, stamp: RevocationStamp
+    ) -> None:
         if self.cache_ttl_s > 0 and cache_key is not None:
             if len(self._cache) >= self._cache_max_entries:
                 del self._cache[next(iter(self._cache))]
             self._cache[cache_key] = _CacheEntry(
                 claims, claims.to_caller(), now + self.cache_ttl_s, stamp
             )
+
+    async def _verify_service_token(self, token: str, cache_key: str | None) -> Claims:
+        # Taken before verifying: a revocation that lands while we read makes this entry stale.
+        stamp = self._store.revocation_stamp()
+        now = trio.current_time()
+        claims = await trio.to_thread.run_sync(self._store.verify_token, token)
+        self._remember(cache_key, claims, now, stamp)
         return claims

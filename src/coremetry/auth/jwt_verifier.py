@@ -1,7 +1,9 @@
 """Session JWTs: issuing them at login and verifying them on every request.
 
-This is the only module that calls :func:`jwt.decode`. Its rules follow RFC 7519 (JWT) and the
-best current practice of RFC 8725:
+This is the only module that calls :func:`jwt.decode` for session JWTs (the other caller,
+:mod:`coremetry.auth.oidc`, verifies an external identity provider's access tokens with that
+provider's published keys). Its rules follow RFC 7519 (JWT) and the best current practice of
+RFC 8725:
 
 - **One algorithm**, HS256 (HMAC-SHA-256, RFC 7518 §3.2), passed to pyjwt as the only allowed
   one. The ``alg`` header is never trusted to choose: ``none`` (RFC 8725 §2.1, §3.2), and RS*/ES*

@@ -30,23 +30,26 @@ import msgspec
 
 from coremetry.roles import Caller
 
-CredentialKind = Literal["jwt", "service_token"]
-"""How a bearer authenticated: a session JWT (login) or a ``cmk_`` service token."""
+CredentialKind = Literal["jwt", "service_token", "oidc"]
+"""How a bearer authenticated: a session JWT (login), a ``cmk_`` service token, or an access
+token of the configured OpenID Connect provider (:mod:`coremetry.auth.oidc`)."""
 
 
 class Claims(msgspec.Struct, frozen=True, kw_only=True):
     """What a verified credential says about its bearer.
 
     Attributes:
-        sub: the stable identity: a user name for a JWT, ``"token:<name>"`` for a service token
-            (``:`` never occurs in a user name, so the two can never collide). Rate budgets and
-            the audit log are keyed on it.
+        sub: the stable identity: a user name for a JWT, ``"token:<name>"`` for a service token,
+            ``"oidc:<issuer>#<sub>"`` for an identity provider's token (``:`` never occurs in a
+            user name, so they can never collide). Rate budgets and the audit log are keyed on
+            it.
         role: one of :data:`coremetry.roles.ROLES` (``viewer``, ``editor``, ``admin``).
-        token_name: the service token's name; ``""`` for a JWT.
+        token_name: the service token's name; for an identity provider's token the client it
+            was issued to (``client_id``/``azp``); ``""`` for a session JWT.
         issued_at: when the credential was issued, unix seconds.
         expires_at: when it stops being valid, unix seconds; ``None`` for a service token
             created without expiry.
-        kind: ``"jwt"`` or ``"service_token"``.
+        kind: ``"jwt"``, ``"service_token"`` or ``"oidc"``.
         generation: for a JWT, the user's session generation when it was issued (claim
             ``gen``; ``0`` in JWTs from before account lifecycle existed): the session is valid
             only while it equals the user's current one. ``0`` for a service token.

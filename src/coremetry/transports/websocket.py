@@ -9,6 +9,12 @@ Handshake (before anything is upgraded, in this order):
   :class:`~coremetry.http_edge.HttpPolicy`); the ``Authenticate`` hook raising -> HTTP 401
   with ``WWW-Authenticate: Bearer``; the server draining, or ``max_connections`` sockets already
   open -> HTTP 503 with ``Retry-After``.
+- Clients that cannot send headers (browsers, the TypeScript SDK's
+  ``WebSocketClientTransport``) present a single-use ticket instead: ``?ticket=<ticket>``
+  from ``POST /api/mcp/ws-ticket`` (:mod:`coremetry.auth.ws_ticket`). The ticket stands for
+  the credential that minted it, which is authenticated again here; an unknown, reused or
+  expired ticket (or a repeated ``ticket`` parameter) -> HTTP 401 with a message saying so.
+  The ticket is never logged.
 - Refusals are real HTTP responses with a JSON-RPC error body (``id: null``), sent through the
   ASGI ``websocket.http.response`` extension, which hypercorn implements. Without the extension
   the handler falls back to ``websocket.close`` before accept, which hypercorn would turn into a
@@ -55,6 +61,7 @@ Close codes (RFC 6455 §7.4.1), each with a short reason:
 
 import logging
 import secrets
+import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
@@ -107,6 +114,9 @@ class WebSocketTransport:
             closes with 1001.
         max_message_bytes: the largest accepted text frame, in UTF-8 bytes (1009 above).
         max_connections: concurrent sockets; the handshake is refused with 503 above.
+        redeem_ticket: turns the ``ticket`` query parameter into the credential headers it
+            stands for (:meth:`coremetry.auth.TicketBook.redeem`), raising to refuse it (401).
+            ``None``: the parameter is ignored and only headers authenticate.
 
     Attributes:
         active: the number of sockets currently serving a session.
@@ -121,6 +131,7 @@ class WebSocketTransport:
         drain: Drain | None = None,
         max_message_bytes: int = 4 * 1024 * 1024,
         max_connections: int = 10_000,
+        redeem_ticket: Callable[[str], Iterable[tuple[bytes, bytes]]] | None = None,
     ) -> None:
         self.server = server
         self.policy = policy
@@ -128,6 +139,7 @@ class WebSocketTransport:
         self.drain = drain if drain is not None else Drain()
         self.max_message_bytes = max_message_bytes
         self.max_connections = max_connections
+        self.redeem_ticket = redeem_ticket
         self.active = 0
 
     async def __call__(
@@ -142,8 +154,17 @@ class WebSocketTransport:
         if refused is not None:
             await _deny(scope, send, *refused)
             return
+        credentials = headers
+        ticket = _query_ticket(scope) if self.redeem_ticket is not None else None
+        if ticket is not None and self.redeem_ticket is not None:
+            try:
+                credentials = Headers(self.redeem_ticket(ticket))
+            except Exception as refusal:  # its reason goes to the log, never the ticket
+                log.info("WebSocket ticket refused: %s", getattr(refusal, "reason", refusal))
+                await _deny(scope, send, 401, _ticket_message(refusal), [challenge_for(refusal)])
+                return
         try:
-            caller = await self.authenticate(headers)
+            caller = await self.authenticate(credentials)
         except Exception as refusal:  # the auth layer's reason is logged there, never sent
             await _deny(scope, send, 401, unauthorized_message(refusal), [challenge_for(refusal)])
             return
@@ -180,7 +201,7 @@ class WebSocketTransport:
                 # a revoked token or an expired JWT stops working at once (the authenticator
                 # caches verified tokens and checks revocation in memory, so this is cheap).
                 try:
-                    again = await self.authenticate(headers)
+                    again = await self.authenticate(credentials)
                 except Exception:
                     return False
                 return again.subject == caller.subject and again.role == caller.role
@@ -313,6 +334,27 @@ class _Frames:
                 break
             return data
         raise StopAsyncIteration
+
+
+TICKET_PARAMETER: Final = "ticket"
+"""The query parameter that carries a single-use ticket (``/api/mcp/ws?ticket=…``)."""
+
+
+def _query_ticket(scope: WebsocketScope) -> str | None:
+    """The ``ticket`` query parameter, ``""`` when repeated or empty, ``None`` when absent."""
+    query = scope.get("query_string", b"").decode("latin-1")
+    values = urllib.parse.parse_qs(query, keep_blank_values=True).get(TICKET_PARAMETER)
+    if values is None:
+        return None
+    return values[0] if len(values) == 1 else ""
+
+
+def _ticket_message(refusal: BaseException) -> str:
+    state = "expired" if getattr(refusal, "expired", False) else "unknown or already used"
+    return (
+        f"Unauthorized: the WebSocket ticket is {state}; a ticket works once, for a short "
+        "time: mint a new one with POST /api/mcp/ws-ticket just before connecting"
+    )
 
 
 async def _deny(
