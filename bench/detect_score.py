@@ -43,11 +43,12 @@ import statistics
 import sys
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
 
-from coremetry.detection import Anomaly, DetectorConfig, Series, detect_series
+from coremetry.detection import Anomaly, DetectorConfig, Problem, Series, detect_series
 from coremetry.detection.evaluation import (
     Fault,
     SeriesScore,
@@ -391,6 +392,300 @@ async def nezha_run(repeat: int) -> dict[str, object]:
     }
 
 
+# --- the whole fault day (issue 16) ---------------------------------------------------------
+
+DEFAULT_DAY = REPO / "tests" / "data" / "nezha-full"
+LIVE_AFTER_NS = 4 * MINUTE_NS  # live replay: the 6 h ending this long after each fault
+LIVE_SPAN_NS = 6 * 60 * MINUTE_NS
+FREE_AFTER_NS = 30 * MINUTE_NS  # fault-free time starts this long after a fault
+TRIAGE_HALF_NS = 5 * MINUTE_NS  # triage_brief over the 10 minutes around each fault
+
+
+class FaultRow(msgspec.Struct, kw_only=True):
+    """How one run answered one fault."""
+
+    time: str
+    service: str
+    type: str
+    opened: bool
+    delay_s: float | None
+    rank: int | None
+    top3: list[str]
+
+
+class DayFigures(msgspec.Struct, kw_only=True):
+    """Everything the day part measures for one source tree."""
+
+    whole: list[FaultRow]
+    live: list[FaultRow]
+    triage: list[str | None]
+    false_problems: int
+    false_titles: list[str]
+    free_hours: float
+    problems: int
+    whole_s: float
+    live_s: list[float]
+
+
+async def load_day(day: Path, db: Path) -> list[Fault]:
+    """Convert a whole Nezha day (``scripts/convert_nezha.py``) into a sqlite store at ``db``.
+
+    Times are kept as recorded (no shift). A store already at ``db`` is reused as it is.
+    Returns the day's faults (time from ``inject_time``).
+    """
+    import gzip
+    import tempfile
+
+    import trio
+
+    from coremetry.ingest import ImportOptions
+    from coremetry.ingest.formats import decode_file
+    from coremetry.store.sqlite import open_sqlite_store
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import convert_nezha
+
+    date = convert_nezha.find_date(day)
+    faults: list[Fault] = []
+    for f in convert_nezha.convert_faults(day / "rca_data" / date / f"{date}-fault_list.json"):
+        assert isinstance(f, dict)
+        faults.append(
+            Fault(
+                time_unix_nano=int(str(f["time_unix_nano"])),
+                service_name=str(f["service.name"]),
+                kind=str(f["type"]),
+            )
+        )
+    if _exists(db):
+        return faults
+    with tempfile.TemporaryDirectory(prefix="coremetry-day-") as tmp:
+        out = Path(tmp)
+        entry = convert_nezha.build_nezha(day, out, date=date)
+        files = entry["files"]
+        assert isinstance(files, list)
+        paths = [out / str(f["path"]) for f in files if isinstance(f, dict)]
+        partial = db.with_name(db.name + ".partial")
+        partial.unlink(missing_ok=True)
+        async with open_sqlite_store(partial, retention_days=0) as store:
+            for path in paths:
+                data = gzip.decompress(path.read_bytes())
+                decoded = await trio.to_thread.run_sync(
+                    decode_file, data, "otlp-json", ImportOptions()
+                )
+                await store.write(decoded.batch)
+        _finish(partial, db)
+    return faults
+
+
+def _exists(path: Path) -> bool:
+    return path.exists()
+
+
+def _finish(partial: Path, db: Path) -> None:
+    for suffix in ("-wal", "-shm"):
+        Path(str(partial) + suffix).unlink(missing_ok=True)
+    partial.rename(db)
+
+
+def _first_opened(problems: Sequence[Problem], fault: Fault, step: int) -> Problem | None:
+    """The earliest problem raised within 3 minutes of the fault (from its bucket's start)."""
+    low = fault.time_unix_nano - step
+    high = fault.time_unix_nano + WINDOW_NS
+    opened = [p for p in problems if low <= p.detected_unix_nano <= high]
+    return min(opened, key=lambda p: (p.detected_unix_nano, p.problem_id), default=None)
+
+
+def fault_free(faults: Sequence[Fault], low: int, high: int) -> list[tuple[int, int]]:
+    """Intervals of ``[low, high)`` at least 30 min after every earlier fault, before the next."""
+    spans: list[tuple[int, int]] = []
+    start = low
+    for t in [*sorted(f.time_unix_nano for f in faults), high]:
+        end = min(t, high)
+        if end > start:
+            spans.append((start, end))
+        start = max(start, t + FREE_AFTER_NS)
+    return spans
+
+
+def score_run(problems: Sequence[Problem], faults: Sequence[Fault], step: int) -> list[FaultRow]:
+    """Per fault: the first problem opened within 3 minutes and where it ranks the injected one."""
+    rows: list[FaultRow] = []
+    for fault in faults:
+        problem = _first_opened(problems, fault, step)
+        services = list(problem.services) if problem is not None else []
+        rows.append(
+            FaultRow(
+                time=_hm(fault.time_unix_nano),
+                service=fault.service_name,
+                type=fault.kind,
+                opened=problem is not None,
+                delay_s=(
+                    (problem.detected_unix_nano - fault.time_unix_nano) / 1e9
+                    if problem is not None
+                    else None
+                ),
+                rank=(
+                    services.index(fault.service_name) + 1
+                    if fault.service_name in services
+                    else None
+                ),
+                top3=services[:3],
+            )
+        )
+    return rows
+
+
+async def day_run(db: Path, faults: list[Fault]) -> DayFigures:
+    """Whole-day detect, live replay and triage_brief's origin on a loaded day."""
+    from coremetry.detection.runner import DetectionOptions, detect_in_store
+    from coremetry.observability.origin import likely_origin
+    from coremetry.store import MAX_LIMIT, TimeRange
+    from coremetry.store.sqlite import open_sqlite_store
+
+    async with open_sqlite_store(db, retention_days=0) as store:
+        stats = await store.statistics()
+        assert stats.oldest_unix_nano is not None
+        assert stats.newest_unix_nano is not None
+        whole = TimeRange(
+            start_unix_nano=stats.oldest_unix_nano, end_unix_nano=stats.newest_unix_nano + 1
+        )
+        started = time.perf_counter()
+        run = await detect_in_store(store, whole, DetectionOptions())
+        whole_s = time.perf_counter() - started
+        step = run.step_ns
+        whole_rows = score_run(run.problems, faults, step)
+        free = fault_free(
+            faults, run.time_range.start_unix_nano + 10 * step, run.time_range.end_unix_nano
+        )
+        false = [p for p in run.problems if any(a <= p.detected_unix_nano < b for a, b in free)]
+        live_rows: list[FaultRow] = []
+        live_s: list[float] = []
+        for fault in faults:
+            end = fault.time_unix_nano + LIVE_AFTER_NS
+            window = TimeRange(start_unix_nano=end - LIVE_SPAN_NS, end_unix_nano=end)
+            started = time.perf_counter()
+            live = await detect_in_store(store, window, DetectionOptions())
+            live_s.append(time.perf_counter() - started)
+            live_rows.extend(score_run(live.problems, [fault], live.step_ns))
+        triage: list[str | None] = []
+        for fault in faults:
+            window = TimeRange(
+                start_unix_nano=fault.time_unix_nano - TRIAGE_HALF_NS,
+                end_unix_nano=fault.time_unix_nano + TRIAGE_HALF_NS,
+            )
+            summaries = (await store.services(window, limit=MAX_LIMIT)).items
+            edges = await store.service_edges(window, limit=MAX_LIMIT)
+            origin = await likely_origin(store, window, summaries, edges, evidence=False)
+            service = origin.body.get("service")
+            triage.append(service if isinstance(service, str) else None)
+    return DayFigures(
+        whole=whole_rows,
+        live=live_rows,
+        triage=triage,
+        false_problems=len(false),
+        false_titles=[p.title[:110] for p in false[:12]],
+        free_hours=sum(b - a for a, b in free) / 3_600e9,
+        problems=len(run.problems),
+        whole_s=whole_s,
+        live_s=live_s,
+    )
+
+
+class DaySummary(msgspec.Struct, kw_only=True):
+    """AS@1, AS@3 and opened counts of one scoring mode."""
+
+    n: int
+    opened: int
+    as1: float
+    as3: float
+    kinds: dict[str, tuple[int, int, int]]  # type -> (faults, ranked first, in the top 3)
+
+
+def summarise(rows: Sequence[FaultRow]) -> DaySummary:
+    """AS@1 and AS@3 over every fault (a fault with no problem opened is a miss)."""
+    n = len(rows)
+    kinds: dict[str, tuple[int, int, int]] = {}
+    for r in rows:
+        total, first, top3 = kinds.get(r.type, (0, 0, 0))
+        rank = r.rank if r.opened else None
+        kinds[r.type] = (
+            total + 1,
+            first + (rank == 1),
+            top3 + (rank is not None and rank <= 3),
+        )
+    first = sum(k[1] for k in kinds.values())
+    top3 = sum(k[2] for k in kinds.values())
+    return DaySummary(
+        n=n,
+        opened=sum(1 for r in rows if r.opened),
+        as1=first / n if n else 0.0,
+        as3=top3 / n if n else 0.0,
+        kinds=kinds,
+    )
+
+
+def _triage_as1(figures: DayFigures, faults: Sequence[Fault]) -> float:
+    hits = sum(1 for s, x in zip(figures.triage, faults, strict=True) if s == x.service_name)
+    return hits / len(faults) if faults else 0.0
+
+
+def print_day(figures: DayFigures, baseline: DayFigures | None, faults: Sequence[Fault]) -> None:
+    """The day's table: this tree's figures, and the baseline's beside them when measured."""
+    runs = [("now", figures)] + ([("baseline", baseline)] if baseline is not None else [])
+    print(
+        f"\nWhole fault day ({len(faults)} faults). AS@k: the injected service is in the top k "
+        "of the first problem opened within 3 min of the fault (no problem opened: a miss)"
+    )
+    header = f"{'':46}" + "".join(f"{name:>24}" for name, _ in runs)
+    print(header)
+    print("-" * len(header))
+
+    def line(label: str, values: list[str]) -> None:
+        print(f"{label:46}" + "".join(f"{v:>24}" for v in values))
+
+    for mode in ("whole", "live"):
+        title = "whole-day detect" if mode == "whole" else "live replay"
+        sums = [summarise(f.whole if mode == "whole" else f.live) for _, f in runs]
+        line(f"{title}: AS@1", [f"{s.as1:.2f}" for s in sums])
+        line(f"{title}: AS@3", [f"{s.as3:.2f}" for s in sums])
+        line(f"{title}: opened within 3 min", [f"{s.opened}/{s.n}" for s in sums])
+        for kind in sorted(sums[0].kinds):
+            line(
+                f"  {kind}: first / top 3",
+                ["{1}/{0} / {2}/{0}".format(*s.kinds.get(kind, (0, 0, 0))) for s in sums],
+            )
+    line(
+        "false problems per hour fault-free",
+        [
+            f"{f.false_problems} in {f.free_hours:.1f} h = {f.false_problems / f.free_hours:.1f}"
+            for _, f in runs
+        ],
+    )
+    line(
+        "triage_brief AS@1 (10 min around the fault)",
+        [f"{_triage_as1(f, faults):.2f}" for _, f in runs],
+    )
+    line("whole-day detect runtime", [f"{f.whole_s:.1f} s" for _, f in runs])
+    line("live replay runtime (median)", [f"{statistics.median(f.live_s):.1f} s" for _, f in runs])
+    print(
+        "\nPer fault (now): rank whole-day / live, seconds to open, triage_brief's origin "
+        "(ok = the injected one), whole-day top 3"
+    )
+    for fault, whole, live, tri in zip(
+        faults, figures.whole, figures.live, figures.triage, strict=True
+    ):
+        delay = "-" if whole.delay_s is None else f"{whole.delay_s:.0f}"
+        print(
+            f"{_hm(fault.time_unix_nano)} {fault.service_name:30} {fault.kind:14} "
+            f"{whole.rank or '-'!s:>3} {live.rank or '-'!s:>3} {delay:>5} "
+            f"{'ok' if tri == fault.service_name else str(tri)[:24]:24} {', '.join(whole.top3)}"
+        )
+    if figures.false_titles:
+        print("false problems (first of them):")
+        for title in figures.false_titles:
+            print(f"  {title}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nab", type=Path, default=DEFAULT_NAB, help="NAB folder")
@@ -404,7 +699,29 @@ def main() -> int:
         default=True,
         help="also score problems on the shipped Nezha demo (default: yes)",
     )
+    parser.add_argument(
+        "--day",
+        type=Path,
+        default=DEFAULT_DAY,
+        help="a whole Nezha fault day (default tests/data/nezha-full); --no-day-score skips it",
+    )
+    parser.add_argument("--day-score", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--day-db",
+        type=Path,
+        help="keep the day's converted store here and reuse it (default: a temporary one)",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout (e.g. a git worktree of main) whose src/ is scored on the day too, "
+        "in a subprocess, and printed beside this tree's figures",
+    )
+    parser.add_argument("--day-only", action="store_true", help="only the whole-day part")
+    parser.add_argument("--day-json", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.day_only or args.day_json:
+        return day_main(args)
     config = parse_overrides(args.set)
 
     windows = load_nab_windows(args.nab / "labels" / "combined_windows.json")
@@ -468,6 +785,8 @@ def main() -> int:
         import trio
 
         nezha = trio.run(nezha_run, args.repeat)
+    if args.day_score:
+        day_main(args)
     if args.json:
         args.json.write_bytes(
             msgspec.json.encode(
@@ -485,6 +804,47 @@ def main() -> int:
                 }
             )
         )
+    return 0
+
+
+def day_main(args: argparse.Namespace) -> int:
+    """Score the whole day with this tree and, with ``--baseline``, with another one."""
+    import subprocess
+    import tempfile
+
+    import trio
+
+    with tempfile.TemporaryDirectory(prefix="coremetry-day-") as tmp:
+        db = args.day_db if args.day_db is not None else Path(tmp) / "day.db"
+        faults = trio.run(load_day, args.day, db)
+        figures = trio.run(day_run, db, faults)
+        if args.day_json is not None:
+            args.day_json.write_bytes(msgspec.json.encode(figures))
+            return 0
+        baseline: DayFigures | None = None
+        if args.baseline is not None:
+            out = Path(tmp) / "baseline.json"
+            env = {**__import__("os").environ, "PYTHONPATH": str(args.baseline / "src")}
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys, runpy; sys.path.insert(0, sys.argv[1]); "
+                    "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')",
+                    str(args.baseline / "src"),
+                    __file__,
+                    "--day-json",
+                    str(out),
+                    "--day",
+                    str(args.day),
+                    "--day-db",
+                    str(db),
+                ],
+                check=True,
+                env=env,
+            )
+            baseline = msgspec.json.decode(out.read_bytes(), type=DayFigures)
+        print_day(figures, baseline, faults)
     return 0
 
 

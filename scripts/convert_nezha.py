@@ -7,6 +7,15 @@ where each CSV is stored gzip-compressed as ``NAME.csv.gz``, and rewrites
 
     python scripts/convert_nezha.py [--nezha DIR] [--zipkin DIR] [--out DIR]
 
+Any day of the published dataset (e.g. ``tests/data/nezha-full``) converts on its own, into
+``OUT/nezha/`` and a ``manifest.json`` listing its files (used by ``bench/detect_score.py``)::
+
+    python scripts/convert_nezha.py --nezha DIR --day [YYYY-MM-DD] --out DIR
+
+Torn log rows are counted (``torn_rows`` in the manifest) and skipped; a metric file whose
+``Time`` and ``TimeStamp`` columns disagree keeps ``Time`` and says so (a ``note`` in the
+manifest and a line on stderr).
+
 The output is deterministic (sorted keys, gzip with ``mtime=0``): running it again on the same
 input gives byte-identical files, and ``tests/demo/test_conversion.py`` checks that the shipped
 files are exactly what this script makes from the CSVs.
@@ -156,11 +165,14 @@ Faults (``nezha/faults.json``)
 ==============================
 
 ``{"faults": [...]}``, sorted by time, one entry per injected fault of
-``2023-01-30-fault_list.json``: ``time_unix_nano`` (``inject_timestamp`` seconds * 1e9),
+``<date>-fault_list.json``: ``time_unix_nano`` (the fault's time, unix ns: see below),
 ``service.name`` and ``k8s.pod.name`` (from ``inject_pod``), ``type`` (``inject_type``:
 ``network_delay``, ``cpu_contention``), the original ``inject_time`` text, and
-``recorded_time``, the kept time as RFC 3339 (UTC). The time comes from ``inject_timestamp``
-because for four faults the two disagree by one minute, and the traces follow the timestamp
+``recorded_time``, the kept time as RFC 3339 (UTC). For any day (``--day``) the time comes
+from ``inject_time`` (read as UTC): on other days of the dataset ``inject_timestamp`` is hours
+off and repeated across entries. An entry whose other field disagrees carries a ``note``
+saying what it said. The shipped demo (2023-01-30) keeps ``inject_timestamp``
+because there, for four faults the two disagree by one minute, and the traces follow the timestamp
 (the 13:14:43 network delay on ts-travel-service shows in spans from 13:14:54 — the gateway's
 calls into travel wait a second before travel's spans start — a minute before ``inject_time``
 says 13:15:43; likewise ts-basic-service at 12:07:12 and 12:14:56, ts-preserve-service at
@@ -190,7 +202,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 Json: TypeAlias = dict[str, "Json"] | list["Json"] | str | int | float | bool | None
 """A JSON value as this script builds it."""
@@ -384,6 +396,7 @@ class LogFile:
     source: Path
     lines: list[LogLine]
     corrupt_times: int
+    torn_rows: int = 0
 
 
 def _log_time_ns(row: Mapping[str, str], where: str) -> tuple[int, bool]:
@@ -403,11 +416,13 @@ def _log_time_ns(row: Mapping[str, str], where: str) -> tuple[int, bool]:
 def convert_log_file(path: Path) -> LogFile:
     """Read one Nezha ``log/*.csv`` into OTLP log records (see the module docstring).
 
-    Raises:
-        ConversionError: a row whose ``Log`` is not a Docker JSON line or has no usable time.
+    A *torn* row — its ``Log`` not a Docker JSON line, a column missing, or no usable time
+    (upstream files of some days hold rows cut short or run into the next) — is counted in
+    :attr:`LogFile.torn_rows` and skipped.
     """
     lines: list[LogLine] = []
     corrupt = 0
+    torn = 0
     for number, row in enumerate(_read_csv(path), start=2):
         where = f"{path}:{number}"
         try:
@@ -415,9 +430,13 @@ def convert_log_file(path: Path) -> LogFile:
             text = str(docker["log"])
             stream = str(docker.get("stream", ""))
             observed = parse_rfc3339_ns(str(docker["time"]))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConversionError(f"{where}: Log is not a Docker JSON log line ({exc})") from None
-        time_ns, was_corrupt = _log_time_ns(row, where)
+            time_ns, was_corrupt = _log_time_ns(row, where)
+            pod_name, node, container = row["PodName"], row["Node"], row["Container"]
+            trace_id, span_id = row["TraceID"].lower(), row["SpanID"].lower()
+        except (ValueError, KeyError, TypeError, AttributeError, ConversionError):
+            # A torn row (cut short or run into the next one upstream): counted, skipped.
+            torn += 1
+            continue
         corrupt += was_corrupt
         text = text.rstrip("\n")
         match = _JAVA_LINE.match(text)
@@ -430,8 +449,8 @@ def convert_log_file(path: Path) -> LogFile:
             "timeUnixNano": str(time_ns),
             "observedTimeUnixNano": str(observed),
             "body": {"stringValue": body},
-            "traceId": row["TraceID"].lower(),
-            "spanId": row["SpanID"].lower(),
+            "traceId": trace_id,
+            "spanId": span_id,
         }
         if severity:
             record["severityNumber"] = severity
@@ -440,18 +459,18 @@ def convert_log_file(path: Path) -> LogFile:
             record["attributes"] = _attributes({"log.iostream": stream})
         lines.append(
             LogLine(
-                pod=Pod.parse(row["PodName"]),
-                node=row["Node"].strip(),
-                container=row["Container"],
+                pod=Pod.parse(pod_name),
+                node=node.strip(),
+                container=container,
                 record=record,
                 level=level,
                 message=body,
-                trace_id=row["TraceID"].lower(),
-                span_id=row["SpanID"].lower(),
+                trace_id=trace_id,
+                span_id=span_id,
                 time_unix_nano=time_ns,
             )
         )
-    return LogFile(path, lines, corrupt)
+    return LogFile(path, lines, corrupt, torn)
 
 
 def logs_request(log_file: LogFile, nodes: Mapping[str, str]) -> Json:
@@ -738,6 +757,7 @@ class MetricFile:
     points: int
     last_unix_nano: int
     first_unix_nano: int
+    time_disagreements: int = 0
 
 
 def _parse_value(text: str, where: str) -> float | None:
@@ -752,6 +772,10 @@ def _parse_value(text: str, where: str) -> float | None:
 
 def convert_metric_file(path: Path, nodes: Mapping[str, str]) -> MetricFile:
     """Read one Nezha ``metric/*.csv`` into an ``ExportMetricsServiceRequest``.
+
+    Each row's time is its ``Time`` column. Rows whose ``TimeStamp`` (unix seconds) disagrees
+    with it are counted in :attr:`MetricFile.time_disagreements` (on some days the two
+    columns disagree throughout; ``Time`` is the one that lines up with the traces and logs).
 
     Raises:
         ConversionError: an unknown column, a bad ``Time``, a non-numeric value, or rows of
@@ -768,6 +792,7 @@ def convert_metric_file(path: Path, nodes: Mapping[str, str]) -> MetricFile:
     identity = rows[0]["ServiceName" if front else "PodName"]
     data_points: dict[str, list[Json]] = {}
     points = 0
+    disagreements = 0
     first = last = None
     for number, row in enumerate(rows, start=2):
         where = f"{path}:{number}"
@@ -777,8 +802,12 @@ def convert_metric_file(path: Path, nodes: Mapping[str, str]) -> MetricFile:
             time_ns = parse_go_time_ns(row["Time"])
         except ValueError as exc:
             raise ConversionError(f"{where}: {exc}") from None
-        if time_ns // 1_000_000_000 != int(row["TimeStamp"]):
-            raise ConversionError(f"{where}: Time and TimeStamp disagree")
+        try:
+            stamp = int(row["TimeStamp"])
+        except ValueError:
+            stamp = None
+        if stamp is None or time_ns // 1_000_000_000 != stamp:
+            disagreements += 1  # Time is kept (module docstring); the count is reported
         first = time_ns if first is None else min(first, time_ns)
         last = time_ns if last is None else max(last, time_ns)
         for column_name, column in columns.items():
@@ -817,29 +846,53 @@ def convert_metric_file(path: Path, nodes: Mapping[str, str]) -> MetricFile:
     }
     if first is None or last is None:
         raise ConversionError(f"{path}: no rows")
-    return MetricFile(path, request, points, last, first)
+    return MetricFile(path, request, points, last, first, disagreements)
 
 
 # --- faults ---------------------------------------------------------------------------------
 
 
-def convert_faults(path: Path) -> list[Json]:
+FaultClock: TypeAlias = Literal["inject_time", "inject_timestamp"]
+"""Which upstream field gives a fault's time (module docstring, "Faults")."""
+
+
+def convert_faults(path: Path, clock: FaultClock = "inject_time") -> list[Json]:
     """The fault list as ``faults.json`` entries, sorted by time (module docstring, "Faults").
 
+    Args:
+        path: the upstream ``<date>-fault_list.json``.
+        clock: the field the kept time comes from; the other one is recorded in a ``note``
+            when it disagrees (``inject_time`` is read as UTC, ``YYYY-MM-DD HH:MM:SS``).
+
     Raises:
-        ConversionError: an entry without the four upstream fields.
+        ConversionError: an entry without the four upstream fields, or whose ``clock`` field
+            is not a time.
     """
     raw = json.loads(path.read_text())
     faults: list[tuple[int, str, Json]] = []
     for hour, entries in sorted(raw.items()):
         for index, entry in enumerate(entries):
+            where = f"{path}: hour {hour} entry {index}"
             try:
-                seconds = int(entry["inject_timestamp"])
                 pod = Pod.parse(str(entry["inject_pod"]))
                 kind = str(entry["inject_type"])
                 text = str(entry["inject_time"])
-            except (KeyError, ValueError, TypeError) as exc:
-                raise ConversionError(f"{path}: hour {hour} entry {index}: {exc}") from None
+                stamp_text = str(entry.get("inject_timestamp", ""))
+            except (KeyError, TypeError, AttributeError) as exc:
+                raise ConversionError(f"{where}: {exc}") from None
+            try:
+                by_text: int | None = int(
+                    datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+                )
+            except ValueError:
+                by_text = None
+            try:
+                by_stamp: int | None = int(stamp_text)
+            except ValueError:
+                by_stamp = None
+            seconds = by_text if clock == "inject_time" else by_stamp
+            if seconds is None:
+                raise ConversionError(f"{where}: {clock} is not a time")
             recorded = datetime.fromtimestamp(seconds, tz=UTC)
             entry_json: dict[str, Json] = {
                 "time_unix_nano": seconds * 1_000_000_000,
@@ -849,13 +902,39 @@ def convert_faults(path: Path) -> list[Json]:
                 "inject_time": text,
                 "recorded_time": recorded.strftime("%Y-%m-%dT%H:%M:%SZ"),
             }
-            if recorded.strftime("%Y-%m-%d %H:%M:%S") != text:
-                entry_json["note"] = (
-                    f"upstream inject_time says {text[11:]}, but the traces show the fault from "
-                    f"{recorded:%H:%M:%S} (inject_timestamp), the time kept here"
+            other = by_stamp if clock == "inject_time" else by_text
+            if other != seconds:
+                shown = (
+                    "missing"
+                    if other is None
+                    else datetime.fromtimestamp(other, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
                 )
+                if clock == "inject_time":
+                    entry_json["note"] = (
+                        f"upstream inject_timestamp says {shown}; the time kept here is "
+                        f"inject_time's, {recorded:%H:%M:%S}"
+                    )
+                else:
+                    entry_json["note"] = (
+                        f"upstream inject_time says {text[11:]}, but the traces show the fault "
+                        f"from {recorded:%H:%M:%S} (inject_timestamp), the time kept here"
+                    )
             faults.append((seconds, pod.name, entry_json))
     return [entry for _, _, entry in sorted(faults, key=lambda item: (item[0], item[1]))]
+
+
+def find_date(nezha: Path) -> str:
+    """The one day (``YYYY-MM-DD``) under ``nezha/rca_data/``.
+
+    Raises:
+        ConversionError: none, or several (name one with ``--date``).
+    """
+    days = sorted(p.name for p in (nezha / "rca_data").glob("????-??-??") if p.is_dir())
+    if len(days) != 1:
+        raise ConversionError(
+            f"{nezha}/rca_data: {len(days)} days ({days}); choose one with --date"
+        )
+    return days[0]
 
 
 # --- the whole build ------------------------------------------------------------------------
@@ -894,15 +973,25 @@ def _files(folder: Path, pattern: str) -> list[Path]:
     return found
 
 
-def build_nezha(nezha: Path, out: Path) -> dict[str, Json]:
-    """Convert the Nezha day into ``out/nezha/`` and return its manifest entry.
+def build_nezha(
+    nezha: Path, out: Path, *, date: str = DATE, fault_clock: FaultClock = "inject_time"
+) -> dict[str, Json]:
+    """Convert one Nezha day into ``out/nezha/`` and return its manifest entry.
+
+    Args:
+        nezha: the dataset folder (``construct_data/<date>``, ``rca_data/<date>``).
+        out: the output folder.
+        date: the day (``YYYY-MM-DD``); its ``construct_data`` folder is optional.
+        fault_clock: where the faults' times come from (:func:`convert_faults`).
 
     Raises:
         ConversionError: a file or row that cannot be converted (names it).
     """
-    construct = nezha / "construct_data" / DATE
-    rca = nezha / "rca_data" / DATE
-    trace_paths = _files(construct / "trace", "*_trace.csv") + _files(rca / "trace", "*_trace.csv")
+    construct = nezha / "construct_data" / date
+    rca = nezha / "rca_data" / date
+    trace_paths = (
+        _files(construct / "trace", "*_trace.csv") if (construct / "trace").is_dir() else []
+    ) + _files(rca / "trace", "*_trace.csv")
     log_paths = _files(rca / "log", "*_log.csv")
     metric_paths = _files(rca / "metric", "*.csv")
 
@@ -946,6 +1035,7 @@ def build_nezha(nezha: Path, out: Path) -> dict[str, Json]:
                 "source": str(log_file.source.relative_to(nezha)),
                 "log_records": len(log_file.lines),
                 "corrupt_time_rows": log_file.corrupt_times,
+                **({"torn_rows": log_file.torn_rows} if log_file.torn_rows else {}),
             }
         )
     for path in metric_paths:
@@ -961,14 +1051,28 @@ def build_nezha(nezha: Path, out: Path) -> dict[str, Json]:
                 "signal": "metrics",
                 "source": str(path.relative_to(nezha)),
                 "metric_points": metric_file.points,
+                **(
+                    {
+                        "note": f"Time and TimeStamp disagree in {metric_file.time_disagreements} "
+                        "rows; Time is kept"
+                    }
+                    if metric_file.time_disagreements
+                    else {}
+                ),
             }
         )
-    faults = convert_faults(rca / f"{DATE}-fault_list.json")
+        if metric_file.time_disagreements:
+            print(
+                f"convert_nezha: {path}: Time and TimeStamp disagree in "
+                f"{metric_file.time_disagreements} rows; Time is kept",
+                file=sys.stderr,
+            )
+    faults = convert_faults(rca / f"{date}-fault_list.json", fault_clock)
     _write_json(target / "faults.json", {"faults": faults})
     shutil.copyfile(nezha / "LICENSE", target / "LICENSE")
     return {
-        "name": "nezha-trainticket-2023-01-30",
-        "title": "TrainTicket on Kubernetes with injected faults (Nezha, 2023-01-30)",
+        "name": f"nezha-trainticket-{date}",
+        "title": f"TrainTicket on Kubernetes with injected faults (Nezha, {date})",
         "source": "https://github.com/IntelligentDDS/Nezha",
         "commit": NEZHA_COMMIT,
         "license": NEZHA_LICENSE_NOTE,
@@ -1051,7 +1155,8 @@ def build(nezha: Path, zipkin: Path, out: Path) -> Json:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     manifest = Manifest()
-    manifest.datasets.append(build_nezha(nezha, out))
+    # The demo keeps inject_timestamp: on 2023-01-30 the traces follow it ("Faults").
+    manifest.datasets.append(build_nezha(nezha, out, fault_clock="inject_timestamp"))
     manifest.datasets.extend(build_zipkin(zipkin, out))
     document = manifest.to_json()
     _write_json(out / "manifest.json", document)
@@ -1090,7 +1195,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nezha", type=Path, default=DEFAULT_NEZHA, help="the nezha/ folder")
     parser.add_argument("--zipkin", type=Path, default=DEFAULT_ZIPKIN, help="the zipkin/ folder")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (rebuilt)")
+    parser.add_argument(
+        "--day",
+        nargs="?",
+        const="",
+        metavar="YYYY-MM-DD",
+        help="convert only this Nezha day into OUT/nezha/ (any day of the published dataset; "
+        "without a value: the one day under NEZHA/rca_data); no Zipkin, no manifest",
+    )
+    parser.add_argument(
+        "--fault-clock",
+        choices=["inject_time", "inject_timestamp"],
+        default="inject_time",
+        help="with --day: the field fault times come from (default inject_time)",
+    )
     args = parser.parse_args(argv)
+    if args.day is not None:
+        try:
+            day = args.day or find_date(args.nezha)
+            if args.out.exists():
+                shutil.rmtree(args.out)
+            entry = build_nezha(args.nezha, args.out, date=day, fault_clock=args.fault_clock)
+        except (ConversionError, OSError) as exc:
+            print(f"convert_nezha: {exc}", file=sys.stderr)
+            return 1
+        _write_json(args.out / "manifest.json", {"format": 1, "datasets": [entry]})
+        for line in _summary({"datasets": [entry]}):
+            print(line)
+        return 0
     try:
         document = build(args.nezha, args.zipkin, args.out)
     except (ConversionError, OSError) as exc:
