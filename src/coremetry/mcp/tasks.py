@@ -475,8 +475,8 @@ class TaskManager:
         self._save()
         nursery.start_soon(self._run, task, live, first, task_conn, start)
         if request.stateless:
-            body: JsonObject = {"resultType": "task", **self._task_fields(task), "_meta": {}}
-            body["_meta"] = self._server_meta
+            fields = self._task_fields(task)
+            body: JsonObject = {"resultType": "task", **fields, "_meta": self._server_meta}
         else:
             body = {"task": self._task_fields(task)}
         return Reply(ENCODER.encode(ResultResponse(id=request.id, result=body)))
