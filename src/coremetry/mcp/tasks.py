@@ -252,6 +252,7 @@ class TaskManager:
         self._live: dict[str, _Live] = {}
         self._nursery: trio.Nursery | None = None
         self._dirty = trio.Event()
+        self._write_lock = trio.Lock()
         self.clock: Callable[[], float] = time.time
         if store_path is not None:
             self._load(store_path)
@@ -286,12 +287,18 @@ class TaskManager:
 
     async def flush(self) -> None:
         """Write the store file now, with every change made so far (no-op without a path)."""
-        await trio.to_thread.run_sync(self._write, self._snapshot())
+        await self._write_current()
 
     async def _writer(self) -> None:
         while True:
             await self._dirty.wait()
             self._dirty = trio.Event()
+            await self._write_current()
+
+    async def _write_current(self) -> None:
+        # One write at a time, each of a snapshot taken once the previous write ended: the
+        # file never goes back to an older state.
+        async with self._write_lock:
             await trio.to_thread.run_sync(self._write, self._snapshot())
 
     def _load(self, path: Path) -> None:
