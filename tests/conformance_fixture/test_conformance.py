@@ -15,6 +15,7 @@ from typing import Final
 import msgspec
 import pytest
 import trio
+import trio.testing
 from conftest import check_emitted, validate_definition
 
 from coremetry.conformance_fixture.conformance import (
@@ -613,3 +614,122 @@ def test_seal_and_open() -> None:
     for bad in _tampered(token):
         assert server.open_state(bad) is None, bad
     assert Server("s", "1", state_key=b"j" * 32).open_state(token) is None
+
+
+# ---- the tasks extension fixtures (tasks-* scenarios) --------------------------------------
+
+TASKS: Final = "io.modelcontextprotocol/tasks"
+WITH_TASKS: Final[JsonObject] = {**ALL_CAPABILITIES, "extensions": {TASKS: {}}}
+
+
+async def task_request(client: Client, method: str, task_id: str, **extra: object) -> JsonObject:
+    """A ``tasks/*`` request declaring the extension; its ``result``."""
+    answer, status = await client.send(
+        method, {"taskId": task_id, **extra}, capabilities=WITH_TASKS
+    )
+    assert status == 200
+    return obj(answer["result"])
+
+
+async def start_task(client: Client, name: str, arguments: JsonObject | None = None) -> str:
+    answer, status = await client.send(
+        "tools/call", {"name": name, "arguments": arguments or {}}, capabilities=WITH_TASKS
+    )
+    result = obj(answer["result"])
+    assert status == 200
+    assert result["resultType"] == "task"
+    return str(result["taskId"])
+
+
+async def test_a_task_waits_for_each_input_and_resumes_when_all_are_answered() -> None:
+    server = build_conformance_server()
+    client = Client(server)
+    with trio.fail_after(LIMIT_S):
+        async with server.tasks_running():
+            task_id = await start_task(client, "multi_input")
+            await trio.testing.wait_all_tasks_blocked()  # the task parks for its inputs
+            parked = await task_request(client, "tasks/get", task_id)
+            ack = await task_request(
+                client,
+                "tasks/update",
+                task_id,
+                inputResponses={"first": accept(name="Ada"), "unknown": accept(x=1)},
+            )
+            partial = await task_request(client, "tasks/get", task_id)
+            await task_request(
+                client, "tasks/update", task_id, inputResponses={"second": accept(confirm=True)}
+            )
+            await server.tasks.wait_done(task_id)
+            done = await task_request(client, "tasks/get", task_id)
+    assert parked["status"] == "input_required"
+    assert set(obj(parked["inputRequests"])) == {"first", "second"}
+    assert ack == {"resultType": "complete", "_meta": ack["_meta"]}
+    assert partial["status"] == "input_required"
+    assert set(obj(partial["inputRequests"])) == {"second"}  # the answered one is gone
+    assert done["status"] == "completed"
+    assert text_of(obj(done["result"])) == "Got Ada and both answers."
+    assert "requestState" not in done
+
+
+async def test_input_first_then_the_task() -> None:
+    server = build_conformance_server()
+    client = Client(server)
+    with trio.fail_after(LIMIT_S):
+        async with server.tasks_running():
+            first, _ = await client.send(
+                "tools/call",
+                {"name": "test_tool_with_task", "arguments": {}},
+                capabilities=WITH_TASKS,
+            )
+            round_one = obj(first["result"])
+            second, _ = await client.send(
+                "tools/call",
+                {
+                    "name": "test_tool_with_task",
+                    "arguments": {},
+                    "inputResponses": {"user_name": accept(name="Alice")},
+                },
+                capabilities=WITH_TASKS,
+            )
+            created = obj(second["result"])
+            await server.tasks.wait_done(str(created["taskId"]))
+            done = await task_request(client, "tasks/get", str(created["taskId"]))
+    assert round_one["resultType"] == "input_required"
+    assert "taskId" not in round_one
+    assert created["resultType"] == "task"
+    assert "requestState" not in created
+    assert "inputRequests" not in created
+    assert "Alice" in text_of(obj(done["result"]))
+
+
+async def test_tool_errors_complete_and_protocol_errors_fail() -> None:
+    server = build_conformance_server()
+    client = Client(server)
+    with trio.fail_after(LIMIT_S):
+        async with server.tasks_running():
+            tool_error = await start_task(client, "failing_job")
+            broken = await start_task(client, "protocol_error_job")
+            for task_id in (tool_error, broken):
+                await server.tasks.wait_done(task_id)
+            completed = await task_request(client, "tasks/get", tool_error)
+            failed = await task_request(client, "tasks/get", broken)
+    assert completed["status"] == "completed"
+    assert obj(completed["result"])["isError"] is True
+    assert failed["status"] == "failed"
+    assert "result" not in failed
+    assert obj(failed["error"])["code"] == codes.INTERNAL_ERROR
+
+
+async def test_without_the_extension_tasks_are_refused_and_calls_run_directly() -> None:
+    server = build_conformance_server()
+    client = Client(server)
+    with trio.fail_after(LIMIT_S):
+        async with server.tasks_running():
+            required, required_status = await client.call_error("failing_job")
+            direct = await client.call("slow_compute", {"seconds": 0, "label": "x"})
+            gated, gated_status = await client.send("tasks/get", {"taskId": "x"})
+    assert (required["code"], required_status) == (-32021, 400)
+    assert obj(required["data"]) == {"requiredCapabilities": {"extensions": {TASKS: {}}}}
+    assert direct["resultType"] == "complete"
+    assert text_of(direct) == "Computed x after 0 s."
+    assert (obj(gated["error"])["code"], gated_status) == (-32021, 400)

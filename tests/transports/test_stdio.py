@@ -571,3 +571,28 @@ async def test_broken_stdout_makes_serve_stdio_return(
             # the in-flight call; stdin is still open, so nothing else would end it.
             await client.stopped.wait()
             assert not client.stdin_closed
+
+
+async def test_a_task_on_stdio_reports_its_status_and_is_collected() -> None:
+    """2025-11-25 tasks over stdio: the task is created at once, its status change is a
+    ``notifications/tasks/status`` line, and ``tasks/result`` answers the call's result."""
+    with trio.fail_after(LIMIT_S):
+        async with stdio_session() as client:
+            await client.handshake()
+            await client.send_messages(
+                request(1, "tools/call", {"name": "sleep_ms", "arguments": {"ms": 20}, "task": {}})
+            )
+            created = await client.reply(1)
+            task_id = as_object(as_object(created["result"])["task"])["taskId"]
+            status: JsonObject = {}
+            while not status:
+                message = await client.message()
+                if message.get("method") == "notifications/tasks/status":
+                    status = as_object(message["params"])
+            await client.send_messages(request(2, "tasks/result", {"taskId": task_id}))
+            collected = await client.reply(2)
+    assert status["taskId"] == task_id
+    assert status["status"] == "completed"
+    assert tool_text(collected) == "slept 20 ms"
+    meta = as_object(as_object(collected["result"])["_meta"])
+    assert meta["io.modelcontextprotocol/related-task"] == {"taskId": task_id}

@@ -252,6 +252,7 @@ class TaskManager:
         self._live: dict[str, _Live] = {}
         self._nursery: trio.Nursery | None = None
         self._dirty = trio.Event()
+        self._write_lock = trio.Lock()
         self.clock: Callable[[], float] = time.time
         if store_path is not None:
             self._load(store_path)
@@ -286,12 +287,18 @@ class TaskManager:
 
     async def flush(self) -> None:
         """Write the store file now, with every change made so far (no-op without a path)."""
-        await trio.to_thread.run_sync(self._write, self._snapshot())
+        await self._write_current()
 
     async def _writer(self) -> None:
         while True:
             await self._dirty.wait()
             self._dirty = trio.Event()
+            await self._write_current()
+
+    async def _write_current(self) -> None:
+        # One write at a time, each of a snapshot taken once the previous write ended: the
+        # file never goes back to an older state.
+        async with self._write_lock:
             await trio.to_thread.run_sync(self._write, self._snapshot())
 
     def _load(self, path: Path) -> None:
@@ -475,8 +482,8 @@ class TaskManager:
         self._save()
         nursery.start_soon(self._run, task, live, first, task_conn, start)
         if request.stateless:
-            body: JsonObject = {"resultType": "task", **self._task_fields(task), "_meta": {}}
-            body["_meta"] = self._server_meta
+            fields = self._task_fields(task)
+            body: JsonObject = {"resultType": "task", **fields, "_meta": self._server_meta}
         else:
             body = {"task": self._task_fields(task)}
         return Reply(ENCODER.encode(ResultResponse(id=request.id, result=body)))
