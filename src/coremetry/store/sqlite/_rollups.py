@@ -45,8 +45,14 @@ rebuilt from what is left (the minute from the raw spans, the hour from its minu
 from its hours), so the roll-ups again agree with the raw spans. Between two chunks of one
 retention pass the straddling buckets may still count deleted spans.
 
-**Migration**: :func:`build_rollups` rolls up the spans an older database holds, once, in
-the schema step's transaction.
+**Log counts** (``red_logs``): per bucket and resource, the log records and those at WARN
+(severity 13-16) and ERROR or worse (17+), kept at ingest by three ``INSERT ... SELECT``
+over the new log rows (:func:`apply_logs`); :func:`log_counts` reads them when its buckets are
+made of whole minutes (one bucket over the window, or minute-aligned buckets), the raw records
+of partial minutes beside them; other steps read the raw records.
+
+**Migration**: :func:`build_rollups` rolls up the spans and logs an older database holds,
+once, in the schema step's transaction.
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ from typing import Final, cast
 from coremetry.store._sketch import RELATIVE_ACCURACY, LatencySketch, bin_key
 from coremetry.store.interface import (
     DeployRecord,
+    LogCountPoint,
+    LogCountSeries,
     OperationSummary,
     Page,
     ServiceEdge,
@@ -69,10 +77,13 @@ from ._runtime import ReadContext, SqlParam
 
 __all__ = [
     "WIDTHS",
+    "apply_logs",
     "apply_written",
     "build_rollups",
     "deploys",
     "drop_before",
+    "drop_logs_before",
+    "log_counts",
     "operations",
     "plan",
     "rebuild_straddling",
@@ -320,6 +331,24 @@ def apply_written(conn: sqlite3.Connection, last_id: int, facts: list[Fact] | No
     batch.write(conn)
 
 
+_LOG_ROLLUP: Final = (
+    "INSERT INTO red_logs (width, bucket, resource_id, records, warn_records, error_records) "
+    "SELECT ?, time_unix_nano - time_unix_nano % ?, resource_id, count(*), "
+    "sum(severity_number BETWEEN 13 AND 16), sum(severity_number >= 17) "
+    "FROM logs WHERE id > ? GROUP BY 2, 3 "
+    "ON CONFLICT (width, bucket, resource_id) DO UPDATE SET "
+    "records = records + excluded.records, "
+    "warn_records = warn_records + excluded.warn_records, "
+    "error_records = error_records + excluded.error_records"
+)
+
+
+def apply_logs(conn: sqlite3.Connection, last_id: int) -> None:
+    """Count the log rows a write just stored (ids above ``last_id``) into ``red_logs``."""
+    for width in WIDTHS:
+        conn.execute(_LOG_ROLLUP, (width, width * _NS, last_id))
+
+
 def build_rollups(conn: sqlite3.Connection) -> None:
     """Roll up every stored span (blocking; the schema step to version 4 runs it once).
 
@@ -345,6 +374,7 @@ def build_rollups(conn: sqlite3.Connection) -> None:
         )
         conn.execute(_PEND_ORPHANS + " AND c.id <= ?", (low, high))
         batch.write(conn)
+    apply_logs(conn, 0)
 
 
 # -- retention --------------------------------------------------------------------------------
@@ -357,6 +387,39 @@ def drop_before(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
         for table in ("red_services", "red_operations", "red_edges"):
             conn.execute(f"DELETE FROM {table} WHERE width = ? AND bucket <= ?", (width, limit))
     conn.execute("DELETE FROM edge_pending WHERE start_unix_nano < ?", (cutoff_unix_nano,))
+
+
+def drop_logs_before(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
+    """Log counts: drop buckets ending by the cutoff, recount the straddling ones (idempotent).
+
+    The minute from the records left in it, each coarser bucket from the finer rows inside.
+    """
+    for index, width in enumerate(WIDTHS):
+        step = width * _NS
+        conn.execute(
+            "DELETE FROM red_logs WHERE width = ? AND bucket <= ?",
+            (width, cutoff_unix_nano - step),
+        )
+        bucket = cutoff_unix_nano - cutoff_unix_nano % step
+        if bucket == cutoff_unix_nano:
+            continue
+        conn.execute("DELETE FROM red_logs WHERE width = ? AND bucket = ?", (width, bucket))
+        if index == 0:
+            conn.execute(
+                "INSERT INTO red_logs (width, bucket, resource_id, records, warn_records, "
+                "error_records) SELECT ?, ?, resource_id, count(*), "
+                "sum(severity_number BETWEEN 13 AND 16), sum(severity_number >= 17) FROM logs "
+                "WHERE time_unix_nano >= ? AND time_unix_nano < ? GROUP BY resource_id",
+                (width, bucket, bucket, bucket + step),
+            )
+        else:
+            conn.execute(
+                "INSERT INTO red_logs (width, bucket, resource_id, records, warn_records, "
+                "error_records) SELECT ?, ?, resource_id, sum(records), sum(warn_records), "
+                "sum(error_records) FROM red_logs "
+                "WHERE width = ? AND bucket >= ? AND bucket < ? GROUP BY resource_id",
+                (width, bucket, WIDTHS[index - 1], bucket, bucket + step),
+            )
 
 
 def rebuild_straddling(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
@@ -740,4 +803,76 @@ def deploys(
             span_count=group.count,
         )
         for (name, version), group in ordered[:limit]
+    ]
+
+
+def log_counts(
+    ctx: ReadContext, time_range: TimeRange, step: int, limit: int
+) -> list[LogCountSeries] | None:
+    """Log counts per service and bucket from ``red_logs`` (and the partial minutes' records).
+
+    ``None`` when the buckets are not made of whole minutes (neither one bucket over the
+    window nor a minute-aligned start and step): the caller then counts the raw records.
+    """
+    start, end = time_range.start_unix_nano, time_range.end_unix_nano
+    if step >= end - start:
+        raw_ranges, rolled = plan(start, end)
+    elif start % _MINUTE == 0 and step % _MINUTE == 0:
+        last = end - end % _MINUTE
+        rolled = [(60, start, last)] if start < last else []
+        raw_ranges = [(last, end)] if last < end else []
+    else:
+        return None
+    counts: dict[str, dict[int, list[int]]] = {}
+
+    def add(name: str, bucket: int, records: int, warn: int, error: int) -> None:
+        found = counts.setdefault(name, {}).setdefault(bucket, [0, 0, 0])
+        found[0] += records
+        found[1] += warn
+        found[2] += error
+
+    if rolled:
+        where = " OR ".join("(x.width = ? AND x.bucket >= ? AND x.bucket < ?)" for _ in rolled)
+        for name, bucket, records, warn, error in ctx.execute(
+            "SELECT r.service_name, (x.bucket - ?) / ?, sum(x.records), sum(x.warn_records), "
+            "sum(x.error_records) FROM red_logs x JOIN resources r ON r.id = x.resource_id "
+            f"WHERE {where} GROUP BY 1, 2",
+            [start, step, *(v for r in rolled for v in r)],
+        ):
+            add(
+                cast(str, name),
+                cast(int, bucket),
+                cast(int, records),
+                cast(int, warn),
+                cast(int, error),
+            )
+    if raw_ranges:
+        where = " OR ".join("(l.time_unix_nano >= ? AND l.time_unix_nano < ?)" for _ in raw_ranges)
+        for name, bucket, records, warn, error in ctx.execute(
+            "SELECT l.service_name, (l.time_unix_nano - ?) / ?, count(*), "
+            "sum(l.severity_number BETWEEN 13 AND 16), sum(l.severity_number >= 17) "
+            f"FROM logs l WHERE {where} GROUP BY 1, 2",
+            [start, step, *(v for r in raw_ranges for v in r)],
+        ):
+            add(
+                cast(str, name),
+                cast(int, bucket),
+                cast(int, records),
+                cast(int, warn),
+                cast(int, error),
+            )
+    return [
+        LogCountSeries(
+            service_name=name,
+            points=[
+                LogCountPoint(
+                    bucket_start_unix_nano=start + bucket * step,
+                    records=values[0],
+                    warn_records=values[1],
+                    error_records=values[2],
+                )
+                for bucket, values in sorted(counts[name].items())
+            ],
+        )
+        for name in sorted(counts)[:limit]
     ]
