@@ -143,31 +143,41 @@ class _Batch:
         self.edges: dict[tuple[int, str, str], _Acc] = {}
 
     def add_facts(self, facts: Iterable[Fact]) -> None:
+        # The write path's hot loop: bins updated in place, the bin key computed once.
         services = self.services
         operations = self.operations
+        key_of = bin_key
         for start, rid, name, entry, error, duration in facts:
             minute = start - start % _MINUTE
-            key = bin_key(duration)
+            key = key_of(duration)
             acc = services.get((minute, rid))
             if acc is None:
                 acc = services[(minute, rid)] = _Acc(start, start)
             acc.count += 1
             if start < acc.first:
                 acc.first = start
-            if start > acc.last:
+            elif start > acc.last:
                 acc.last = start
             if entry:
                 acc.requests += 1
                 acc.errors += error
                 acc.dsum += duration
-                acc.sketch.add_key(key)
+                sketch = acc.sketch
+                if key is None:
+                    sketch.zeros += 1
+                else:
+                    sketch.bins[key] = sketch.bins.get(key, 0) + 1
             op = operations.get((minute, rid, name))
             if op is None:
                 op = operations[(minute, rid, name)] = _Acc(start, start)
             op.count += 1
             op.errors += error
             op.dsum += duration
-            op.sketch.add_key(key)
+            sketch = op.sketch
+            if key is None:
+                sketch.zeros += 1
+            else:
+                sketch.bins[key] = sketch.bins.get(key, 0) + 1
 
     def add_calls(self, calls: Iterable[Call]) -> None:
         edges = self.edges
@@ -287,6 +297,15 @@ _CALLS_OF_NEW_CHILDREN: Final = (
     "FROM spans c CROSS JOIN spans p ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id "
     "WHERE c.id > ? AND c.parent_span_id IS NOT NULL AND p.service_name != c.service_name"
 )
+_NEW_CHILDREN: Final = (
+    # Each new child with its parent's service (NULL: the parent is not stored), when that is
+    # another service or none: the calls, and the children that wait.
+    "SELECT p.service_name, c.service_name, c.start_unix_nano, c.duration_ns, "
+    "c.status_code = 2, c.trace_id, c.parent_span_id, c.id "
+    "FROM spans c LEFT JOIN spans p ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id "
+    "WHERE c.id > ? AND c.parent_span_id IS NOT NULL "
+    "AND (p.service_name IS NULL OR p.service_name != c.service_name)"
+)
 _PEND_ORPHANS: Final = (
     "INSERT OR IGNORE INTO edge_pending (trace_id, parent_span_id, child_id, start_unix_nano) "
     "SELECT c.trace_id, c.parent_span_id, c.id, c.start_unix_nano FROM spans c "
@@ -326,8 +345,18 @@ def apply_written(conn: sqlite3.Connection, last_id: int, facts: list[Fact] | No
             "DELETE FROM edge_pending WHERE trace_id = ? AND parent_span_id = ?",
             sorted({(row[0], row[1]) for row in waiting}),
         )
-    batch.add_calls(cast("list[Call]", conn.execute(_CALLS_OF_NEW_CHILDREN, (last_id,)).fetchall()))
-    conn.execute(_PEND_ORPHANS, (last_id,))
+    children = cast(
+        "list[tuple[str | None, str, int, int, bool, bytes, bytes, int]]",
+        conn.execute(_NEW_CHILDREN, (last_id,)).fetchall(),
+    )
+    batch.add_calls(cast("list[Call]", [row[:5] for row in children if row[0] is not None]))
+    orphans = [(row[5], row[6], row[7], row[2]) for row in children if row[0] is None]
+    if orphans:
+        conn.executemany(
+            "INSERT OR IGNORE INTO edge_pending "
+            "(trace_id, parent_span_id, child_id, start_unix_nano) VALUES (?, ?, ?, ?)",
+            orphans,
+        )
     batch.write(conn)
 
 
