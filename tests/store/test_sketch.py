@@ -12,6 +12,7 @@ from coremetry.store._sketch import (
     ZERO_KEY,
     LatencySketch,
     bin_key,
+    merge_encoded,
 )
 
 
@@ -66,3 +67,16 @@ def test_bins_from_a_query_engine_count_the_zero_bin() -> None:
     sketch.add_bins([ZERO_KEY, 10, 10], [3, 1, 2])
     assert (sketch.zeros, sketch.bins, sketch.percentile(50)) == (3, {10: 3}, 0)
     assert LatencySketch().percentiles() == (None, None, None)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_encoded_sketches_merge_without_decoding(seed: int) -> None:
+    rng = random.Random(seed)
+    a, b = LatencySketch(), LatencySketch()
+    for sketch in (a, b):
+        for _ in range(rng.randrange(0, 60)):
+            sketch.add(rng.choice([0, rng.randrange(1, 10**4), rng.randrange(1, 10**10)]))
+    merged = LatencySketch.decode(merge_encoded(a.encode(), b.encode()))
+    a.merge(b)
+    assert (merged.bins, merged.zeros) == (a.bins, a.zeros)
+    assert merge_encoded(merged.encode(), LatencySketch().encode()) == merged.encode()

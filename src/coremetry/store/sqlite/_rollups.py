@@ -61,7 +61,9 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Final, cast
 
-from coremetry.store._sketch import RELATIVE_ACCURACY, LatencySketch, bin_key
+import msgspec
+
+from coremetry.store._sketch import RELATIVE_ACCURACY, LatencySketch, bin_key, merge_encoded
 from coremetry.store.interface import (
     DeployRecord,
     LogCountPoint,
@@ -73,6 +75,7 @@ from coremetry.store.interface import (
     TimeRange,
 )
 
+from ._codec import SpanRow
 from ._runtime import ReadContext, SqlParam
 
 __all__ = [
@@ -98,6 +101,7 @@ WIDTHS: Final = (60, 3600, 86400)
 """Bucket widths in seconds, finest first: a minute, an hour, a (UTC) day."""
 
 _ERROR: Final = 2  # StatusCode.ERROR
+_JSON_IDS: Final = msgspec.json.Encoder().encode
 _BUILD_CHUNK: Final = 100_000
 """Span rows rolled up per step of :func:`build_rollups`."""
 
@@ -276,9 +280,7 @@ _UPSERT: Final = {
 
 
 def _sketch_merge(a: bytes, b: bytes) -> bytes:
-    sketch = LatencySketch.decode(a)
-    sketch.merge_encoded(b)
-    return sketch.encode()
+    return merge_encoded(a, b)
 
 
 def register_functions(conn: sqlite3.Connection) -> None:
@@ -321,35 +323,89 @@ _CHILDREN_OF_NEW_PARENTS: Final = (
 )
 
 
-def apply_written(conn: sqlite3.Connection, last_id: int, facts: list[Fact] | None) -> None:
+_CHILDREN_OF_PENDING: Final = (
+    # The same as _CHILDREN_OF_NEW_PARENTS, driven from a small pending table.
+    "SELECT q.trace_id, q.parent_span_id, s.service_name, c.service_name, c.start_unix_nano, "
+    "c.duration_ns, c.status_code = 2 "
+    "FROM edge_pending q CROSS JOIN spans s "
+    "ON s.trace_id = q.trace_id AND s.span_id = q.parent_span_id "
+    "CROSS JOIN spans c ON c.id = q.child_id WHERE s.id > ?"
+)
+_SMALL_PENDING: Final = 2000
+"""Up to this many waiting children, the new parents are found from them (else from the
+new spans)."""
+_CHILDREN_BY_ID: Final = (
+    "SELECT p.service_name, c.service_name, c.start_unix_nano, c.duration_ns, "
+    "c.status_code = 2, c.trace_id, c.parent_span_id, c.id "
+    "FROM spans c LEFT JOIN spans p ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id "
+    "WHERE c.id IN (SELECT value FROM json_each(?)) "
+    "AND (p.service_name IS NULL OR p.service_name != c.service_name)"
+)
+
+
+def apply_written(conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | None) -> None:
     """Roll up the spans a write just stored (blocking; inside the write's transaction).
 
     Args:
         conn: the writer connection (:func:`register_functions` done).
         last_id: the largest span row id before the write: the new rows are above it.
-        facts: the new spans as :data:`Fact` when the caller has them (every span of the batch
-            was new); ``None`` to read them back.
+        rows: the batch's span rows when every one of them was stored, in insertion order (so
+            row ``i`` has id ``last_id + 1 + i``): facts and the parents inside the batch are
+            taken from them; ``None`` to read the new rows back.
     """
     batch = _Batch()
-    if facts is None:
-        facts = cast("list[Fact]", conn.execute(_FACTS + "WHERE id > ?", (last_id,)).fetchall())
-    batch.add_facts(facts)
-    # Children waiting for a parent this write stored: their calls, then they wait no more.
-    waiting = cast(
-        "list[tuple[bytes, bytes, str, str, int, int, bool]]",
-        conn.execute(_CHILDREN_OF_NEW_PARENTS, (last_id,)).fetchall(),
-    )
-    if waiting:
-        batch.add_calls(row[2:] for row in waiting if row[2] != row[3])
-        conn.executemany(
-            "DELETE FROM edge_pending WHERE trace_id = ? AND parent_span_id = ?",
-            sorted({(row[0], row[1]) for row in waiting}),
+    calls: list[Call] = []
+    children: list[tuple[str | None, str, int, int, bool, bytes, bytes, int]]
+    if rows is None:
+        batch.add_facts(
+            cast("list[Fact]", conn.execute(_FACTS + "WHERE id > ?", (last_id,)).fetchall())
         )
-    children = cast(
-        "list[tuple[str | None, str, int, int, bool, bytes, bytes, int]]",
-        conn.execute(_NEW_CHILDREN, (last_id,)).fetchall(),
-    )
-    batch.add_calls(cast("list[Call]", [row[:5] for row in children if row[0] is not None]))
+        children = cast(
+            "list[tuple[str | None, str, int, int, bool, bytes, bytes, int]]",
+            conn.execute(_NEW_CHILDREN, (last_id,)).fetchall(),
+        )
+    else:
+        batch.add_facts(
+            [(r[6], r[11], r[4], r[5] in (2, 5) or r[2] is None, r[9] == 2, r[8]) for r in rows]
+        )
+        # A parent in the same batch is resolved here; the others are looked up by id.
+        services = {(r[0], r[1]): r[3] for r in rows}
+        unresolved: list[int] = []
+        for i, r in enumerate(rows):
+            parent = r[2]
+            if parent is None:
+                continue
+            caller = services.get((r[0], parent))
+            if caller is None:
+                unresolved.append(last_id + 1 + i)
+            elif caller != r[3]:
+                calls.append((caller, r[3], r[6], r[8], r[9] == 2))
+        children = []
+        if unresolved:
+            children = cast(
+                "list[tuple[str | None, str, int, int, bool, bytes, bytes, int]]",
+                conn.execute(_CHILDREN_BY_ID, (_JSON_IDS(unresolved).decode(),)).fetchall(),
+            )
+    # Children waiting for a parent this write stored: their calls, then they wait no more.
+    pending = conn.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM edge_pending LIMIT ?)", (_SMALL_PENDING,)
+    ).fetchone()[0]
+    if pending:
+        waiting = cast(
+            "list[tuple[bytes, bytes, str, str, int, int, bool]]",
+            conn.execute(
+                _CHILDREN_OF_PENDING if pending < _SMALL_PENDING else _CHILDREN_OF_NEW_PARENTS,
+                (last_id,),
+            ).fetchall(),
+        )
+        if waiting:
+            batch.add_calls(row[2:] for row in waiting if row[2] != row[3])
+            conn.executemany(
+                "DELETE FROM edge_pending WHERE trace_id = ? AND parent_span_id = ?",
+                sorted({(row[0], row[1]) for row in waiting}),
+            )
+    calls += cast("list[Call]", [row[:5] for row in children if row[0] is not None])
+    batch.add_calls(calls)
     orphans = [(row[5], row[6], row[7], row[2]) for row in children if row[0] is None]
     if orphans:
         conn.executemany(

@@ -300,15 +300,9 @@ class Writer:
                 if spans:
                     # The RED roll-ups in the same transaction; from the rows at hand when all
                     # of them were new (else ``apply_written`` reads the new ones back).
-                    facts = (
-                        [
-                            (r[6], r[11], r[4], r[5] in (2, 5) or r[2] is None, r[9] == 2, r[8])
-                            for r in span_rows
-                        ]
-                        if spans == len(span_rows)
-                        else None
+                    _rollups.apply_written(
+                        conn, last_span, span_rows if spans == len(span_rows) else None
                     )
-                    _rollups.apply_written(conn, last_span, facts)
             if batch.logs:
                 rows = self._log_rows(batch, memo)
                 last = conn.execute("SELECT coalesce(max(id), 0) FROM logs").fetchone()[0]

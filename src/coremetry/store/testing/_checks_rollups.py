@@ -300,14 +300,19 @@ async def check_rollups_match_raw(make_store: MakeStore) -> None:
     spans = _spans(base, rng)
     logs = _logs(spans)
     # Written newest trace first and each batch reversed: children usually before parents,
-    # often in an earlier batch; every 7th batch is written twice (duplicates count once).
+    # often in an earlier batch; every 7th batch is written twice, the second time with some of
+    # the next batch's spans (duplicates count once; a batch partly new).
     order = sorted(spans, key=lambda s: -s.start_time_unix_nano)
     batches = [order[i : i + 97][::-1] for i in range(0, len(order), 97)]
     async with make_store() as store:
         for index, batch in enumerate(batches):
             await store.write(TelemetryBatch(spans=batch, logs=logs[index :: len(batches)]))
             if index % 7 == 0:
-                await store.write(TelemetryBatch(spans=batch, logs=logs[index :: len(batches)]))
+                # Again, with the next batch's first spans: that batch is then partly new.
+                ahead = batches[index + 1][:10] if index + 1 < len(batches) else []
+                await store.write(
+                    TelemetryBatch(spans=batch + ahead, logs=logs[index :: len(batches)])
+                )
         first = base - 2 * MINUTE
         end = base + 21 * HOUR
         windows = {
