@@ -15,7 +15,7 @@ import pytest
 from coremetry.store import Span, TelemetryBatch, TimeRange, open_sqlite_store
 from coremetry.store.sqlite import SCHEMA_VERSION
 from coremetry.store.sqlite._rollups import WIDTHS, plan
-from coremetry.store.testing._checks_rollups import _compare, _spans
+from coremetry.store.testing._checks_rollups import _compare, _compare_logs, _logs, _spans
 
 SECOND = 1_000_000_000
 MINUTE = 60 * SECOND
@@ -53,18 +53,20 @@ async def test_a_version_3_database_gets_its_rollups_built_on_open(tmp_path: Pat
     path = tmp_path / "telemetry.db"
     base, spans = _days_of_spans()
     window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    logs = _logs(spans)
     async with open_sqlite_store(path, retention_days=0) as store:
-        await store.write(TelemetryBatch(spans=spans))
+        await store.write(TelemetryBatch(spans=spans, logs=logs))
     # Make it the database version 3 wrote: no roll-up tables.
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        for table in ("red_services", "red_operations", "red_edges", "edge_pending"):
+        for table in ("red_services", "red_operations", "red_edges", "edge_pending", "red_logs"):
             conn.execute(f"DROP TABLE {table}")
         conn.execute("PRAGMA user_version = 3")
     finally:
         conn.close()
     async with open_sqlite_store(path, retention_days=0) as store:
         await _compare(store, spans, window, "the migrated store")
+        await _compare_logs(store, logs, window, "the migrated store")
     conn = sqlite3.connect(path)
     try:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

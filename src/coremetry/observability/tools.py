@@ -38,7 +38,6 @@ from coremetry.store import (
     MetricQuery,
     MetricSeries,
     OperationSummary,
-    QueryRejected,
     ServiceEdge,
     ServiceSummary,
     Span,
@@ -902,7 +901,7 @@ class ObservabilityTools:
             if series.service_name and series.points:
                 log_counts[series.service_name] = sum(p.records for p in series.points)
                 log_seen[series.service_name] = series.points[-1].bucket_start_unix_nano
-        metric_counts = await self._metric_services(tr, whole)
+        metric_counts = await self._metric_services(tr)
         rows: list[JsonObject] = [service_row(summary, tr) for summary in span_services]
         listed = {summary.service_name for summary in span_services}
         rows += [
@@ -946,29 +945,16 @@ class ObservabilityTools:
             )
         return Shaped(body, [shown.trimmable("services")])
 
-    async def _metric_services(self, window: TimeRange, whole_ns: int) -> dict[str, int]:
+    async def _metric_services(self, window: TimeRange) -> dict[str, int]:
         """``service.name`` -> how many metric names have its points in ``window``.
 
-        One ``count`` query per metric name, grouped by ``service.name`` over one bucket; a
-        metric whose points cannot be counted that way (:class:`QueryRejected`) is skipped.
+        One ``metric_names`` read: each name lists the services of its series with a point in
+        the window (a seek per series, whatever the number of points).
         """
         counts: dict[str, int] = {}
         names = await self.store.metric_names(window, limit=MAX_LIMIT)
         for descriptor in names.items:
-            try:
-                series_list = await self.store.metric_series(
-                    MetricQuery(
-                        name=descriptor.name,
-                        time_range=window,
-                        step_ns=whole_ns,
-                        aggregation="count",
-                        group_by=["service.name"],
-                    ),
-                    limit=MAX_LIMIT,
-                )
-            except QueryRejected:
-                continue
-            for service in {str(s.labels.get("service.name", "")) for s in series_list}:
+            for service in descriptor.service_names:
                 if service:
                     counts[service] = counts.get(service, 0) + 1
         return counts

@@ -354,7 +354,8 @@ class MetricDescriptor(msgspec.Struct, frozen=True, kw_only=True):
 
     Type, unit, description, the label keys seen on its points (sorted; ``service.name``
     always among them, as matchers and ``group_by`` accept it), how many series, and the time
-    of its latest point in the range.
+    of its latest point in the range. ``service_names``: the services (``service.name``) of
+    the series with a point in the range, sorted (a point of any value, NaN included).
     """
 
     name: str
@@ -364,6 +365,7 @@ class MetricDescriptor(msgspec.Struct, frozen=True, kw_only=True):
     label_keys: list[str]
     series_count: int
     last_seen_unix_nano: int
+    service_names: list[str] = msgspec.field(default_factory=list)
 
 
 class ServiceEdge(msgspec.Struct, frozen=True, kw_only=True):

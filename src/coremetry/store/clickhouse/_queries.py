@@ -1116,7 +1116,8 @@ class Reader:
                    argMax(MetricDescription, TimeUnix) AS description,
                    groupUniqArrayArray(mapKeys(Attributes)) AS keys,
                    uniqExact(ServiceName, Attributes) AS series,
-                   toUnixTimestamp64Nano(max(TimeUnix)) AS last
+                   toUnixTimestamp64Nano(max(TimeUnix)) AS last,
+                   groupUniqArray(toString(ServiceName)) AS services
             FROM {table} WHERE {POINT_TIME} {by_prefix}
             GROUP BY MetricName
             """
@@ -1126,7 +1127,7 @@ class Reader:
             f"""
             SELECT name, argMax(type, last), argMax(unit, last), argMax(description, last),
                    arraySort(arrayDistinct(arrayFlatten(groupArray(keys)))), sum(series),
-                   max(last), count() OVER ()
+                   max(last), count() OVER (), arraySort(groupUniqArrayArray(services))
             FROM ({" UNION ALL ".join(parts)})
             GROUP BY name
             ORDER BY name
@@ -1143,6 +1144,7 @@ class Reader:
                 label_keys=sorted({"service.name", *cast("list[str]", row[4])} - {META_KEY}),
                 series_count=cast(int, row[5]),
                 last_seen_unix_nano=cast(int, row[6]),
+                service_names=list(cast("list[str]", row[8])),
             )
             for row in rows
         ]

@@ -623,11 +623,12 @@ def metric_names(
         params["prefix"] = prefix
         params["prefix_end"] = prefix + "\U0010ffff"
     rows = cast(
-        "list[tuple[str, str, str, str, str | None, int, int, int]]",
+        "list[tuple[str, str, str, str, str | None, int, int, int, str]]",
         ctx.execute(
             f"""
             WITH s AS MATERIALIZED (
                 SELECT ms.id, ms.name, ms.type, ms.unit, ms.description, ms.attributes,
+                       ms.service_name,
                        (SELECT p.time_unix_nano FROM metric_points p
                         WHERE p.series_id = ms.id
                           AND p.time_unix_nano >= :start AND p.time_unix_nano < :end
@@ -640,14 +641,15 @@ def metric_names(
                        row_number() OVER (PARTITION BY name ORDER BY last DESC, id DESC) AS rn
                 FROM live
             ),
-            agg AS (SELECT name, count(*) AS series_count, max(last) AS last_seen
+            agg AS (SELECT name, count(*) AS series_count, max(last) AS last_seen,
+                           json_group_array(DISTINCT service_name) AS services
                     FROM live GROUP BY name),
             keys AS (
                 SELECT live.name, json_group_array(DISTINCT j.key) AS label_keys
                 FROM live, json_each(live.attributes) j GROUP BY live.name
             )
             SELECT agg.name, meta.type, meta.unit, meta.description, keys.label_keys,
-                   agg.series_count, agg.last_seen, count(*) OVER () AS total
+                   agg.series_count, agg.last_seen, count(*) OVER () AS total, agg.services
             FROM agg
             JOIN meta ON meta.name = agg.name AND meta.rn = 1
             LEFT JOIN keys ON keys.name = agg.name
@@ -666,6 +668,7 @@ def metric_names(
             label_keys=sorted({"service.name", *(_STRINGS.decode(row[4]) if row[4] else [])}),
             series_count=row[5],
             last_seen_unix_nano=row[6],
+            service_names=sorted(_STRINGS.decode(row[8])),
         )
         for row in rows
     ]

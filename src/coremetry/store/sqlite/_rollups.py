@@ -45,8 +45,14 @@ rebuilt from what is left (the minute from the raw spans, the hour from its minu
 from its hours), so the roll-ups again agree with the raw spans. Between two chunks of one
 retention pass the straddling buckets may still count deleted spans.
 
-**Migration**: :func:`build_rollups` rolls up the spans an older database holds, once, in
-the schema step's transaction.
+**Log counts** (``red_logs``): per bucket and resource, the log records and those at WARN
+(severity 13-16) and ERROR or worse (17+), kept at ingest by three ``INSERT ... SELECT``
+over the new log rows (:func:`apply_logs`); :func:`log_counts` reads them when its buckets are
+made of whole minutes (one bucket over the window, or minute-aligned buckets), the raw records
+of partial minutes beside them; other steps read the raw records.
+
+**Migration**: :func:`build_rollups` rolls up the spans and logs an older database holds,
+once, in the schema step's transaction.
 """
 
 from __future__ import annotations
@@ -55,9 +61,13 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Final, cast
 
-from coremetry.store._sketch import RELATIVE_ACCURACY, LatencySketch, bin_key
+import msgspec
+
+from coremetry.store._sketch import RELATIVE_ACCURACY, LatencySketch, bin_key, merge_encoded
 from coremetry.store.interface import (
     DeployRecord,
+    LogCountPoint,
+    LogCountSeries,
     OperationSummary,
     Page,
     ServiceEdge,
@@ -65,14 +75,18 @@ from coremetry.store.interface import (
     TimeRange,
 )
 
+from ._codec import SpanRow
 from ._runtime import ReadContext, SqlParam
 
 __all__ = [
     "WIDTHS",
+    "apply_logs",
     "apply_written",
     "build_rollups",
     "deploys",
     "drop_before",
+    "drop_logs_before",
+    "log_counts",
     "operations",
     "plan",
     "rebuild_straddling",
@@ -87,6 +101,7 @@ WIDTHS: Final = (60, 3600, 86400)
 """Bucket widths in seconds, finest first: a minute, an hour, a (UTC) day."""
 
 _ERROR: Final = 2  # StatusCode.ERROR
+_JSON_IDS: Final = msgspec.json.Encoder().encode
 _BUILD_CHUNK: Final = 100_000
 """Span rows rolled up per step of :func:`build_rollups`."""
 
@@ -132,31 +147,41 @@ class _Batch:
         self.edges: dict[tuple[int, str, str], _Acc] = {}
 
     def add_facts(self, facts: Iterable[Fact]) -> None:
+        # The write path's hot loop: bins updated in place, the bin key computed once.
         services = self.services
         operations = self.operations
+        key_of = bin_key
         for start, rid, name, entry, error, duration in facts:
             minute = start - start % _MINUTE
-            key = bin_key(duration)
+            key = key_of(duration)
             acc = services.get((minute, rid))
             if acc is None:
                 acc = services[(minute, rid)] = _Acc(start, start)
             acc.count += 1
             if start < acc.first:
                 acc.first = start
-            if start > acc.last:
+            elif start > acc.last:
                 acc.last = start
             if entry:
                 acc.requests += 1
                 acc.errors += error
                 acc.dsum += duration
-                acc.sketch.add_key(key)
+                sketch = acc.sketch
+                if key is None:
+                    sketch.zeros += 1
+                else:
+                    sketch.bins[key] = sketch.bins.get(key, 0) + 1
             op = operations.get((minute, rid, name))
             if op is None:
                 op = operations[(minute, rid, name)] = _Acc(start, start)
             op.count += 1
             op.errors += error
             op.dsum += duration
-            op.sketch.add_key(key)
+            sketch = op.sketch
+            if key is None:
+                sketch.zeros += 1
+            else:
+                sketch.bins[key] = sketch.bins.get(key, 0) + 1
 
     def add_calls(self, calls: Iterable[Call]) -> None:
         edges = self.edges
@@ -255,9 +280,7 @@ _UPSERT: Final = {
 
 
 def _sketch_merge(a: bytes, b: bytes) -> bytes:
-    sketch = LatencySketch.decode(a)
-    sketch.merge_encoded(b)
-    return sketch.encode()
+    return merge_encoded(a, b)
 
 
 def register_functions(conn: sqlite3.Connection) -> None:
@@ -276,6 +299,15 @@ _CALLS_OF_NEW_CHILDREN: Final = (
     "FROM spans c CROSS JOIN spans p ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id "
     "WHERE c.id > ? AND c.parent_span_id IS NOT NULL AND p.service_name != c.service_name"
 )
+_NEW_CHILDREN: Final = (
+    # Each new child with its parent's service (NULL: the parent is not stored), when that is
+    # another service or none: the calls, and the children that wait.
+    "SELECT p.service_name, c.service_name, c.start_unix_nano, c.duration_ns, "
+    "c.status_code = 2, c.trace_id, c.parent_span_id, c.id "
+    "FROM spans c LEFT JOIN spans p ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id "
+    "WHERE c.id > ? AND c.parent_span_id IS NOT NULL "
+    "AND (p.service_name IS NULL OR p.service_name != c.service_name)"
+)
 _PEND_ORPHANS: Final = (
     "INSERT OR IGNORE INTO edge_pending (trace_id, parent_span_id, child_id, start_unix_nano) "
     "SELECT c.trace_id, c.parent_span_id, c.id, c.start_unix_nano FROM spans c "
@@ -291,33 +323,115 @@ _CHILDREN_OF_NEW_PARENTS: Final = (
 )
 
 
-def apply_written(conn: sqlite3.Connection, last_id: int, facts: list[Fact] | None) -> None:
+_CHILDREN_OF_PENDING: Final = (
+    # The same as _CHILDREN_OF_NEW_PARENTS, driven from a small pending table.
+    "SELECT q.trace_id, q.parent_span_id, s.service_name, c.service_name, c.start_unix_nano, "
+    "c.duration_ns, c.status_code = 2 "
+    "FROM edge_pending q CROSS JOIN spans s "
+    "ON s.trace_id = q.trace_id AND s.span_id = q.parent_span_id "
+    "CROSS JOIN spans c ON c.id = q.child_id WHERE s.id > ?"
+)
+_SMALL_PENDING: Final = 2000
+"""Up to this many waiting children, the new parents are found from them (else from the
+new spans)."""
+_CHILDREN_BY_ID: Final = (
+    "SELECT p.service_name, c.service_name, c.start_unix_nano, c.duration_ns, "
+    "c.status_code = 2, c.trace_id, c.parent_span_id, c.id "
+    "FROM spans c LEFT JOIN spans p ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id "
+    "WHERE c.id IN (SELECT value FROM json_each(?)) "
+    "AND (p.service_name IS NULL OR p.service_name != c.service_name)"
+)
+
+
+def apply_written(conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | None) -> None:
     """Roll up the spans a write just stored (blocking; inside the write's transaction).
 
     Args:
         conn: the writer connection (:func:`register_functions` done).
         last_id: the largest span row id before the write: the new rows are above it.
-        facts: the new spans as :data:`Fact` when the caller has them (every span of the batch
-            was new); ``None`` to read them back.
+        rows: the batch's span rows when every one of them was stored, in insertion order (so
+            row ``i`` has id ``last_id + 1 + i``): facts and the parents inside the batch are
+            taken from them; ``None`` to read the new rows back.
     """
     batch = _Batch()
-    if facts is None:
-        facts = cast("list[Fact]", conn.execute(_FACTS + "WHERE id > ?", (last_id,)).fetchall())
-    batch.add_facts(facts)
-    # Children waiting for a parent this write stored: their calls, then they wait no more.
-    waiting = cast(
-        "list[tuple[bytes, bytes, str, str, int, int, bool]]",
-        conn.execute(_CHILDREN_OF_NEW_PARENTS, (last_id,)).fetchall(),
-    )
-    if waiting:
-        batch.add_calls(row[2:] for row in waiting if row[2] != row[3])
-        conn.executemany(
-            "DELETE FROM edge_pending WHERE trace_id = ? AND parent_span_id = ?",
-            sorted({(row[0], row[1]) for row in waiting}),
+    calls: list[Call] = []
+    children: list[tuple[str | None, str, int, int, bool, bytes, bytes, int]]
+    if rows is None:
+        batch.add_facts(
+            cast("list[Fact]", conn.execute(_FACTS + "WHERE id > ?", (last_id,)).fetchall())
         )
-    batch.add_calls(cast("list[Call]", conn.execute(_CALLS_OF_NEW_CHILDREN, (last_id,)).fetchall()))
-    conn.execute(_PEND_ORPHANS, (last_id,))
+        children = cast(
+            "list[tuple[str | None, str, int, int, bool, bytes, bytes, int]]",
+            conn.execute(_NEW_CHILDREN, (last_id,)).fetchall(),
+        )
+    else:
+        batch.add_facts(
+            [(r[6], r[11], r[4], r[5] in (2, 5) or r[2] is None, r[9] == 2, r[8]) for r in rows]
+        )
+        # A parent in the same batch is resolved here; the others are looked up by id.
+        services = {(r[0], r[1]): r[3] for r in rows}
+        unresolved: list[int] = []
+        for i, r in enumerate(rows):
+            parent = r[2]
+            if parent is None:
+                continue
+            caller = services.get((r[0], parent))
+            if caller is None:
+                unresolved.append(last_id + 1 + i)
+            elif caller != r[3]:
+                calls.append((caller, r[3], r[6], r[8], r[9] == 2))
+        children = []
+        if unresolved:
+            children = cast(
+                "list[tuple[str | None, str, int, int, bool, bytes, bytes, int]]",
+                conn.execute(_CHILDREN_BY_ID, (_JSON_IDS(unresolved).decode(),)).fetchall(),
+            )
+    # Children waiting for a parent this write stored: their calls, then they wait no more.
+    pending = conn.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM edge_pending LIMIT ?)", (_SMALL_PENDING,)
+    ).fetchone()[0]
+    if pending:
+        waiting = cast(
+            "list[tuple[bytes, bytes, str, str, int, int, bool]]",
+            conn.execute(
+                _CHILDREN_OF_PENDING if pending < _SMALL_PENDING else _CHILDREN_OF_NEW_PARENTS,
+                (last_id,),
+            ).fetchall(),
+        )
+        if waiting:
+            batch.add_calls(row[2:] for row in waiting if row[2] != row[3])
+            conn.executemany(
+                "DELETE FROM edge_pending WHERE trace_id = ? AND parent_span_id = ?",
+                sorted({(row[0], row[1]) for row in waiting}),
+            )
+    calls += cast("list[Call]", [row[:5] for row in children if row[0] is not None])
+    batch.add_calls(calls)
+    orphans = [(row[5], row[6], row[7], row[2]) for row in children if row[0] is None]
+    if orphans:
+        conn.executemany(
+            "INSERT OR IGNORE INTO edge_pending "
+            "(trace_id, parent_span_id, child_id, start_unix_nano) VALUES (?, ?, ?, ?)",
+            orphans,
+        )
     batch.write(conn)
+
+
+_LOG_ROLLUP: Final = (
+    "INSERT INTO red_logs (width, bucket, resource_id, records, warn_records, error_records) "
+    "SELECT ?, time_unix_nano - time_unix_nano % ?, resource_id, count(*), "
+    "sum(severity_number BETWEEN 13 AND 16), sum(severity_number >= 17) "
+    "FROM logs WHERE id > ? GROUP BY 2, 3 "
+    "ON CONFLICT (width, bucket, resource_id) DO UPDATE SET "
+    "records = records + excluded.records, "
+    "warn_records = warn_records + excluded.warn_records, "
+    "error_records = error_records + excluded.error_records"
+)
+
+
+def apply_logs(conn: sqlite3.Connection, last_id: int) -> None:
+    """Count the log rows a write just stored (ids above ``last_id``) into ``red_logs``."""
+    for width in WIDTHS:
+        conn.execute(_LOG_ROLLUP, (width, width * _NS, last_id))
 
 
 def build_rollups(conn: sqlite3.Connection) -> None:
@@ -345,6 +459,7 @@ def build_rollups(conn: sqlite3.Connection) -> None:
         )
         conn.execute(_PEND_ORPHANS + " AND c.id <= ?", (low, high))
         batch.write(conn)
+    apply_logs(conn, 0)
 
 
 # -- retention --------------------------------------------------------------------------------
@@ -357,6 +472,39 @@ def drop_before(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
         for table in ("red_services", "red_operations", "red_edges"):
             conn.execute(f"DELETE FROM {table} WHERE width = ? AND bucket <= ?", (width, limit))
     conn.execute("DELETE FROM edge_pending WHERE start_unix_nano < ?", (cutoff_unix_nano,))
+
+
+def drop_logs_before(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
+    """Log counts: drop buckets ending by the cutoff, recount the straddling ones (idempotent).
+
+    The minute from the records left in it, each coarser bucket from the finer rows inside.
+    """
+    for index, width in enumerate(WIDTHS):
+        step = width * _NS
+        conn.execute(
+            "DELETE FROM red_logs WHERE width = ? AND bucket <= ?",
+            (width, cutoff_unix_nano - step),
+        )
+        bucket = cutoff_unix_nano - cutoff_unix_nano % step
+        if bucket == cutoff_unix_nano:
+            continue
+        conn.execute("DELETE FROM red_logs WHERE width = ? AND bucket = ?", (width, bucket))
+        if index == 0:
+            conn.execute(
+                "INSERT INTO red_logs (width, bucket, resource_id, records, warn_records, "
+                "error_records) SELECT ?, ?, resource_id, count(*), "
+                "sum(severity_number BETWEEN 13 AND 16), sum(severity_number >= 17) FROM logs "
+                "WHERE time_unix_nano >= ? AND time_unix_nano < ? GROUP BY resource_id",
+                (width, bucket, bucket, bucket + step),
+            )
+        else:
+            conn.execute(
+                "INSERT INTO red_logs (width, bucket, resource_id, records, warn_records, "
+                "error_records) SELECT ?, ?, resource_id, sum(records), sum(warn_records), "
+                "sum(error_records) FROM red_logs "
+                "WHERE width = ? AND bucket >= ? AND bucket < ? GROUP BY resource_id",
+                (width, bucket, WIDTHS[index - 1], bucket, bucket + step),
+            )
 
 
 def rebuild_straddling(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
@@ -740,4 +888,76 @@ def deploys(
             span_count=group.count,
         )
         for (name, version), group in ordered[:limit]
+    ]
+
+
+def log_counts(
+    ctx: ReadContext, time_range: TimeRange, step: int, limit: int
+) -> list[LogCountSeries] | None:
+    """Log counts per service and bucket from ``red_logs`` (and the partial minutes' records).
+
+    ``None`` when the buckets are not made of whole minutes (neither one bucket over the
+    window nor a minute-aligned start and step): the caller then counts the raw records.
+    """
+    start, end = time_range.start_unix_nano, time_range.end_unix_nano
+    if step >= end - start:
+        raw_ranges, rolled = plan(start, end)
+    elif start % _MINUTE == 0 and step % _MINUTE == 0:
+        last = end - end % _MINUTE
+        rolled = [(60, start, last)] if start < last else []
+        raw_ranges = [(last, end)] if last < end else []
+    else:
+        return None
+    counts: dict[str, dict[int, list[int]]] = {}
+
+    def add(name: str, bucket: int, records: int, warn: int, error: int) -> None:
+        found = counts.setdefault(name, {}).setdefault(bucket, [0, 0, 0])
+        found[0] += records
+        found[1] += warn
+        found[2] += error
+
+    if rolled:
+        where = " OR ".join("(x.width = ? AND x.bucket >= ? AND x.bucket < ?)" for _ in rolled)
+        for name, bucket, records, warn, error in ctx.execute(
+            "SELECT r.service_name, (x.bucket - ?) / ?, sum(x.records), sum(x.warn_records), "
+            "sum(x.error_records) FROM red_logs x JOIN resources r ON r.id = x.resource_id "
+            f"WHERE {where} GROUP BY 1, 2",
+            [start, step, *(v for r in rolled for v in r)],
+        ):
+            add(
+                cast(str, name),
+                cast(int, bucket),
+                cast(int, records),
+                cast(int, warn),
+                cast(int, error),
+            )
+    if raw_ranges:
+        where = " OR ".join("(l.time_unix_nano >= ? AND l.time_unix_nano < ?)" for _ in raw_ranges)
+        for name, bucket, records, warn, error in ctx.execute(
+            "SELECT l.service_name, (l.time_unix_nano - ?) / ?, count(*), "
+            "sum(l.severity_number BETWEEN 13 AND 16), sum(l.severity_number >= 17) "
+            f"FROM logs l WHERE {where} GROUP BY 1, 2",
+            [start, step, *(v for r in raw_ranges for v in r)],
+        ):
+            add(
+                cast(str, name),
+                cast(int, bucket),
+                cast(int, records),
+                cast(int, warn),
+                cast(int, error),
+            )
+    return [
+        LogCountSeries(
+            service_name=name,
+            points=[
+                LogCountPoint(
+                    bucket_start_unix_nano=start + bucket * step,
+                    records=values[0],
+                    warn_records=values[1],
+                    error_records=values[2],
+                )
+                for bucket, values in sorted(counts[name].items())
+            ],
+        )
+        for name in sorted(counts)[:limit]
     ]

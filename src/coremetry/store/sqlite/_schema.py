@@ -32,8 +32,9 @@ Tables (version 4):
   value is stored as NULL (SQLite has no NaN), ±Inf as itself; histogram points keep their
   buckets as JSON in ``histogram``.
 
-- ``red_services`` / ``red_operations`` / ``red_edges`` / ``edge_pending`` (version 4): the
-  RED roll-ups the writer keeps in the spans' transaction, described in :mod:`._rollups`.
+- ``red_services`` / ``red_operations`` / ``red_edges`` / ``edge_pending`` / ``red_logs``
+  (version 4): the RED roll-ups (and log counts) the writer keeps in the records'
+  transaction, described in :mod:`._rollups`.
 
 Every query of :mod:`coremetry.store.sqlite` has an index; the comment on each index names the
 queries that use it.
@@ -240,6 +241,18 @@ _V4: Final[tuple[str | Callable[[sqlite3.Connection], None], ...]] = (
     """,
     # Retention of pending children.
     "CREATE INDEX edge_pending_start ON edge_pending (start_unix_nano)",
+    # Log records per bucket and resource by severity (log_counts, list_services).
+    """
+    CREATE TABLE red_logs (
+        width INTEGER NOT NULL,
+        bucket INTEGER NOT NULL,
+        resource_id INTEGER NOT NULL,
+        records INTEGER NOT NULL,
+        warn_records INTEGER NOT NULL,
+        error_records INTEGER NOT NULL,
+        PRIMARY KEY (width, bucket, resource_id)
+    ) WITHOUT ROWID
+    """,
     # Roll up what earlier versions stored (once, in this step's transaction).
     build_rollups,
 )

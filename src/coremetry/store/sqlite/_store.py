@@ -323,7 +323,14 @@ class SqliteStore:
         check_range(time_range)
         check_limit(limit)
         check_step(time_range, step_ns)
-        return await self._read(lambda ctx: _queries.log_counts(ctx, time_range, step_ns, limit))
+
+        def read(ctx: ReadContext) -> list[LogCountSeries]:
+            rolled = _rollups.log_counts(ctx, time_range, step_ns, limit)
+            if rolled is not None:
+                return rolled
+            return _queries.log_counts(ctx, time_range, step_ns, limit)
+
+        return await self._read(read)
 
     # -- closing ----------------------------------------------------------------------------
 

@@ -111,6 +111,7 @@ class Writer:
         self._resources: dict[bytes, int] = {}
         self._series: dict[bytes, int] = {}
         self._rollups_stale = False  # retention deleted spans; straddling buckets not rebuilt
+        self._logs_stale = False  # the same for log records
         _rollups.register_functions(conn)
 
     def _resource_id(
@@ -299,15 +300,9 @@ class Writer:
                 if spans:
                     # The RED roll-ups in the same transaction; from the rows at hand when all
                     # of them were new (else ``apply_written`` reads the new ones back).
-                    facts = (
-                        [
-                            (r[6], r[11], r[4], r[5] in (2, 5) or r[2] is None, r[9] == 2, r[8])
-                            for r in span_rows
-                        ]
-                        if spans == len(span_rows)
-                        else None
+                    _rollups.apply_written(
+                        conn, last_span, span_rows if spans == len(span_rows) else None
                     )
-                    _rollups.apply_written(conn, last_span, facts)
             if batch.logs:
                 rows = self._log_rows(batch, memo)
                 last = conn.execute("SELECT coalesce(max(id), 0) FROM logs").fetchone()[0]
@@ -316,6 +311,7 @@ class Writer:
                     # The new rows are exactly those above the previous largest id.
                     conn.execute(_INDEX_NEW_LOGS, (last,))
                     conn.execute(_LOG_MINUTES, (last,))
+                    _rollups.apply_logs(conn, last)
             if batch.metrics:
                 point_rows = self._point_rows(batch, memo)
                 points = conn.executemany(_INSERT_POINT, point_rows).rowcount
@@ -369,6 +365,10 @@ class Writer:
             if 0 < points < chunk:
                 conn.execute(_DELETE_EMPTY_SERIES)
                 self._series.clear()
+            if logs:
+                self._logs_stale = True
+            if logs < chunk and self._logs_stale:
+                _rollups.drop_logs_before(conn, cutoff_unix_nano)
             if logs < chunk:
                 # Whole minutes before the cutoff are empty now (a partly deleted minute keeps
                 # its bounds: a superset is still a correct bound).
@@ -384,4 +384,6 @@ class Writer:
             raise
         if spans < chunk:
             self._rollups_stale = False
+        if logs < chunk:
+            self._logs_stale = False
         return RetentionResult(spans_deleted=spans, logs_deleted=logs, metric_points_deleted=points)

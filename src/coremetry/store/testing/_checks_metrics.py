@@ -73,7 +73,15 @@ async def check_metric_names(make_store: MakeStore) -> None:
             page = await store.metric_names(window, limit=MAX_LIMIT, prefix=prefix)
             _equal(
                 [
-                    (d.name, d.type, d.unit, d.label_keys, d.series_count, d.last_seen_unix_nano)
+                    (
+                        d.name,
+                        d.type,
+                        d.unit,
+                        d.label_keys,
+                        d.series_count,
+                        d.last_seen_unix_nano,
+                        d.service_names,
+                    )
                     for d in page.items
                 ],
                 [
@@ -84,6 +92,7 @@ async def check_metric_names(make_store: MakeStore) -> None:
                         sorted({"service.name", *(k for p in ps for k in p.attributes)}),
                         len({_series_key(p) for p in ps}),
                         max(p.time_unix_nano for p in ps),
+                        sorted({p.service_name for p in ps}),
                     )
                     for name, ps in sorted(expected.items())
                 ],

@@ -1,4 +1,4 @@
-"""RED figures over any window equal the raw spans' (percentiles within the declared error).
+"""RED figures and log counts over any window equal the raw records' (percentiles within error).
 
 A backend may answer ``services``, ``operations``, ``service_edges`` and ``deploys`` from
 pre-aggregated roll-ups (per-minute buckets, latency sketches); this check holds every count,
@@ -16,7 +16,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from coremetry.store.interface import MAX_LIMIT, TelemetryStore, TimeRange
-from coremetry.store.model import Attributes, Span, SpanKind, StatusCode, TelemetryBatch
+from coremetry.store.model import (
+    Attributes,
+    LogRecord,
+    Span,
+    SpanKind,
+    StatusCode,
+    TelemetryBatch,
+)
 
 from ._reference import _in_range, _is_entry, _nearest_rank
 from ._support import HOUR, MINUTE, SECOND, MakeStore, _equal, _equal_red
@@ -164,6 +171,54 @@ def _expected_deploys(spans: Sequence[Span], window: TimeRange) -> list[tuple[ob
     return [tuple(r) for r in rows]
 
 
+def _logs(spans: Sequence[Span]) -> list[LogRecord]:
+    """A log record for every third span, at its start, INFO/WARN/ERROR/FATAL in turn."""
+    return [
+        LogRecord(
+            time_unix_nano=s.start_time_unix_nano + i,
+            service_name=s.service_name,
+            severity_number=(9, 13, 17, 21)[i % 4],
+            body=f"record {i}",
+            resource_attributes=s.resource_attributes,
+        )
+        for i, s in enumerate(spans[::3])
+    ]
+
+
+async def _compare_logs(
+    store: TelemetryStore, logs: Sequence[LogRecord], window: TimeRange, what: str
+) -> None:
+    length = window.end_unix_nano - window.start_unix_nano
+    for step in (length, 7 * MINUTE, HOUR + 1):
+        counts: dict[str, dict[int, list[int]]] = defaultdict(dict)
+        for r in logs:
+            if _in_range(r.time_unix_nano, window):
+                bucket = (r.time_unix_nano - window.start_unix_nano) // step
+                at = window.start_unix_nano + bucket * step
+                found = counts[r.service_name].setdefault(at, [0, 0, 0])
+                found[0] += 1
+                found[1] += 13 <= r.severity_number <= 16
+                found[2] += r.severity_number >= 17
+        series = await store.log_counts(window, step_ns=step, limit=MAX_LIMIT)
+        _equal(
+            [
+                (
+                    s.service_name,
+                    [
+                        (p.bucket_start_unix_nano, p.records, p.warn_records, p.error_records)
+                        for p in s.points
+                    ],
+                )
+                for s in series
+            ],
+            [
+                (name, [(at, *values) for at, values in sorted(buckets.items())])
+                for name, buckets in sorted(counts.items())
+            ],
+            f"log_counts(step={step}) over {what}",
+        )
+
+
 async def _compare(
     store: TelemetryStore, spans: Sequence[Span], window: TimeRange, what: str
 ) -> None:
@@ -243,15 +298,21 @@ async def check_rollups_match_raw(make_store: MakeStore) -> None:
     rng = random.Random(15)
     base = (time.time_ns() // HOUR - 22) * HOUR + 7 * MINUTE + 13 * SECOND
     spans = _spans(base, rng)
+    logs = _logs(spans)
     # Written newest trace first and each batch reversed: children usually before parents,
-    # often in an earlier batch; every 7th batch is written twice (duplicates count once).
+    # often in an earlier batch; every 7th batch is written twice, the second time with some of
+    # the next batch's spans (duplicates count once; a batch partly new).
     order = sorted(spans, key=lambda s: -s.start_time_unix_nano)
     batches = [order[i : i + 97][::-1] for i in range(0, len(order), 97)]
     async with make_store() as store:
         for index, batch in enumerate(batches):
-            await store.write(TelemetryBatch(spans=batch))
+            await store.write(TelemetryBatch(spans=batch, logs=logs[index :: len(batches)]))
             if index % 7 == 0:
-                await store.write(TelemetryBatch(spans=batch))
+                # Again, with the next batch's first spans: that batch is then partly new.
+                ahead = batches[index + 1][:10] if index + 1 < len(batches) else []
+                await store.write(
+                    TelemetryBatch(spans=batch + ahead, logs=logs[index :: len(batches)])
+                )
         first = base - 2 * MINUTE
         end = base + 21 * HOUR
         windows = {
@@ -276,10 +337,17 @@ async def check_rollups_match_raw(make_store: MakeStore) -> None:
             )
         for what, window in windows.items():
             await _compare(store, spans, window, what)
+            await _compare_logs(store, logs, window, what)
         # Retention inside a minute: what is left agrees again.
         cutoff = base + 7 * HOUR + 29 * MINUTE + 31 * SECOND + 7
         await store.delete_before(cutoff)
         left = [s for s in spans if s.start_time_unix_nano >= cutoff]
+        await _compare_logs(
+            store,
+            [r for r in logs if r.time_unix_nano >= cutoff],
+            TimeRange(start_unix_nano=first, end_unix_nano=end),
+            "all of it after retention",
+        )
         await _compare(
             store,
             left,

@@ -1,0 +1,82 @@
+"""The RED roll-ups' latency sketch (``coremetry.store._sketch``): ddsketch's bins, nearest rank."""
+
+import math
+import random
+
+import pytest
+from ddsketch.mapping import LogarithmicMapping
+
+from coremetry.store._sketch import (
+    KEY_MULTIPLIER,
+    RELATIVE_ACCURACY,
+    ZERO_KEY,
+    LatencySketch,
+    bin_key,
+    merge_encoded,
+)
+
+
+def _nearest_rank(values: list[int], p: float) -> int:
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(len(ordered) * p / 100)) - 1]
+
+
+def test_bins_are_ddsketchs_logarithmic_mapping() -> None:
+    mapping = LogarithmicMapping(RELATIVE_ACCURACY)
+    rng = random.Random(3)
+    values = [rng.randrange(1, 10**13) for _ in range(20_000)] + list(range(1, 3000))
+    assert [bin_key(v) for v in values] == [mapping.key(v) for v in values]
+    assert bin_key(0) is None
+    assert mapping._multiplier == KEY_MULTIPLIER
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_percentiles_are_within_the_stated_error_of_nearest_rank(seed: int) -> None:
+    rng = random.Random(seed)
+    values = [int(rng.lognormvariate(14, 2.5)) for _ in range(rng.randrange(1, 3000))]
+    sketch = LatencySketch()
+    for v in values:
+        sketch.add(v)
+    for p in (1, 50, 90, 95, 99, 100):
+        exact = _nearest_rank(values, p)
+        found = sketch.percentile(p)
+        assert found is not None
+        assert abs(found - exact) <= RELATIVE_ACCURACY * exact + 0.5, (p, found, exact)
+    assert sketch.percentiles() == tuple(sketch.percentile(p) for p in (50, 95, 99))
+
+
+def test_merged_sketches_equal_one_sketch_of_everything_and_survive_encoding() -> None:
+    rng = random.Random(9)
+    parts = [[rng.randrange(0, 10**9) for _ in range(rng.randrange(0, 200))] for _ in range(7)]
+    whole = LatencySketch()
+    merged = LatencySketch()
+    for part in parts:
+        one = LatencySketch()
+        for v in part:
+            one.add(v)
+            whole.add(v)
+        merged.merge_encoded(one.encode())
+    assert (merged.bins, merged.zeros) == (whole.bins, whole.zeros)
+    assert merged.count == sum(map(len, parts))
+    again = LatencySketch.decode(whole.encode())
+    assert (again.bins, again.zeros) == (whole.bins, whole.zeros)
+
+
+def test_bins_from_a_query_engine_count_the_zero_bin() -> None:
+    sketch = LatencySketch()
+    sketch.add_bins([ZERO_KEY, 10, 10], [3, 1, 2])
+    assert (sketch.zeros, sketch.bins, sketch.percentile(50)) == (3, {10: 3}, 0)
+    assert LatencySketch().percentiles() == (None, None, None)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_encoded_sketches_merge_without_decoding(seed: int) -> None:
+    rng = random.Random(seed)
+    a, b = LatencySketch(), LatencySketch()
+    for sketch in (a, b):
+        for _ in range(rng.randrange(0, 60)):
+            sketch.add(rng.choice([0, rng.randrange(1, 10**4), rng.randrange(1, 10**10)]))
+    merged = LatencySketch.decode(merge_encoded(a.encode(), b.encode()))
+    a.merge(b)
+    assert (merged.bins, merged.zeros) == (a.bins, a.zeros)
+    assert merge_encoded(merged.encode(), LatencySketch().encode()) == merged.encode()
