@@ -811,7 +811,10 @@ def convert_metric_file(path: Path, nodes: Mapping[str, str]) -> MetricFile:
         first = time_ns if first is None else min(first, time_ns)
         last = time_ns if last is None else max(last, time_ns)
         for column_name, column in columns.items():
-            value = _parse_value(row[column_name], f"{where} {column_name}")
+            cell = row.get(column_name)
+            if cell is None:  # a column this day's files do not have
+                continue
+            value = _parse_value(cell, f"{where} {column_name}")
             if value is None:
                 continue
             point: dict[str, Json] = {
@@ -932,7 +935,7 @@ def find_date(nezha: Path) -> str:
     days = sorted(p.name for p in (nezha / "rca_data").glob("????-??-??") if p.is_dir())
     if len(days) != 1:
         raise ConversionError(
-            f"{nezha}/rca_data: {len(days)} days ({days}); choose one with --date"
+            f"{nezha}/rca_data: {len(days)} days ({days}); choose one with --day YYYY-MM-DD"
         )
     return days[0]
 

@@ -138,7 +138,12 @@ class GroupingConfig(msgspec.Struct, frozen=True, kw_only=True):
         saturation_level: a utilisation (unit ``1``) counts as saturation from this share of
             its limit on; below it a rise is *load*.
         trace_share: the trace origin must explain at least this share of how much slower
-            the slow traces are than the typical ones.
+            the slow traces are than the typical ones (with a reference: the score of
+            :mod:`~coremetry.detection.spectrum` it needs).
+        max_onset_spread_ns: a symptom starting more than this after a problem's first
+            onset opens a new problem even when related and within ``quiet_gap_ns`` of the
+            latest one (default 5 minutes): a new fault opens its own problem instead of
+            joining one still growing, and no problem grows for ever.
     """
 
     quiet_gap_ns: int = 3 * _MINUTE_NS
@@ -149,6 +154,7 @@ class GroupingConfig(msgspec.Struct, frozen=True, kw_only=True):
     evidence_ratio: float = 2.0
     saturation_level: float = 0.5
     trace_share: float = 0.1
+    max_onset_spread_ns: int = 5 * _MINUTE_NS
 
     def validate(self) -> None:
         """Check the parameters.
@@ -165,6 +171,7 @@ class GroupingConfig(msgspec.Struct, frozen=True, kw_only=True):
             ("evidence_ratio", self.evidence_ratio > 1, "must be above 1"),
             ("saturation_level", 0 < self.saturation_level <= 1, "must be in (0, 1]"),
             ("trace_share", 0 <= self.trace_share <= 1, "must be in [0, 1]"),
+            ("max_onset_spread_ns", self.max_onset_spread_ns >= 0, "must not be negative"),
         ]
         for field, ok, message in checks:
             if not ok:
@@ -197,8 +204,14 @@ class TraceBlame(msgspec.Struct, frozen=True, kw_only=True):
             traces.
         excess_ns: that growth, mean nanoseconds per trace.
         gap_ns: how much slower the slow traces are than the typical ones (mean durations).
-        slow_traces: slow traces read.
-        typical_traces: typical traces read.
+        slow_traces: slow traces read (with a reference: the problem window's traces read).
+        typical_traces: typical traces read (with a reference: reference traces read).
+        reference: the comparison was against traces from before the problem
+            (:mod:`~coremetry.detection.spectrum`), not slow against typical ones of the window.
+        score: with a reference, the origin's score (share of the slowdown it explains, or
+            its error excess); ``None`` otherwise.
+        candidates: with a reference, the best services and their figures, one line each
+            (``"<service>: <figures>"``).
     """
 
     service_name: str
@@ -206,6 +219,9 @@ class TraceBlame(msgspec.Struct, frozen=True, kw_only=True):
     gap_ns: float
     slow_traces: int
     typical_traces: int
+    reference: bool = False
+    score: float | None = None
+    candidates: list[str] = msgspec.field(default_factory=list)
 
 
 class ServiceRank(msgspec.Struct, frozen=True, kw_only=True):
@@ -383,13 +399,18 @@ def group_problems(
             hits = [
                 c
                 for c in clusters
-                if c.symptoms and start - c.last_symptom <= cfg.quiet_gap_ns and related(anomaly, c)
+                if c.symptoms
+                and start - c.last_symptom <= cfg.quiet_gap_ns
+                and start - c.first <= cfg.max_onset_spread_ns
+                and related(anomaly, c)
             ]
             if not hits:
                 clusters.append(_Cluster(anomaly))
                 continue
             target = hits[0]
             for other in hits[1:]:
+                if abs(other.first - target.first) > cfg.max_onset_spread_ns:
+                    continue
                 target.absorb(other)
                 clusters.remove(other)
             target.members.append(anomaly)
@@ -399,7 +420,9 @@ def group_problems(
         covering = [
             c
             for c in clusters
-            if c.first <= start <= c.last_symptom + cfg.quiet_gap_ns and related(anomaly, c)
+            if c.first <= start <= c.last_symptom + cfg.quiet_gap_ns
+            and start - c.first <= cfg.max_onset_spread_ns
+            and related(anomaly, c)
         ]
         if covering:
             covering[0].members.append(anomaly)
@@ -550,14 +573,13 @@ def _symptom(
     median = quantile(0.5)
     iqr = quantile(0.75) - quantile(0.25)
     scale = iqr / _IQR_TO_SIGMA if iqr > 0 else (quantile(0.9) - quantile(0.1)) / _P10_P90_TO_SIGMA
-    scale = max(scale, 0.01 * abs(median), 1e-12)
     if one.watch == "down":
         peak = min(window)
-        z = (median - peak) / scale
+        z = (median - peak) / _floored(scale, median, peak)
         shown = median > 0 and peak <= median / cfg.evidence_ratio
     else:
         peak = max(window)
-        z = (peak - median) / scale
+        z = (peak - median) / _floored(scale, median, peak)
         shown = peak >= cfg.evidence_ratio * median if median > 0 else peak > median
     if not shown or z < cfg.evidence_z:
         return None
@@ -565,6 +587,30 @@ def _symptom(
     if kind is None:
         return None
     return Symptom(kind=kind, series_name=one.name, baseline=median, peak=peak, z=round(z, 3))
+
+
+_SCALE_FLOOR: Final = 0.05
+
+
+def _floored(scale: float, baseline: float, peak: float) -> float:
+    """A robust scale with a floor: 5 % of ``|baseline|``, else 5 % of ``|peak|``.
+
+    The second only for a series with neither spread nor level (a log rate of 0 every
+    minute). Without it such a series has a scale of 0, and any departure scores ~1e11
+    robust standard deviations, outranking a real saturation. With it, a departure from a
+    flat zero scores at most 20 (a pseudo-count relative to the value reached).
+    """
+    floored = max(scale, _SCALE_FLOOR * abs(baseline))
+    if floored > 0:
+        return floored
+    return max(_SCALE_FLOOR * abs(peak), 1e-12)
+
+
+def _bounded_score(anomaly: Anomaly) -> float:
+    """An anomaly's score with the scale floor of :func:`_floored` applied."""
+    departure = abs(anomaly.observed - anomaly.baseline)
+    cap = departure / _floored(0.0, anomaly.baseline, anomaly.observed)
+    return min(anomaly.score, cap) if departure > 0 else anomaly.score
 
 
 class ServiceEvidence(msgspec.Struct, frozen=True, kw_only=True):
@@ -681,7 +727,7 @@ def _with_anomalies(
                     series_name=anomaly.name,
                     baseline=anomaly.baseline,
                     peak=anomaly.observed,
-                    z=anomaly.score,
+                    z=round(_bounded_score(anomaly), 3),
                 ),
             ],
             observed=sorted(observed),
@@ -791,10 +837,18 @@ def _rank(
     trace_origin = (
         traces.service_name
         if traces is not None
-        and traces.excess_ns > 0
-        and traces.excess_ns >= cfg.trace_share * traces.gap_ns
+        and (
+            traces.score >= cfg.trace_share
+            if traces.score is not None
+            else traces.excess_ns > 0 and traces.excess_ns >= cfg.trace_share * traces.gap_ns
+        )
         else None
     )
+    trace_lines = {
+        line.split(": ", 1)[0]: line.split(": ", 1)[1]
+        for line in (traces.candidates if traces is not None else [])
+        if ": " in line
+    }
 
     candidates = set(by_service) | symptomatic
     if trace_origin is not None:
@@ -824,7 +878,7 @@ def _rank(
             bad_callers=bad_callers,
             bad_callees=bad_callees,
         )
-        scores = [a.score for a in own] + [s.z for s in found.symptoms]
+        scores = [_bounded_score(a) for a in own] + [s.z for s in found.symptoms]
         ranks.append(
             ServiceRank(
                 service_name=service,
@@ -836,7 +890,8 @@ def _rank(
                 max_score=round(max(scores, default=0.0), 3),
                 reason=reason,
                 role=role,
-                evidence=[_describe_symptom(s) for s in found.symptoms[:5]],
+                evidence=[_describe_symptom(s) for s in found.symptoms[:5]]
+                + ([f"traces: {trace_lines[service]}"] if service in trace_lines else []),
             )
         )
     # Within own_cause, a saturation, error or log symptom is stronger evidence than a server
@@ -858,6 +913,18 @@ def _rank(
             r.service_name,
         )
     )
+    if len(ranks) >= 2:
+        first, second = ranks[0], ranks[1]
+        why = (
+            f"a stronger kind of evidence ({first.role.replace('_', ' ')} over "
+            f"{second.role.replace('_', ' ')})"
+            if first.role != second.role
+            else "the same kind of evidence, and it comes first by the order of the rules "
+            "(no symptomatic callee, more symptomatic callers, deeper, earlier, larger score)"
+        )
+        ranks[0] = msgspec.structs.replace(
+            first, reason=f"{first.reason}. Ahead of {second.service_name}: {why}"
+        )
     return ranks
 
 
@@ -873,6 +940,14 @@ def _role(
     bad_callers: list[str],
     bad_callees: list[str],
 ) -> tuple[Role, str]:
+    if service == trace_origin and traces is not None and traces.reference:
+        return "trace_origin", (
+            f"compared with the same requests before the problem ({traces.typical_traces} "
+            f"reference traces, {traces.slow_traces} of the problem's), it explains the most: "
+            f"score {traces.score or 0:.2f} (share of the slowdown, or of requests whose error "
+            f"it originated, above the reference); the requests took {traces.gap_ns / 1e6:,.0f} "
+            "ms longer than usual"
+        )
     if service == trace_origin and traces is not None:
         share = traces.excess_ns / traces.gap_ns if traces.gap_ns > 0 else 1.0
         return "trace_origin", (

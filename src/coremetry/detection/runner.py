@@ -39,6 +39,8 @@ the (side-effect free) worker thread, and returns nothing.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import MutableMapping, Sequence
 from datetime import UTC, datetime
@@ -67,6 +69,7 @@ from .problems import (
     with_trace_blame,
 )
 from .sources import log_series, metric_series, red_series, warn_records
+from .spectrum import TraceProfile, compare_to_reference, profile_trace
 from .templates import new_template_anomalies
 
 __all__ = [
@@ -98,6 +101,9 @@ _WARN_SEVERITY: Final = 13  # OTel severity number of WARN
 _TRACE_POOL: Final = 200  # trace summaries sampled per problem window
 _MIN_GROUP_TRACES: Final = 4  # traces through a root service needed to split slow/typical
 _ANALYSIS_SPANS: Final = 2_000  # spans read per trace
+_REFERENCE_SLICES: Final = 4  # the reference is read from this many slices of the history
+_TRACE_SPAN_NS: Final = 10 * DEFAULT_STEP_NS  # longest window of a problem's traces
+_CATALOGUE: Final = 50_000  # trace summaries a run lists at most for references
 
 
 class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,9 +119,18 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
         logs: judge per-service ERROR/WARN log rates and new log templates.
         max_log_records: WARN-and-worse records read for template mining (newest first).
         samples: how many sample trace ids and log lines each problem gets (0: none).
-        trace_samples: slow and typical traces read per root service of a problem's window
-            for the critical-path comparison (0: traces are not compared).
-        trace_problems: problems (newest first) whose traces are compared, at most.
+        trace_samples: traces read per slice for the comparison with a reference: up to
+            ``3 * trace_samples`` of the problem's window (spread over it) and
+            ``trace_samples`` from each of five slices of the ``history_ns`` before it
+            (0: traces are not compared). Without a reference, slow and typical traces read
+            per root service of the window.
+        trace_problems: problems (newest first) whose traces are compared, at most; ``None``
+            (the default): every problem whose window holds traces, so the answer for a
+            problem does not depend on where the judged range ends.
+        min_corroboration: a problem is reported only when its anomalies cover at least this
+            many distinct ``(service, series name)`` pairs (quantiles of one metric are one
+            name; 1: every group of anomalies is a problem). One series crossing its
+            threshold among the hundreds a run tests is what most false problems were.
     """
 
     step_ns: int = DEFAULT_STEP_NS
@@ -127,7 +142,8 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_log_records: int = 20_000
     samples: int = _SAMPLES
     trace_samples: int = 10
-    trace_problems: int = 20
+    trace_problems: int | None = None
+    min_corroboration: int = 2
 
 
 class DetectionRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -214,7 +230,15 @@ def _judge(
     points = 0
     for one in series:
         anomalies, summary = detect_series(one, opts.detector)
-        found.extend(anomalies)
+        # A bucket's point is stamped with its start, but its evidence is complete only at
+        # its end: an anomaly is raised then, never before the data that shows it.
+        found.extend(
+            msgspec.structs.replace(
+                a,
+                detected_unix_nano=min(a.detected_unix_nano + step, time_range.end_unix_nano),
+            )
+            for a in anomalies
+        )
         points += summary.points
     found.extend(
         new_template_anomalies(
@@ -293,7 +317,9 @@ async def detect_in_store(
         opts,
         abandon_on_cancel=True,
     )
-    if opts.trace_samples > 0 and opts.trace_problems > 0:
+    if opts.min_corroboration > 1:
+        problems = [p for p in problems if _corroborated(p, opts.min_corroboration)]
+    if opts.trace_samples > 0 and (opts.trace_problems is None or opts.trace_problems > 0):
         problems = await _with_traces(
             store,
             problems,
@@ -318,6 +344,11 @@ async def detect_in_store(
     )
 
 
+def _corroborated(problem: Problem, needed: int) -> bool:
+    """Enough distinct ``(service, series name)`` pairs among the problem's anomalies."""
+    return len({(a.service_name, a.name) for a in problem.anomalies}) >= needed
+
+
 async def run_detection(
     store: TelemetryStore, time_range: TimeRange, options: DetectionOptions | None = None
 ) -> list[Problem]:
@@ -337,30 +368,156 @@ async def _with_traces(
     """Rank again the problems whose window holds traces (module docstring, step 4)."""
     done = 0
     ranked = list(problems)
+    profiles: dict[str, TraceProfile | None] = {}
+    by_window: dict[tuple[int, int], TraceBlame | None] = {}
+    catalogue: list[TraceSummary] | None = None  # the run's trace summaries, read once
+    starts: list[int] = []
     for index in sorted(range(len(problems)), key=lambda i: -problems[i].start_unix_nano):
-        if done >= opts.trace_problems:
+        if opts.trace_problems is not None and done >= opts.trace_problems:
             break
         problem = problems[index]
         began = evidence_window(problem, opts.grouping)
         # Metric points are stamped at their bucket's start: the window's last bucket runs
-        # one step further.
+        # one step further. The traces are read while the problem lasts (a delay shows in
+        # requests that started after it began), at most _TRACE_SPAN_NS from its start.
         window = TimeRange(
-            start_unix_nano=began.start_unix_nano, end_unix_nano=began.end_unix_nano + step
+            start_unix_nano=began.start_unix_nano,
+            end_unix_nano=min(
+                max(began.end_unix_nano, problem.end_unix_nano) + step,
+                began.start_unix_nano + _TRACE_SPAN_NS,
+            ),
         )
         key = (problem.problem_id, window.start_unix_nano, window.end_unix_nano)
         if key in cache:
             blame = cache[key]
+        elif (window.start_unix_nano, window.end_unix_nano) in by_window:
+            blame = by_window[(window.start_unix_nano, window.end_unix_nano)]
+            cache[key] = blame
         else:
-            pool = await store.search_traces(TraceQuery(time_range=window), limit=_TRACE_POOL)
-            if len(pool.items) < _MIN_GROUP_TRACES:
+            if catalogue is None:
+                catalogue = await _catalogue(store, window, opts.grouping.history_ns, problems)
+                starts = [t.start_time_unix_nano for t in catalogue]
+            pool = catalogue[
+                bisect.bisect_left(starts, window.start_unix_nano) : bisect.bisect_left(
+                    starts, window.end_unix_nano
+                )
+            ]
+            if len(pool) < _MIN_GROUP_TRACES:
                 cache[key] = None
                 continue
             done += 1
-            blame = await _trace_blame(store, pool.items, opts.trace_samples)
+            compared, blame = await _reference_blame(
+                store,
+                pool,
+                catalogue,
+                window,
+                opts.grouping.history_ns,
+                opts.trace_samples,
+                profiles,
+            )
+            if not compared:  # no reference to compare with: slow against typical traces
+                blame = await _trace_blame(store, pool, opts.trace_samples)
             cache[key] = blame
+            by_window[(window.start_unix_nano, window.end_unix_nano)] = blame
         if blame is not None:
             ranked[index] = with_trace_blame(problem, blame, edges, series, opts.grouping)
     return ranked
+
+
+def _spread(items: Sequence[TraceSummary], count: int) -> list[TraceSummary]:
+    """At most ``count`` of ``items``, evenly spaced (ordered by trace id first: stable)."""
+    ordered = sorted(items, key=lambda t: (t.start_time_unix_nano, t.trace_id))
+    if len(ordered) <= count:
+        return ordered
+    stride = len(ordered) / count
+    return [ordered[int(i * stride)] for i in range(count)]
+
+
+async def _profiles(
+    store: TelemetryStore,
+    summaries: Sequence[TraceSummary],
+    cache: dict[str, TraceProfile | None],
+) -> list[TraceProfile]:
+    found: list[TraceProfile] = []
+    for summary in summaries:
+        if summary.trace_id not in cache:
+            page = await store.get_trace(summary.trace_id, limit=_ANALYSIS_SPANS)
+            cache[summary.trace_id] = (
+                profile_trace(analyse_trace(page.items)) if page.items else None
+            )
+        profile = cache[summary.trace_id]
+        if profile is not None:
+            found.append(profile)
+    return found
+
+
+async def _catalogue(
+    store: TelemetryStore, window: TimeRange, history_ns: int, problems: Sequence[Problem]
+) -> list[TraceSummary]:
+    """The trace summaries the problems' comparisons use, oldest first.
+
+    From ``history_ns`` before the earliest problem to the latest end; read once per run,
+    at most :data:`_CATALOGUE` of them (the newest).
+    """
+    low = min(p.start_unix_nano for p in problems) - history_ns
+    high = max(max(p.end_unix_nano for p in problems), window.end_unix_nano) + 1
+    found: list[TraceSummary] = []
+    cursor: str | None = None
+    query = TraceQuery(time_range=TimeRange(start_unix_nano=low, end_unix_nano=high))
+    while len(found) < _CATALOGUE:
+        page = await store.search_traces(
+            query, limit=min(MAX_LIMIT, _CATALOGUE - len(found)), cursor=cursor
+        )
+        found.extend(page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    found.sort(key=lambda t: (t.start_time_unix_nano, t.trace_id))
+    return found
+
+
+async def _reference_blame(
+    store: TelemetryStore,
+    pool: Sequence[TraceSummary],
+    catalogue: Sequence[TraceSummary],
+    window: TimeRange,
+    history_ns: int,
+    samples: int,
+    cache: dict[str, TraceProfile | None],
+) -> tuple[bool, TraceBlame | None]:
+    """The window's traces against traces from the ``history_ns`` before it (spectrum).
+
+    Returns:
+        ``(compared, blame)``: whether any reference was found, and the origin it names.
+    """
+    traces = await _profiles(store, _spread(pool, 3 * samples), cache)
+    reference_summaries: list[TraceSummary] = []
+    slice_ns = max(1, history_ns // _REFERENCE_SLICES)
+    starts = [t.start_time_unix_nano for t in catalogue]
+    # Slices on a fixed grid (plus the part-slice up to the window), so problems close in
+    # time pick the same reference traces and each is read and analysed once per run.
+    grid = window.start_unix_nano // slice_ns * slice_ns
+    edges = [window.start_unix_nano, *(grid - k * slice_ns for k in range(_REFERENCE_SLICES))]
+    for high, low in itertools.pairwise(edges):
+        piece = catalogue[bisect.bisect_left(starts, low) : bisect.bisect_left(starts, high)]
+        reference_summaries.extend(_spread(piece, samples))
+    reference = await _profiles(store, reference_summaries, cache)
+    result = compare_to_reference(traces, reference)
+    origin = result.origin()
+    if not reference:
+        return False, None
+    if origin is None or (result.compared == 0 and not origin.error_share):
+        return True, None
+    return True, TraceBlame(
+        service_name=origin.service_name,
+        excess_ns=origin.excess_ms * 1e6,
+        gap_ns=result.gap_ms * 1e6,
+        slow_traces=result.traces,
+        typical_traces=result.reference,
+        reference=True,
+        score=origin.score,
+        candidates=[f"{c.service_name}: {c.describe()}" for c in result.candidates[:5]],
+    )
 
 
 async def _trace_blame(

@@ -1,0 +1,144 @@
+"""Trace comparison against a fault-free reference (:mod:`coremetry.detection.spectrum`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from coremetry.analysis import analyse_trace
+from coremetry.detection.spectrum import (
+    TraceProfile,
+    compare_to_reference,
+    profile_trace,
+)
+from coremetry.store import Span, SpanKind, StatusCode
+
+MS = 1_000_000
+T0 = 1_767_225_600 * 1_000_000_000
+
+
+def profile(
+    number: int,
+    *,
+    slow_db_ms: float = 0.0,
+    gateway_ms: float = 50.0,
+    error_in: str = "",
+) -> TraceProfile:
+    """gateway -> orders -> db-proxy; the gateway always spends ``gateway_ms`` of its own."""
+    trace_id = f"{number + 1:032x}"
+    start = T0 + number * 1_000 * MS
+    db_ms = 5.0 + slow_db_ms
+    orders_ms = 10.0 + db_ms
+    total_ms = gateway_ms + orders_ms
+
+    def span(sid: int, parent: int, service: str, kind: SpanKind, at: float, ms: float) -> Span:
+        return Span(
+            trace_id=trace_id,
+            span_id=f"{sid:016x}",
+            parent_span_id=f"{parent:016x}" if parent else "",
+            service_name=service,
+            name=f"{service} op",
+            kind=kind,
+            start_time_unix_nano=start + int(at * MS),
+            end_time_unix_nano=start + int((at + ms) * MS),
+            status_code=StatusCode.ERROR if service == error_in else StatusCode.UNSET,
+        )
+
+    spans = [
+        span(1, 0, "gateway", SpanKind.SERVER, 0.0, total_ms),
+        span(2, 1, "gateway", SpanKind.CLIENT, gateway_ms, orders_ms),
+        span(3, 2, "orders", SpanKind.SERVER, gateway_ms, orders_ms),
+        span(4, 3, "orders", SpanKind.CLIENT, gateway_ms + 10.0, db_ms),
+        span(5, 4, "db-proxy", SpanKind.SERVER, gateway_ms + 10.0, db_ms),
+    ]
+    return profile_trace(analyse_trace(spans))
+
+
+def test_profile_attributes_critical_path_and_error_origin() -> None:
+    one = profile(1, error_in="db-proxy")
+    # a failing caller above a failing callee: the callee originated the error
+    both = profile_trace(
+        analyse_trace(
+            [
+                Span(
+                    trace_id="ab" * 16,
+                    span_id="1" * 16,
+                    service_name="gateway",
+                    name="GET /",
+                    kind=SpanKind.SERVER,
+                    start_time_unix_nano=T0,
+                    end_time_unix_nano=T0 + 10 * MS,
+                    status_code=StatusCode.ERROR,
+                ),
+                Span(
+                    trace_id="ab" * 16,
+                    span_id="2" * 16,
+                    parent_span_id="1" * 16,
+                    service_name="orders",
+                    name="GET /orders",
+                    kind=SpanKind.SERVER,
+                    start_time_unix_nano=T0 + 1 * MS,
+                    end_time_unix_nano=T0 + 9 * MS,
+                    status_code=StatusCode.ERROR,
+                ),
+            ]
+        )
+    )
+    assert both.error_origins == ["orders"]
+    assert one.kind == "gateway gateway op"
+    assert one.duration_ns == 65 * MS  # 50 gateway + 10 orders + 5 db-proxy
+    assert one.critical_ns["gateway"] == 50 * MS
+    assert sum(one.critical_ns.values()) == one.duration_ns
+    assert one.error_origins == ["db-proxy"]
+
+
+def test_an_always_slow_service_is_not_blamed_a_slowed_callee_is() -> None:
+    # The gateway is the slowest part of every request, before and during the problem;
+    # the database proxy went from 5 ms to 205 ms.
+    reference = [profile(i, gateway_ms=500.0) for i in range(10)]
+    window = [profile(100 + i, gateway_ms=500.0, slow_db_ms=200.0) for i in range(10)]
+    result = compare_to_reference(window, reference)
+    origin = result.origin()
+    assert origin is not None
+    assert origin.service_name == "db-proxy"
+    assert origin.excess_ms == pytest.approx(200.0)
+    assert origin.reference_ms == pytest.approx(5.0)
+    assert result.gap_ms == pytest.approx(200.0)
+    assert "gateway" not in [c.service_name for c in result.candidates]
+    assert "205.0 ms per request vs 5.0 ms before" in origin.describe()
+
+
+def test_errors_decide_when_requests_are_not_slower() -> None:
+    reference = [profile(i) for i in range(20)]
+    window = [profile(100 + i, error_in="orders" if i % 2 else "") for i in range(10)]
+    result = compare_to_reference(window, reference)
+    origin = result.origin()
+    assert origin is not None
+    assert origin.service_name == "orders"
+    assert origin.error_share == pytest.approx(0.5)
+    assert origin.reference_error_share == 0.0
+
+
+def test_no_origin_without_a_change() -> None:
+    reference = [profile(i) for i in range(10)]
+    window = [profile(100 + i) for i in range(10)]
+    assert compare_to_reference(window, reference).origin() is None
+
+
+def test_request_kinds_need_enough_reference_traces() -> None:
+    reference = [profile(i) for i in range(2)]
+    window = [profile(100 + i, slow_db_ms=200.0) for i in range(5)]
+    result = compare_to_reference(window, reference, min_reference=3)
+    assert result.compared == 0
+    assert result.origin() is None
+    with pytest.raises(ValueError, match="min_reference"):
+        compare_to_reference(window, reference, min_reference=0)
+
+
+def test_a_reference_holding_an_earlier_incident_still_describes_the_usual_request() -> None:
+    # Medians: 3 of 11 reference traces from an earlier slowdown of the same service do not
+    # hide this one.
+    reference = [profile(i, slow_db_ms=200.0 if i < 3 else 0.0) for i in range(11)]
+    window = [profile(100 + i, slow_db_ms=200.0) for i in range(6)]
+    origin = compare_to_reference(window, reference).origin()
+    assert origin is not None
+    assert origin.service_name == "db-proxy"
