@@ -237,7 +237,9 @@ async def test_an_open_ticket_socket_ends_when_its_user_is_disabled(tmp_path: Pa
                 await ws.send_message(json.dumps(request(9, "ping", {})))
                 with pytest.raises(ConnectionClosed) as closed:
                     await ws.get_message()
-                assert closed.value.reason.code == 1008
+                reason = closed.value.reason
+                assert reason is not None
+                assert reason.code == 1008
 
 
 async def test_a_session_cookie_mints_a_ticket_too(tmp_path: Path) -> None:
