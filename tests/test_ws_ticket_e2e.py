@@ -24,7 +24,7 @@ import trio
 from _wire_support import as_object, request, upgrade_by_hand
 from conftest import check_emitted
 from test_auth_e2e import initialize_params, login, result_of, text_of
-from trio_websocket import WebSocketConnection, wrap_client_stream
+from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
 
 from coremetry.audit import AuditEntry
 from coremetry.auth import TicketBook
@@ -219,6 +219,27 @@ async def test_a_ticket_fails_once_its_user_is_disabled(tmp_path: Path) -> None:
             status, fields, _ = await upgrade(live, f"?ticket={second}")
             assert status == 401
             assert fields["www-authenticate"] == 'Bearer realm="coremetry", error="invalid_token"'
+
+
+async def test_an_open_ticket_socket_ends_when_its_user_is_disabled(tmp_path: Path) -> None:
+    with trio.fail_after(LIMIT_S):
+        async with live_server(tmp_path) as live:
+            jwt, _cookie = await login(live.base, "alice", PASSWORD)
+            ticket = (await mint(live, bearer(jwt))).json()["ticket"]
+            async with ws_with_ticket(live, ticket) as ws:
+                assert (await who_am_i(ws))["subject"] == "alice"
+                async with httpx.AsyncClient(base_url=live.base, timeout=LIMIT_S) as client:
+                    disabled = await client.post(
+                        f"{ADMIN_USERS_PATH}/alice/disable", headers=bearer(live.tokens["admin"])
+                    )
+                assert disabled.status_code == 200
+                # The credential behind the ticket is checked on every message, like a header's.
+                await ws.send_message(json.dumps(request(9, "ping", {})))
+                with pytest.raises(ConnectionClosed) as closed:
+                    await ws.get_message()
+                reason = closed.value.reason
+                assert reason is not None
+                assert reason.code == 1008
 
 
 async def test_a_session_cookie_mints_a_ticket_too(tmp_path: Path) -> None:
