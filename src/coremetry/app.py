@@ -16,6 +16,8 @@ Routing, by path:
 - ``/v1/traces``, ``/v1/logs``, ``/v1/metrics`` — the OTLP/HTTP receiver
   (:mod:`coremetry.ingest.receiver`), when a store is given and ``ingest.enabled``; any other
   ``/v1/*`` path then gets the receiver's JSON (or protobuf) 404, not an HTML page.
+- ``/.well-known/*`` — the OAuth discovery documents (RFC 9728 protected-resource metadata,
+  RFC 8414 authorization-server metadata) or a JSON 404 (:mod:`coremetry.auth.well_known`).
 - everything else — the QuartTrio app: ``GET /healthz`` (unauthenticated, no data); any
   other path or method answers JSON ``{"error": "not_found" | "method_not_allowed" | ...,
   "detail": ...}`` with its status, never Quart's HTML page (clients probing
@@ -42,6 +44,8 @@ from werkzeug.exceptions import HTTPException
 from coremetry import __version__
 from coremetry.audit import AuditLog
 from coremetry.auth import IdentityStore, LoginService
+from coremetry.auth.oauth_resource import PublicUrls, discovery_offered
+from coremetry.auth.well_known import WellKnown
 from coremetry.config import Config
 from coremetry.http_edge import Authenticate, HttpPolicy, anonymous
 from coremetry.ingest.receiver import OTLP_PATHS, OtlpReceiver
@@ -102,6 +106,13 @@ class CoremetryApp:
             allowed_hosts=config.http.allowed_hosts,
             max_body_bytes=config.http.max_body_bytes,
             root_path=config.http.root_path,
+        )
+        self.urls = PublicUrls(self.policy, config.http.public_url)
+        if authenticate is not anonymous and discovery_offered(config):
+            # Every 401 names the protected-resource metadata (RFC 9728 §5.1).
+            self.policy.resource_metadata = self.urls.resource_metadata
+        self.well_known = WellKnown(
+            config if authenticate is not anonymous else _without_discovery(config), self.urls
         )
         self.http_routes: dict[str, HttpHandler] = {}
         self.otlp_not_found: HttpHandler | None = None
@@ -165,6 +176,9 @@ class CoremetryApp:
             if self.otlp_not_found is not None and scope["path"].startswith("/v1/"):
                 await self.otlp_not_found(scope, receive, send)
                 return
+            if WellKnown.matches(scope["path"]):
+                await self.well_known(scope, receive, send)
+                return
             if self.rest.matches(scope["path"]):
                 await self.rest(scope, receive, send)
                 return
@@ -177,6 +191,12 @@ class CoremetryApp:
                 await ws_handler(scope, receive, send)
                 return
         await self.quart(scope, receive, send)
+
+
+def _without_discovery(config: Config) -> Config:
+    # An unauthenticated server (tests, fixtures) offers no OAuth discovery: nothing to sign in to.
+    oauth = msgspec.structs.replace(config.auth.oauth, enabled=False)
+    return msgspec.structs.replace(config, auth=msgspec.structs.replace(config.auth, oauth=oauth))
 
 
 def _quart_app() -> QuartTrio:

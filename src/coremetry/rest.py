@@ -50,7 +50,6 @@ from coremetry.http_edge import (
     HttpPolicy,
     admit,
     anonymous,
-    challenge_for,
     is_json_content_type,
     read_body,
     send_response,
@@ -133,7 +132,7 @@ class RestTools:
                 send,
                 401,
                 _ENCODER.encode({"error": "unauthorized", "detail": unauthorized_message(exc)}),
-                headers=[challenge_for(exc), *cors],
+                headers=[self.policy.challenge(exc, headers), *cors],
             )
             return
         conn = Connection(caller=caller, transport="rest", protocol_version=versions.V2025_11_25)
@@ -472,7 +471,7 @@ class AdminUsers:
                 send,
                 401,
                 _ENCODER.encode({"error": "unauthorized"}),
-                headers=[challenge_for(exc), *cors],
+                headers=[self.policy.challenge(exc, headers), *cors],
             )
             return
         try:

@@ -66,7 +66,6 @@ from coremetry.http_edge import (
     Headers,
     HttpPolicy,
     anonymous,
-    challenge_for,
     jsonrpc_error_body,
     unauthorized_message,
 )
@@ -145,7 +144,13 @@ class WebSocketTransport:
         try:
             caller = await self.authenticate(headers)
         except Exception as refusal:  # the auth layer's reason is logged there, never sent
-            await _deny(scope, send, 401, unauthorized_message(refusal), [challenge_for(refusal)])
+            await _deny(
+                scope,
+                send,
+                401,
+                unauthorized_message(refusal),
+                [self.policy.challenge(refusal, headers)],
+            )
             return
         retry = [(b"retry-after", str(RETRY_AFTER_S).encode())]
         if self.drain.started.is_set():
