@@ -82,10 +82,7 @@ EXPIRED_CHALLENGE: Final = (
 
 def discovery(base: str) -> str:
     """What every 401's challenge ends with: the OAuth protected-resource metadata (issue 18)."""
-    return (
-        f', resource_metadata="{base}/.well-known/oauth-protected-resource/api/mcp", '
-        'scope="mcp:read"'
-    )
+    return f', resource_metadata="{base}/.well-known/oauth-protected-resource/api/mcp"'
 
 
 MCP_PATH: Final = "/api/mcp"

@@ -16,6 +16,8 @@ Routing, by path:
 - ``/v1/traces``, ``/v1/logs``, ``/v1/metrics`` — the OTLP/HTTP receiver
   (:mod:`coremetry.ingest.receiver`), when a store is given and ``ingest.enabled``; any other
   ``/v1/*`` path then gets the receiver's JSON (or protobuf) 404, not an HTML page.
+- ``/oauth/authorize|token|register|revoke`` — the built-in OAuth authorization server
+  (:mod:`coremetry.auth.oauth_http`), when given one.
 - ``/.well-known/*`` — the OAuth discovery documents (RFC 9728 protected-resource metadata,
   RFC 8414 authorization-server metadata) or a JSON 404 (:mod:`coremetry.auth.well_known`).
 - everything else — the QuartTrio app: ``GET /healthz`` (unauthenticated, no data); any
@@ -44,10 +46,12 @@ from werkzeug.exceptions import HTTPException
 from coremetry import __version__
 from coremetry.audit import AuditLog
 from coremetry.auth import IdentityStore, LoginService
+from coremetry.auth.oauth_http import OAUTH_PATHS, OAuthEndpoints
 from coremetry.auth.oauth_resource import PublicUrls, discovery_offered
-from coremetry.auth.well_known import WellKnown
+from coremetry.auth.oauth_server import OAuthServer, authorization_server_metadata
+from coremetry.auth.well_known import AsMetadata, WellKnown
 from coremetry.config import Config
-from coremetry.http_edge import Authenticate, HttpPolicy, anonymous
+from coremetry.http_edge import Authenticate, Headers, HttpPolicy, anonymous
 from coremetry.ingest.receiver import OTLP_PATHS, OtlpReceiver
 from coremetry.mcp import Server
 from coremetry.rest import LOGIN_PATH, AdminUsers, LoginEndpoint, RestTools
@@ -76,6 +80,9 @@ class CoremetryApp:
         store: the telemetry store the OTLP/HTTP receiver writes into (none: no receiver).
         identities: with ``audit``, serves the admin account routes over this identity store.
         audit: where the admin account routes record what they do.
+        oauth: with ``login``, serves the built-in OAuth authorization server
+            (``/oauth/authorize``, ``/oauth/token``, ``/oauth/register``, ``/oauth/revoke``) and
+            its RFC 8414 metadata.
 
     Attributes:
         shutting_down: set when the server starts draining (for code that waits on the stop;
@@ -94,6 +101,7 @@ class CoremetryApp:
         store: TelemetryStore | None = None,
         identities: IdentityStore | None = None,
         audit: AuditLog | None = None,
+        oauth: OAuthServer | None = None,
     ) -> None:
         self.config = config
         self.mcp = mcp
@@ -106,13 +114,6 @@ class CoremetryApp:
             allowed_hosts=config.http.allowed_hosts,
             max_body_bytes=config.http.max_body_bytes,
             root_path=config.http.root_path,
-        )
-        self.urls = PublicUrls(self.policy, config.http.public_url)
-        if authenticate is not anonymous and discovery_offered(config):
-            # Every 401 names the protected-resource metadata (RFC 9728 §5.1).
-            self.policy.resource_metadata = self.urls.resource_metadata
-        self.well_known = WellKnown(
-            config if authenticate is not anonymous else _without_discovery(config), self.urls
         )
         self.http_routes: dict[str, HttpHandler] = {}
         self.otlp_not_found: HttpHandler | None = None
@@ -162,6 +163,26 @@ class CoremetryApp:
             for path in OTLP_PATHS:
                 self.http_routes[path] = receiver
             self.otlp_not_found = receiver.not_found
+        self.urls = PublicUrls.from_config(config)
+        if authenticate is not anonymous and discovery_offered(config):
+            # Every 401 names the protected-resource metadata (RFC 9728 §5.1).
+            self.policy.resource_metadata = self.urls.resource_metadata
+        as_metadata: AsMetadata | None = None
+        if oauth is not None and login is not None and authenticate is not anonymous:
+            # Issue 18: the built-in authorization server (sign-in page, token, registration).
+            endpoints = OAuthEndpoints(oauth, login, self.policy, self.urls, config.auth.oauth)
+            for path in OAUTH_PATHS:
+                self.http_routes[path] = endpoints
+            urls = self.urls
+
+            def as_metadata(headers: Headers) -> dict[str, object]:
+                return authorization_server_metadata(urls.issuer(headers))
+
+        self.well_known = WellKnown(
+            config if authenticate is not anonymous else _without_discovery(config),
+            self.urls,
+            as_metadata,
+        )
         self.quart = _quart_app()
 
     async def __call__(

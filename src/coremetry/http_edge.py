@@ -16,7 +16,7 @@ B15):
 
 import ipaddress
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Final
+from typing import Final, Protocol
 
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 
@@ -201,13 +201,14 @@ def challenge_for(
     a credential was presented and failed: ``error="invalid_token"`` is added, with an
     ``error_description`` when its true ``expired`` attribute says it expired. With
     ``resource_metadata`` (an absolute URL; ``"`` and ``\`` are dropped), the challenge ends with
-    ``resource_metadata="<url>"`` and ``scope="mcp:read"`` (the least scope that lets a client
-    in; RFC 9728 §5.1, RFC 6750 §3).
+    ``resource_metadata="<url>"`` (RFC 9728 §5.1). No ``scope`` is named: a client then asks for
+    every scope the metadata lists, and the grant is capped at its user's role (MCP 2025-11-25
+    Authorization, scope selection).
     """
     if resource_metadata is not None:
         base, value = challenge_for(refusal)
         safe = resource_metadata.replace("\\", "").replace('"', "")
-        return base, value + f', resource_metadata="{safe}", scope="mcp:read"'.encode("latin-1")
+        return base, value + f', resource_metadata="{safe}"'.encode("latin-1")
     if _is_expired(refusal):
         return EXPIRED_TOKEN_CHALLENGE
     return INVALID_TOKEN_CHALLENGE if getattr(refusal, "token_sent", False) else AUTH_CHALLENGE
@@ -412,7 +413,15 @@ _PREFIX_CHARS: Final = frozenset(
 )
 
 
-def public_prefix(headers: Headers, policy: HttpPolicy) -> str:
+class HeaderLookup(Protocol):
+    """Anything with a header lookup by lower-case name (:class:`Headers`, the auth layer's)."""
+
+    def get(self, name: str, /) -> str | None:
+        """The header's value, or ``None`` if absent."""
+        ...
+
+
+def public_prefix(headers: HeaderLookup, policy: HttpPolicy) -> str:
     """The path prefix clients reach the server under, for URIs we announce to them.
 
     A sane ``X-Forwarded-Prefix`` (set by a reverse proxy) wins over ``policy.root_path``. Sane

@@ -454,7 +454,7 @@ async def test_session_is_bound_to_the_identity_that_opened_it() -> None:
     assert anonymous.status_code == 401
     assert anonymous.headers["www-authenticate"] == (
         f'Bearer realm="coremetry", resource_metadata="{url}'
-        '/.well-known/oauth-protected-resource/api/mcp", scope="mcp:read"'
+        '/.well-known/oauth-protected-resource/api/mcp"'
     )
     assert stolen.status_code == 404
     assert own.status_code == 202

@@ -534,7 +534,7 @@ async def test_refused_authentication_gets_401() -> None:
     assert refusal.headers["www-authenticate"] == (
         'Bearer realm="coremetry", resource_metadata="'
         f"http://{url.removeprefix('ws://').removesuffix(PATH)}"
-        '/.well-known/oauth-protected-resource/api/mcp", scope="mcp:read"'
+        '/.well-known/oauth-protected-resource/api/mcp"'
     )
     assert b"no token" not in refusal.body
     assert str(as_object(refusal.json()["error"])["message"]).startswith("Unauthorized: send")

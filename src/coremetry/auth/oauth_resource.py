@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from coremetry.config import Config
-from coremetry.http_edge import Headers, HttpPolicy, public_prefix
+from coremetry.http_edge import HeaderLookup, HttpPolicy, public_prefix
 from coremetry.roles import ROLES
 
 MCP_PATH: Final = "/api/mcp"
@@ -82,16 +82,24 @@ class PublicUrls:
     """Absolute URLs of this server as a client reaches it (see the module docstring).
 
     Args:
-        policy: the Host allow-list and root path (the Host has passed it before we are asked).
+        root_path: ``http.root_path`` (a sane ``X-Forwarded-Prefix`` wins per request).
         public_url: ``http.public_url``; when set it is the base of every URL, whatever the
             request says.
+
+    The ``Host`` has passed the allow-list before any of these methods is called (transports
+    admit a request first).
     """
 
-    def __init__(self, policy: HttpPolicy, public_url: str = "") -> None:
-        self._policy = policy
+    def __init__(self, root_path: str = "", public_url: str = "") -> None:
+        self._policy = HttpPolicy(root_path=root_path)
         self._public_url = public_url.rstrip("/")
 
-    def base(self, headers: Headers) -> str:
+    @classmethod
+    def from_config(cls, config: Config) -> "PublicUrls":
+        """The URLs of ``http.root_path`` and ``http.public_url``."""
+        return cls(config.http.root_path, config.http.public_url)
+
+    def base(self, headers: HeaderLookup) -> str:
         """``<scheme>://<host><prefix>``, never ending in ``/``."""
         if self._public_url:
             return self._public_url
@@ -102,11 +110,11 @@ class PublicUrls:
             host = "localhost"
         return f"{scheme}://{host}{public_prefix(headers, self._policy)}"
 
-    def resource(self, headers: Headers) -> str:
+    def resource(self, headers: HeaderLookup) -> str:
         """The MCP resource identifier (``<base>/api/mcp``)."""
         return self.base(headers) + MCP_PATH
 
-    def audiences(self, headers: Headers) -> frozenset[str]:
+    def audiences(self, headers: HeaderLookup) -> frozenset[str]:
         """This server's resource identifiers for the request.
 
         ``<base>`` and ``<base>/api/mcp``; an access token's ``aud`` must be one of them.
@@ -114,14 +122,14 @@ class PublicUrls:
         base = self.base(headers)
         return frozenset({base, base + MCP_PATH})
 
-    def resource_metadata(self, headers: Headers) -> str:
+    def resource_metadata(self, headers: HeaderLookup) -> str:
         """The PRM URL every 401 names.
 
         ``<base>/.well-known/oauth-protected-resource/api/mcp``.
         """
         return self.base(headers) + PRM_PATH + MCP_PATH
 
-    def issuer(self, headers: Headers) -> str:
+    def issuer(self, headers: HeaderLookup) -> str:
         """The built-in authorization server's issuer identifier (RFC 8414 §2): ``<base>``."""
         return self.base(headers)
 
@@ -162,7 +170,7 @@ def discovery_offered(config: Config) -> bool:
 
 
 def protected_resource_metadata(
-    config: Config, urls: PublicUrls, headers: Headers, *, root: bool
+    config: Config, urls: PublicUrls, headers: HeaderLookup, *, root: bool
 ) -> dict[str, object]:
     """The RFC 9728 §2 document for this request.
 

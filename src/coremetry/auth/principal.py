@@ -30,8 +30,9 @@ import msgspec
 
 from coremetry.roles import Caller
 
-CredentialKind = Literal["jwt", "service_token"]
-"""How a bearer authenticated: a session JWT (login) or a ``cmk_`` service token."""
+CredentialKind = Literal["jwt", "service_token", "oauth"]
+"""How a bearer authenticated: a session JWT (login), a ``cmk_`` service token, or an OAuth
+access token of the built-in authorization server (``token_name`` then names the client)."""
 
 
 class Claims(msgspec.Struct, frozen=True, kw_only=True):
