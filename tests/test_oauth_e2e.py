@@ -203,4 +203,5 @@ async def test_the_sdk_oauth_client_signs_in_and_calls_tools(tmp_path: Path) -> 
     assert any(name.startswith("oauth authorize ") for name in names)
     assert any(name.startswith("oauth grant ") for name in names)
     calls = [row for row in rows if row.name == "echo"]
-    assert calls and calls[0].sub == "erin" and calls[0].kind == "oauth"
+    assert calls
+    assert (calls[0].sub, calls[0].kind) == ("erin", "oauth")

@@ -143,7 +143,8 @@ class AccessTokenCheck(Protocol):
     """Verifies OAuth access tokens of the built-in authorization server (issue 18)."""
 
     def __call__(self, token: str, headers: HeaderSource) -> Claims | None:
-        """The verified claims of an OAuth access token for this request's resource, or
+        """The verified claims of an OAuth access token for this request's resource.
+
         ``None`` when ``token`` is not an OAuth access token at all.
 
         Raises:

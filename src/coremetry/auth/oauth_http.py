@@ -114,8 +114,10 @@ class RegistrationRate:
         self._seen: dict[str, deque[float]] = {}
 
     def admit(self, source: str, now: float) -> float | None:
-        """Count one registration from ``source``; ``None`` when admitted, else the seconds until
-        one would be.
+        """Count one registration from ``source``.
+
+        Returns:
+            ``None`` when admitted, else the seconds until one would be.
         """
         window = self._seen.get(source)
         if window is None:

@@ -43,7 +43,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import ClassVar, Final
 from urllib.parse import urlsplit
 
 import jwt
@@ -321,10 +321,12 @@ class OAuthRequest(OAuth2Request):
 
     @property
     def args(self) -> Mapping[str, str]:
+        """The query parameters (the last of repeated ones)."""
         return self._query
 
     @property
     def form(self) -> Mapping[str, str]:
+        """The form parameters (the last of repeated ones)."""
         return self._form
 
 
@@ -386,9 +388,11 @@ def redirect_uri_matches(registered: str, candidate: str) -> bool:
 
 
 def acceptable_redirect_uri(uri: str) -> bool:
-    """Whether a client may register ``uri``: ``https``, ``http`` on loopback, or a private-use
-    scheme of a native app (``com.example.app:/cb``, RFC 8252 §7.1); never ``javascript:``,
-    ``data:``, ``file:`` or a fragment.
+    """Whether a client may register ``uri``.
+
+    ``https``, ``http`` on loopback, or a private-use scheme of a native app
+    (``com.example.app:/cb``, RFC 8252 §7.1); never ``javascript:``, ``data:``, ``file:`` or a
+    fragment.
     """
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
@@ -416,30 +420,41 @@ class OAuthClient(ClientMixin):
         self.name: Final = name if isinstance(name, str) and name else client_id
 
     def get_client_id(self) -> str:
+        """The client identifier."""
         return self.client_id
 
     def get_default_redirect_uri(self) -> None:
+        """None: every authorization request must name its redirect URI."""
         return None  # the request must name its redirect URI
 
     def get_allowed_scope(self, scope: str | None) -> str:
+        """The known scopes asked for.
+
+        All of them when none is asked; ``mcp:read`` when only unknown ones are.
+        """
         if not scope:
             return " ".join(SCOPE_ROLES)
         known = [s for s in scope.split() if s in SCOPE_ROLES]
         return " ".join(known) if known else "mcp:read"
 
     def check_redirect_uri(self, redirect_uri: str) -> bool:
+        """Exact match with a registered URI, loopback ports aside (RFC 8252 §7.3)."""
         return any(redirect_uri_matches(r, redirect_uri) for r in self.redirect_uris)
 
     def check_client_secret(self, client_secret: str) -> bool:
+        """Always false: public clients have no secret."""
         return False
 
     def check_endpoint_auth_method(self, method: str, endpoint: str) -> bool:
+        """Only ``none`` (public clients)."""
         return method == "none"
 
     def check_response_type(self, response_type: str) -> bool:
+        """Only ``code``."""
         return response_type == "code"
 
     def check_grant_type(self, grant_type: str) -> bool:
+        """``authorization_code`` and ``refresh_token``."""
         return grant_type in ("authorization_code", "refresh_token")
 
 
@@ -514,8 +529,8 @@ class _S256Only(CodeChallenge):
     """PKCE, ``S256`` only and always (OAuth 2.1 §4.1.1; MCP Authorization)."""
 
     DEFAULT_CODE_CHALLENGE_METHOD = "S256"
-    SUPPORTED_CODE_CHALLENGE_METHOD = ["S256"]
-    CODE_CHALLENGE_METHODS = {
+    SUPPORTED_CODE_CHALLENGE_METHOD: ClassVar[list[str]] = ["S256"]
+    CODE_CHALLENGE_METHODS: ClassVar[dict[str, Callable[[str, str], bool]]] = {
         "S256": lambda verifier, challenge: secrets.compare_digest(
             create_s256_code_challenge(verifier), challenge
         )
@@ -592,20 +607,25 @@ class OAuthServer(AuthorizationServer):
 
     # Authlib's framework hooks: our requests are already its types; responses stay tuples.
     def create_oauth2_request(self, request: OAuth2Request) -> OAuth2Request:
+        """Our requests are Authlib's already (:class:`OAuthRequest`)."""
         return request
 
     def create_json_request(self, request: JsonRequest) -> JsonRequest:
+        """Our JSON requests are Authlib's already (:class:`OAuthJsonRequest`)."""
         return request
 
     def handle_response(
         self, status: int, body: object, headers: list[tuple[str, str]]
     ) -> tuple[int, object, list[tuple[str, str]]]:
+        """Responses stay ``(status, body, headers)`` tuples for the HTTP layer."""
         return status, body, headers
 
     def send_signal(self, name: str, *args: object, **kwargs: object) -> None:
+        """No signals (the audit log records what matters)."""
         return None
 
     def validate_requested_scope(self, scope: str | None) -> None:
+        """Accept any scope string (see the comment)."""
         # Unknown scopes are dropped (OAuthClient.get_allowed_scope), not refused: clients add
         # their own (offline_access, ...), and the grant is capped at the user's role anyway.
         return None
@@ -687,6 +707,7 @@ class OAuthServer(AuthorizationServer):
         return token
 
     def save_token(self, token: Mapping[str, object], request: OAuth2Request) -> None:
+        """Store the new refresh token in its grant's family."""
         grantee = request.user
         assert isinstance(grantee, Grantee)
         refresh = token.get("refresh_token")
@@ -718,7 +739,7 @@ class OAuthServer(AuthorizationServer):
 
 
 class _CodeGrant(AuthorizationCodeGrant):
-    TOKEN_ENDPOINT_AUTH_METHODS = ["none"]
+    TOKEN_ENDPOINT_AUTH_METHODS: ClassVar[list[str]] = ["none"]
 
     @property
     def _server(self) -> OAuthServer:
@@ -792,7 +813,7 @@ class _CodeGrant(AuthorizationCodeGrant):
 
 
 class _RefreshGrant(RefreshTokenGrant):
-    TOKEN_ENDPOINT_AUTH_METHODS = ["none"]
+    TOKEN_ENDPOINT_AUTH_METHODS: ClassVar[list[str]] = ["none"]
     INCLUDE_NEW_REFRESH_TOKEN = True
 
     @property
@@ -890,7 +911,7 @@ class _Registration(ClientRegistrationEndpoint):
 
 
 class _Revocation(RevocationEndpoint):
-    CLIENT_AUTH_METHODS = ["none"]
+    CLIENT_AUTH_METHODS: ClassVar[list[str]] = ["none"]
 
     def query_token(self, token_string: str, token_type_hint: str | None) -> _Refresh | None:
         server = self.server
@@ -907,8 +928,10 @@ class _Revocation(RevocationEndpoint):
 
 
 def fetch_metadata_document(url: str) -> bytes:
-    """GET a client ID metadata document: at most :data:`CIMD_MAX_BYTES`, within
-    :data:`CIMD_TIMEOUT_S` per read; no redirects followed.
+    """GET a client ID metadata document.
+
+    At most :data:`CIMD_MAX_BYTES`, within :data:`CIMD_TIMEOUT_S` per read; no redirects
+    followed.
 
     Raises:
         OSError: the fetch failed, timed out, was redirected or the document is too large.
