@@ -504,7 +504,8 @@ async def _send_oauth(
     cors: list[tuple[bytes, bytes]],
 ) -> None:
     out = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra]
-    out = [pair for pair in out if pair[0] != b"content-type"] + _NO_STORE + cors
+    dropped = (b"content-type", b"cache-control", b"pragma")  # ours are added once
+    out = [pair for pair in out if pair[0] not in dropped] + _NO_STORE + cors
     if status == 302:
         await send_response(send, 302, b"", content_type=None, headers=out)
         return

@@ -54,6 +54,7 @@ from authlib.oauth2.rfc6749 import (
     AuthorizationServer,
     BaseGrant,
     ClientMixin,
+    InvalidGrantError,
     InvalidRequestError,
     JsonPayload,
     JsonRequest,
@@ -848,13 +849,14 @@ class _RefreshGrant(RefreshTokenGrant):
         if not server.store.spend_refresh_token(refresh_token.token):
             server.store.revoke_family(family.family)
             server.record("refresh-reuse", family.user, family.role, family.client_id, ok=False)
-            return None
+            raise InvalidGrantError("the refresh token was used already")
         current_role = server.user_role(family.user)
         generation = server.identities.session_generation(family.user)
         if current_role is None or generation != family.generation:
+            # Disabled, deleted, or a password change since the grant: the grant ends.
             server.store.revoke_family(family.family)
             server.record("refresh", family.user, family.role, family.client_id, ok=False)
-            return None
+            raise InvalidGrantError("the grant ended with an account change")
         role = family.role if role_rank(family.role) <= role_rank(current_role) else current_role
         server.record("refresh", family.user, role, family.client_id, ok=True)
         return Grantee(
