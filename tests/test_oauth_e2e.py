@@ -8,10 +8,13 @@ to it.
 import base64
 import hashlib
 import html
+import json
 import re
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Final
 from urllib.parse import parse_qsl, urlsplit
@@ -516,3 +519,65 @@ async def test_deny_and_revocation(tmp_path: Path) -> None:
     assert revoked.status_code == 200
     refused_grant(refreshed)
     assert any(row.name.startswith("oauth revoke ") for row in rows)
+
+
+# ---- client ID metadata documents (MCP 2025-11-25) ---------------------------------------------
+
+
+@contextmanager
+def documents_served(documents: dict[str, bytes]) -> Iterator[str]:
+    """Serve ``documents`` (path -> JSON body) on loopback in a thread; yield the base URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = documents.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(body or b"{}")
+
+        def log_message(self, format: str, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+async def test_a_client_id_metadata_document_stands_for_registration(tmp_path: Path) -> None:
+    """A client whose ``client_id`` is the URL of its metadata document needs no registration."""
+    documents: dict[str, bytes] = {}
+    with documents_served(documents) as origin, trio.fail_after(LIMIT_S):
+        good = f"{origin}/client.json"
+        liar = f"{origin}/liar.json"
+        documents["/client.json"] = json.dumps(
+            {"client_id": good, "client_name": "Document Client", "redirect_uris": [CALLBACK]}
+        ).encode()
+        documents["/liar.json"] = json.dumps(
+            {"client_id": good, "client_name": "Liar", "redirect_uris": [CALLBACK]}
+        ).encode()
+        async with oauth_server(tmp_path) as (live, flow):
+            metadata = as_object(
+                (await flow.client.get("/.well-known/oauth-authorization-server")).json()
+            )
+            flow.client_id = good
+            page = await flow.page()
+            tokens = await flow.tokens("vera")
+            status = await flow.mcp_status(str(tokens["access_token"]))
+            flow.client_id = liar
+            lying = await flow.page()
+            flow.client_id = f"{origin}/missing.json"
+            missing = await flow.page()
+    assert metadata["client_id_metadata_document_supported"] is True
+    assert metadata["issuer"] == live.base
+    assert metadata["code_challenge_methods_supported"] == ["S256"]
+    assert "Document Client" in page.text
+    assert status == 200
+    not_redirected(lying)  # the document must name itself
+    not_redirected(missing)

@@ -20,6 +20,7 @@ class TokenGenerator(Protocol):
         expires_in: int | None = None,
         include_refresh_token: bool = True,
     ) -> dict[str, object]: ...
+
 Response = tuple[int, object, Headers]
 
 class OAuth2Error(Exception):
@@ -98,7 +99,9 @@ class AuthorizationServer:
     scopes_supported: Sequence[str] | None
     def __init__(self, scopes_supported: Sequence[str] | None = None) -> None: ...
     def register_grant(
-        self, grant_cls: type[BaseGrant], extensions: Sequence[Callable[[BaseGrant], None]] | None = None
+        self,
+        grant_cls: type[BaseGrant],
+        extensions: Sequence[Callable[[BaseGrant], None]] | None = None,
     ) -> None: ...
     def register_endpoint(self, endpoint: object) -> None: ...
     def register_token_generator(self, grant_type: str, func: TokenGenerator) -> None: ...

@@ -2,7 +2,7 @@
 
 from typing import ClassVar
 
-from ..rfc6749 import AuthorizationServer
+from authlib.oauth2.rfc6749 import AuthorizationServer
 
 class RevocationEndpoint:
     ENDPOINT_NAME: ClassVar[str]

@@ -1,6 +1,6 @@
 """Partial stubs of ``authlib.oauth2.rfc7591`` (see authlib/__init__.pyi)."""
 
-from ..rfc6749 import AuthorizationServer
+from authlib.oauth2.rfc6749 import AuthorizationServer
 
 class ClientRegistrationEndpoint:
     ENDPOINT_NAME: str

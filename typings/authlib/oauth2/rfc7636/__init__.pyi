@@ -3,7 +3,7 @@
 from collections.abc import Callable
 from typing import ClassVar
 
-from ..rfc6749 import BaseGrant
+from authlib.oauth2.rfc6749 import BaseGrant
 
 def create_s256_code_challenge(code_verifier: str) -> str: ...
 

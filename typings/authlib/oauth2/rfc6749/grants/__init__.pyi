@@ -2,7 +2,7 @@
 
 from typing import ClassVar
 
-from .. import OAuth2Request
+from authlib.oauth2.rfc6749 import OAuth2Request
 
 class BaseGrant:
     TOKEN_ENDPOINT_AUTH_METHODS: ClassVar[list[str]]
