@@ -92,3 +92,15 @@ def bench_http(session: nox.Session) -> None:
     """
     _install(session, "test")  # the mcp SDK reference server comes with the test extra
     session.run("python", "bench/http_echo.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def browser(session: nox.Session) -> None:
+    """OAuth sign-in through the page in a real headless browser (issue 18).
+
+    Needs Debian's ``chromium`` and ``chromium-driver`` (``apt-get install -y chromium
+    chromium-driver``; .ci/run installs them): Selenium drives ``/usr/bin/chromium``, nothing is
+    downloaded. Arguments after ``--`` go to pytest.
+    """
+    _install(session, "test")
+    session.run("pytest", "tests/browser/oauth_in_chromium.py", *session.posargs)

@@ -87,7 +87,9 @@ _PAGE_HEADERS: Final = [
         b"default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
     ),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    # same-origin, not no-referrer: with no-referrer a browser posts the form with
+    # "Origin: null", which the Origin policy refuses.
+    (b"referrer-policy", b"same-origin"),
     *_NO_STORE,
 ]
 _HTML: Final = b"text/html; charset=utf-8"
@@ -292,8 +294,13 @@ class OAuthEndpoints:
         send: ASGISendCallable,
         headers: Headers,
     ) -> None:
+        # The sign-in form posts from our own page: its Origin is this server's own (allowed
+        # even when not in http.allowed_origins); any other goes through the usual policy.
+        base = urlsplit(self.urls.base(headers))
+        own = f"{base.scheme}://{base.netloc}"
+        origin = (headers.get("origin") or "").strip().rstrip("/").lower()
         refused = self.policy.refusal(headers)
-        if refused is not None:
+        if refused is not None and not (refused[0] == 403 and origin == own):
             await _page(send, refused[0], _message_page("Refused", refused[1]))
             return
         context = self._context(scope, headers)
