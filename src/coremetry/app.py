@@ -17,9 +17,9 @@ Routing, by path:
   (:mod:`coremetry.ingest.receiver`), when a store is given and ``ingest.enabled``; any other
   ``/v1/*`` path then gets the receiver's JSON (or protobuf) 404, not an HTML page.
 - ``/oauth/authorize|token|register|revoke`` — the built-in OAuth authorization server
-  (:mod:`coremetry.auth.oauth_http`), when given one.
+  (:mod:`coremetry.oauth_http`), when given one.
 - ``/.well-known/*`` — the OAuth discovery documents (RFC 9728 protected-resource metadata,
-  RFC 8414 authorization-server metadata) or a JSON 404 (:mod:`coremetry.auth.well_known`).
+  RFC 8414 authorization-server metadata) or a JSON 404 (:mod:`coremetry.well_known`).
 - everything else — the QuartTrio app: ``GET /healthz`` (unauthenticated, no data); any
   other path or method answers JSON ``{"error": "not_found" | "method_not_allowed" | ...,
   "detail": ...}`` with its status, never Quart's HTML page (clients probing
@@ -46,20 +46,20 @@ from werkzeug.exceptions import HTTPException
 from coremetry import __version__
 from coremetry.audit import AuditLog
 from coremetry.auth import IdentityStore, LoginService
-from coremetry.auth.oauth_http import OAUTH_PATHS, OAuthEndpoints
 from coremetry.auth.oauth_resource import PublicUrls, discovery_offered
 from coremetry.auth.oauth_server import OAuthServer, authorization_server_metadata
-from coremetry.auth.well_known import AsMetadata, WellKnown
 from coremetry.config import Config
 from coremetry.http_edge import Authenticate, Headers, HttpPolicy, anonymous
 from coremetry.ingest.receiver import OTLP_PATHS, OtlpReceiver
 from coremetry.mcp import Server
+from coremetry.oauth_http import OAUTH_PATHS, OAuthEndpoints
 from coremetry.rest import LOGIN_PATH, AdminUsers, LoginEndpoint, RestTools
 from coremetry.store import TelemetryStore
 from coremetry.transports.drain import Drain
 from coremetry.transports.sse import LegacySse
 from coremetry.transports.streamable_http import StreamableHttp
 from coremetry.transports.websocket import WebSocketTransport
+from coremetry.well_known import AsMetadata, WellKnown
 
 HttpHandler = Callable[[HTTPScope, ASGIReceiveCallable, ASGISendCallable], Awaitable[None]]
 WebsocketHandler = Callable[

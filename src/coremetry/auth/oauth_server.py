@@ -31,7 +31,7 @@ and data dir, and the rules MCP (2025-06-18, 2025-11-25 Authorization) and OAuth
   (:data:`CIMD_MAX_BYTES`, :data:`CIMD_TIMEOUT_S`), must name itself as ``client_id`` and list
   ``redirect_uris``; it is cached for :data:`CIMD_CACHE_S`.
 
-Everything here is synchronous (Authlib is): the HTTP layer (:mod:`coremetry.auth.oauth_http`)
+Everything here is synchronous (Authlib is): the HTTP layer (:mod:`coremetry.oauth_http`)
 calls it in worker threads.
 """
 
@@ -46,7 +46,6 @@ from collections.abc import Callable, Mapping
 from typing import ClassVar, Final
 from urllib.parse import urlsplit
 
-import jwt
 import msgspec
 from authlib.oauth2.rfc6749 import (
     AuthorizationCodeGrant,
@@ -70,9 +69,10 @@ from authlib.oauth2.rfc7636 import CodeChallenge, create_s256_code_challenge
 
 from coremetry.audit import AuditLog
 from coremetry.http_edge import HeaderLookup
-from coremetry.roles import ROLES, Caller
+from coremetry.roles import Caller
 
 from .identity_store import IdentityStore
+from .jwt_verifier import AccessTokens
 from .oauth_resource import (
     SCOPE_ROLES,
     PublicUrls,
@@ -81,7 +81,7 @@ from .oauth_resource import (
     scopes_for_role,
 )
 from .oauth_store import CodeRecord, Family, OAuthStore
-from .principal import Claims, ExpiredToken, InvalidToken
+from .principal import Claims
 
 _log: Final = logging.getLogger(__name__)
 
@@ -89,9 +89,6 @@ AUTHORIZE_PATH: Final = "/oauth/authorize"
 TOKEN_PATH: Final = "/oauth/token"
 REGISTER_PATH: Final = "/oauth/register"
 REVOKE_PATH: Final = "/oauth/revoke"
-
-ACCESS_TOKEN_TYPE: Final = "at+jwt"
-"""The JWT ``typ`` header of an access token (RFC 9068 §2.1)."""
 
 CIMD_MAX_BYTES: Final = 64 * 1024
 """Largest client ID metadata document read, in bytes."""
@@ -102,125 +99,10 @@ CIMD_TIMEOUT_S: Final = 5.0
 CIMD_CACHE_S: Final = 300.0
 """How long a fetched client ID metadata document is reused, in seconds."""
 
-_ALGORITHM: Final = "HS256"
 _LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 # ---- access tokens ---------------------------------------------------------------------------
-
-
-class AccessTokens:
-    """Signs and verifies OAuth access tokens (see the module docstring for the claims).
-
-    Args:
-        secret: the data dir's JWT secret (:func:`~coremetry.auth.load_or_create_secret`).
-        ttl_s: access-token lifetime, in seconds.
-        leeway_s: tolerated clock skew, in seconds.
-    """
-
-    def __init__(self, secret: bytes, *, ttl_s: float = 600.0, leeway_s: float = 30.0) -> None:
-        self._secret = secret
-        self.ttl_s: Final = ttl_s
-        """Lifetime of a new access token, in seconds."""
-        self._leeway_s = leeway_s
-
-    def __repr__(self) -> str:
-        return f"AccessTokens(ttl_s={self.ttl_s})"
-
-    @staticmethod
-    def is_access_token(token: str) -> bool:
-        """Whether ``token`` looks like one of our access tokens (``typ: at+jwt``), unverified."""
-        try:
-            header = jwt.get_unverified_header(token)
-        except jwt.PyJWTError:
-            return False
-        return header.get("typ") == ACCESS_TOKEN_TYPE
-
-    def issue(
-        self,
-        *,
-        issuer: str,
-        audience: str,
-        sub: str,
-        role: str,
-        generation: int,
-        scope: str,
-        client_id: str,
-    ) -> str:
-        """Sign an access token issued now, expiring after :attr:`ttl_s`."""
-        now = int(time.time())
-        payload: dict[str, object] = {
-            "iss": issuer,
-            "aud": audience,
-            "sub": sub,
-            "role": role,
-            "gen": generation,
-            "scope": scope,
-            "client_id": client_id,
-            "iat": now,
-            "nbf": now,
-            "exp": now + math.ceil(self.ttl_s),
-            "jti": secrets.token_urlsafe(16),
-        }
-        return jwt.encode(
-            payload, self._secret, algorithm=_ALGORITHM, headers={"typ": ACCESS_TOKEN_TYPE}
-        )
-
-    def verify(self, token: str, audiences: frozenset[str]) -> Claims:
-        """Verify an access token presented to this server.
-
-        Args:
-            token: the compact JWS.
-            audiences: this server's resource identifiers for the request
-                (:meth:`~coremetry.auth.oauth_resource.PublicUrls.audiences`).
-
-        Returns:
-            ``Claims(kind="oauth", sub=user, role=…, token_name=client_id, generation=gen)``;
-            whether the user still has that generation is the authenticator's check.
-
-        Raises:
-            ExpiredToken: past ``exp``.
-            InvalidToken: anything else: another algorithm, a bad signature, not an access
-                token, an ``aud`` that is not this resource (a token for another service is
-                never accepted), an ``iss`` that is not this server, bad claims.
-        """
-        try:
-            header = jwt.get_unverified_header(token)
-            if header.get("typ") != ACCESS_TOKEN_TYPE:
-                raise InvalidToken("not an OAuth access token")
-            decoded = jwt.decode(
-                token,
-                self._secret,
-                algorithms=[_ALGORITHM],
-                leeway=self._leeway_s,
-                options={
-                    "require": ["exp", "iat", "iss", "aud", "sub"],
-                    "verify_aud": False,
-                },
-            )
-        except jwt.ExpiredSignatureError:
-            raise ExpiredToken("OAuth access token expired") from None
-        except jwt.PyJWTError as exc:
-            raise InvalidToken(f"OAuth access token refused: {type(exc).__name__}") from None
-        try:
-            claims = msgspec.convert(decoded, _AccessPayload)
-        except msgspec.ValidationError as exc:
-            raise InvalidToken(f"OAuth access token claims malformed: {exc}") from None
-        if claims.aud not in audiences:
-            raise InvalidToken(f"OAuth access token for another resource {claims.aud[:100]!r}")
-        if claims.iss not in audiences:
-            raise InvalidToken(f"OAuth access token from another issuer {claims.iss[:100]!r}")
-        if not claims.sub or claims.role not in ROLES:
-            raise InvalidToken("OAuth access token with an empty sub or an unknown role")
-        return Claims(
-            sub=claims.sub,
-            role=claims.role,
-            token_name=claims.client_id[:200],
-            issued_at=claims.iat,
-            expires_at=claims.exp,
-            kind="oauth",
-            generation=claims.gen,
-        )
 
 
 class AccessTokenChecker:
@@ -244,17 +126,6 @@ class AccessTokenChecker:
         if not AccessTokens.is_access_token(token):
             return None
         return self._tokens.verify(token, self._urls.audiences(headers))
-
-
-class _AccessPayload(msgspec.Struct, kw_only=True):
-    iss: str
-    aud: str
-    sub: str
-    role: str
-    gen: int
-    client_id: str
-    iat: int
-    exp: int
 
 
 # ---- requests (the thin adapter Authlib's core asks a framework for) -------------------------

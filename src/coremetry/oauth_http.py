@@ -39,21 +39,9 @@ import trio
 from authlib.oauth2.rfc6749 import OAuth2Error
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 
-from coremetry.config import OAuthConfig
-from coremetry.http_edge import (
-    BodyTooLarge,
-    ClientGone,
-    Headers,
-    HttpPolicy,
-    admit,
-    is_json_content_type,
-    read_body,
-    send_response,
-)
-
-from .login import LoginService
-from .oauth_resource import SCOPE_ROLES, PublicUrls, role_for_scopes
-from .oauth_server import (
+from coremetry.auth.login import LoginService
+from coremetry.auth.oauth_resource import SCOPE_ROLES, PublicUrls, role_for_scopes
+from coremetry.auth.oauth_server import (
     AUTHORIZE_PATH,
     REGISTER_PATH,
     REVOKE_PATH,
@@ -66,7 +54,18 @@ from .oauth_server import (
     RequestContext,
     invalid_target,
 )
-from .principal import LoginFailed, LoginThrottled
+from coremetry.auth.principal import LoginFailed, LoginThrottled
+from coremetry.config import OAuthConfig
+from coremetry.http_edge import (
+    BodyTooLarge,
+    ClientGone,
+    Headers,
+    HttpPolicy,
+    admit,
+    is_json_content_type,
+    read_body,
+    send_response,
+)
 
 _log: Final = logging.getLogger(__name__)
 

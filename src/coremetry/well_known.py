@@ -22,10 +22,7 @@ from typing import Final
 import msgspec
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 
-from coremetry.config import Config
-from coremetry.http_edge import Headers, send_response
-
-from .oauth_resource import (
+from coremetry.auth.oauth_resource import (
     AS_METADATA_PATH,
     MCP_PATH,
     OIDC_DISCOVERY_PATH,
@@ -34,6 +31,8 @@ from .oauth_resource import (
     discovery_offered,
     protected_resource_metadata,
 )
+from coremetry.config import Config
+from coremetry.http_edge import Headers, send_response
 
 WELL_KNOWN_PREFIX: Final = "/.well-known/"
 """Every path under this prefix is answered here."""
