@@ -105,3 +105,14 @@ def node_clients(session: nox.Session) -> None:
     """
     _install(session, "test")
     session.run("pytest", "tests/node", *session.posargs, env={"COREMETRY_NODE_TESTS": "1"})
+
+
+def browser(session: nox.Session) -> None:
+    """OAuth sign-in through the page in a real headless browser (issue 18).
+
+    Needs Debian's ``chromium`` and ``chromium-driver`` (``apt-get install -y chromium
+    chromium-driver``; .ci/run installs them): Selenium drives ``/usr/bin/chromium``, nothing is
+    downloaded. Arguments after ``--`` go to pytest.
+    """
+    _install(session, "test")
+    session.run("pytest", "tests/browser/oauth_in_chromium.py", *session.posargs)

@@ -79,6 +79,12 @@ EXPIRED_CHALLENGE: Final = (
     'Bearer realm="coremetry", error="invalid_token", error_description="The access token expired"'
 )
 
+
+def discovery(base: str) -> str:
+    """What every 401's challenge ends with: the OAuth protected-resource metadata (issue 18)."""
+    return f', resource_metadata="{base}/.well-known/oauth-protected-resource/api/mcp"'
+
+
 MCP_PATH: Final = "/api/mcp"
 SSE_PATH: Final = "/api/mcp/sse"
 WS_PATH: Final = "/api/mcp/ws"
@@ -910,6 +916,7 @@ async def attempt_everywhere(client: httpx.AsyncClient, base: str, attempt: Atte
     expected_challenge = INVALID_TOKEN_CHALLENGE if attempt.token_sent else CHALLENGE
     if attempt.expired:
         expected_challenge = EXPIRED_CHALLENGE
+    expected_challenge += discovery(base)
     query = f"?{attempt.query}" if attempt.query else ""
     headers = {"content-type": "application/json", "accept": BOTH, **attempt.headers}
     call = request(1, "tools/call", {"name": "echo", "arguments": {"text": "x"}})
@@ -1024,7 +1031,7 @@ async def test_401_403_say_why_with_a_reason_phrase(tmp_path: Path) -> None:
     assert str(as_object(stale.json()["error"])["message"]).startswith(
         "Unauthorized: the credential has expired"
     )
-    assert stale.headers["www-authenticate"] == EXPIRED_CHALLENGE
+    assert stale.headers["www-authenticate"].startswith(EXPIRED_CHALLENGE + ", resource_metadata=")
     assert "expired" in otlp_stale.text
     assert "expired" not in otlp.text
     assert (low.status_code, low.reason_phrase) == (403, "Forbidden")
@@ -1298,9 +1305,15 @@ async def test_websockets_are_isolated_per_identity(tmp_path: Path) -> None:
                 assert [m.get("id") for m in victim.seen] == [0, 1, 2, 3, 10, 11]
                 assert [m.get("id") for m in attacker.seen] == [0, 1, 2, 3, 10, 11]
             # Without credentials, or with a query-string token, no socket at all.
-            assert (await raw_upgrade(live.base, WS_PATH, {}))[:2] == (401, CHALLENGE)
+            assert (await raw_upgrade(live.base, WS_PATH, {}))[:2] == (
+                401,
+                CHALLENGE + discovery(live.base),
+            )
             query = f"{WS_PATH}?access_token={live.tokens['admin']}"
-            assert (await raw_upgrade(live.base, query, {}))[:2] == (401, CHALLENGE)
+            assert (await raw_upgrade(live.base, query, {}))[:2] == (
+                401,
+                CHALLENGE + discovery(live.base),
+            )
 
 
 async def test_revocation_reaches_an_open_sse_session(tmp_path: Path) -> None:
@@ -1319,7 +1332,9 @@ async def test_revocation_reaches_an_open_sse_session(tmp_path: Path) -> None:
                 headers=dict(sse.headers),
             )
             assert after.status_code == 401, after.text
-            assert after.headers["www-authenticate"] == INVALID_TOKEN_CHALLENGE
+            assert after.headers["www-authenticate"] == INVALID_TOKEN_CHALLENGE + discovery(
+                live.base
+            )
             assert [m.get("id") for m in sse.seen] == [0, 1]
 
 
@@ -1342,7 +1357,7 @@ async def test_revocation_reaches_an_open_websocket(tmp_path: Path) -> None:
             status, challenge, _body = await raw_upgrade(
                 live.base, WS_PATH, bearer(live.extra_tokens["doomed"])
             )
-            assert (status, challenge) == (401, INVALID_TOKEN_CHALLENGE)
+            assert (status, challenge) == (401, INVALID_TOKEN_CHALLENGE + discovery(live.base))
             # ... and the socket opened before the revocation serves nothing more.
             after: JsonObject | None = None
             with suppress(ConnectionClosed):

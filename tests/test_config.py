@@ -208,6 +208,28 @@ def test_task_defaults_and_environment() -> None:
     assert env.mcp.task_max_budget_s == 1800.0
 
 
+def test_oauth_section_defaults_file_and_render(tmp_path: Path) -> None:
+    """Issue 18: ``[auth.oauth]`` and ``http.public_url``, read from TOML and rendered back."""
+    defaults = load_config(environ={})
+    assert defaults.auth.oauth.enabled is True
+    assert defaults.auth.oauth.access_token_ttl_s <= 600
+    assert defaults.http.public_url == ""
+    path = write(
+        tmp_path,
+        '[http]\npublic_url = "https://cm.example/x"\n'
+        "[auth.oauth]\nenabled = false\naccess_token_ttl_s = 120\n"
+        "registration_rate_per_hour = 3\n",
+    )
+    config = load_config(path, environ={})
+    assert (config.auth.oauth.enabled, config.auth.oauth.access_token_ttl_s) == (False, 120.0)
+    assert config.auth.oauth.registration_rate_per_hour == 3
+    parsed = tomllib.loads(render_config(config))
+    assert parsed["auth"]["oauth"]["access_token_ttl_s"] == 120.0
+    assert parsed["http"]["public_url"] == "https://cm.example/x"
+    with pytest.raises(ConfigError, match=r"nope.*auth\.oauth"):
+        load_config(write(tmp_path, "[auth.oauth]\nnope = 1\n"), environ={})
+
+
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
@@ -222,6 +244,8 @@ def test_task_defaults_and_environment() -> None:
 def test_task_ranges(overrides: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         load_config(environ={}, overrides=overrides)
+
+
 # -- [auth.oidc]: an external identity provider (issue 18) ------------------------------------
 
 
@@ -315,3 +339,21 @@ def test_oidc_audience_is_required_off_loopback() -> None:
     assert config.auth.oidc.audience == "https://coremetry.example.com/api/mcp"
     # On loopback the bound address is the default (the server fills it in once bound).
     assert load_config(environ={}, overrides={"auth": {"oidc": issuer}}).auth.oidc.audience == ""
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"auth": {"oauth": {"access_token_ttl_s": 7200}}}, "auth.oauth.access_token_ttl_s"),
+        ({"auth": {"oauth": {"access_token_ttl_s": 0}}}, "auth.oauth.access_token_ttl_s"),
+        ({"auth": {"oauth": {"refresh_token_ttl_s": -1}}}, "auth.oauth.refresh_token_ttl_s"),
+        ({"auth": {"oauth": {"code_ttl_s": 3600}}}, "auth.oauth.code_ttl_s"),
+        ({"auth": {"oauth": {"registration_rate_per_hour": 0}}}, "registration_rate_per_hour"),
+        ({"http": {"public_url": "ftp://x.example"}}, "http.public_url"),
+        ({"http": {"public_url": "https://u:p@x.example"}}, "http.public_url"),
+        ({"http": {"public_url": "https://x.example/?q=1"}}, "http.public_url"),
+    ],
+)
+def test_oauth_values_out_of_range_are_refused(overrides: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(environ={}, overrides=overrides)

@@ -226,7 +226,9 @@ LAYERS: Final[tuple[tuple[str, ...], ...]] = (
     ("audit", "access"),
     ("auth",),
     ("transports",),
-    ("rest",),
+    # ``oauth_http`` and ``well_known``: the OAuth authorization server's and the discovery
+    # documents' HTTP endpoints (issue 18), beside the REST API: auth and the HTTP edge below.
+    ("rest", "oauth_http", "well_known"),
     ("demo", "conformance_fixture"),
     # ``http_worker`` is hypercorn's trio worker with every connection contained; only the
     # server runs it, beside the app it serves.

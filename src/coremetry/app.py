@@ -18,6 +18,10 @@ Routing, by path:
 - ``/v1/traces``, ``/v1/logs``, ``/v1/metrics`` — the OTLP/HTTP receiver
   (:mod:`coremetry.ingest.receiver`), when a store is given and ``ingest.enabled``; any other
   ``/v1/*`` path then gets the receiver's JSON (or protobuf) 404, not an HTML page.
+- ``/oauth/authorize|token|register|revoke`` — the built-in OAuth authorization server
+  (:mod:`coremetry.oauth_http`), when given one.
+- ``/.well-known/*`` — the OAuth discovery documents (RFC 9728 protected-resource metadata,
+  RFC 8414 authorization-server metadata) or a JSON 404 (:mod:`coremetry.well_known`).
 - everything else — the QuartTrio app: ``GET /healthz`` (unauthenticated, no data); any
   other path or method answers JSON ``{"error": "not_found" | "method_not_allowed" | ...,
   "detail": ...}`` with its status, never Quart's HTML page (clients probing
@@ -44,10 +48,13 @@ from werkzeug.exceptions import HTTPException
 from coremetry import __version__
 from coremetry.audit import AuditLog
 from coremetry.auth import IdentityStore, LoginService, TicketBook
+from coremetry.auth.oauth_resource import PublicUrls, discovery_offered
+from coremetry.auth.oauth_server import OAuthServer, authorization_server_metadata
 from coremetry.config import Config
-from coremetry.http_edge import Authenticate, HttpPolicy, anonymous
+from coremetry.http_edge import Authenticate, Headers, HttpPolicy, anonymous
 from coremetry.ingest.receiver import OTLP_PATHS, OtlpReceiver
 from coremetry.mcp import Server
+from coremetry.oauth_http import OAUTH_PATHS, OAuthEndpoints
 from coremetry.rest import (
     LOGIN_PATH,
     WS_TICKET_PATH,
@@ -61,6 +68,7 @@ from coremetry.transports.drain import Drain
 from coremetry.transports.sse import LegacySse
 from coremetry.transports.streamable_http import StreamableHttp
 from coremetry.transports.websocket import WebSocketTransport
+from coremetry.well_known import AsMetadata, WellKnown
 
 HttpHandler = Callable[[HTTPScope, ASGIReceiveCallable, ASGISendCallable], Awaitable[None]]
 WebsocketHandler = Callable[
@@ -83,6 +91,9 @@ class CoremetryApp:
         audit: where the admin account routes record what they do.
         tickets: serves ``POST /api/mcp/ws-ticket`` and lets ``/api/mcp/ws?ticket=…`` redeem
             its tickets, when given (mints are audited when ``audit`` is given too).
+        oauth: with ``login``, serves the built-in OAuth authorization server
+            (``/oauth/authorize``, ``/oauth/token``, ``/oauth/register``, ``/oauth/revoke``) and
+            its RFC 8414 metadata.
 
     Attributes:
         shutting_down: set when the server starts draining (for code that waits on the stop;
@@ -102,6 +113,7 @@ class CoremetryApp:
         identities: IdentityStore | None = None,
         audit: AuditLog | None = None,
         tickets: TicketBook | None = None,
+        oauth: OAuthServer | None = None,
     ) -> None:
         self.config = config
         self.mcp = mcp
@@ -168,6 +180,26 @@ class CoremetryApp:
             for path in OTLP_PATHS:
                 self.http_routes[path] = receiver
             self.otlp_not_found = receiver.not_found
+        self.urls = PublicUrls.from_config(config)
+        if authenticate is not anonymous and discovery_offered(config):
+            # Every 401 names the protected-resource metadata (RFC 9728 §5.1).
+            self.policy.resource_metadata = self.urls.resource_metadata
+        as_metadata: AsMetadata | None = None
+        if oauth is not None and login is not None and authenticate is not anonymous:
+            # Issue 18: the built-in authorization server (sign-in page, token, registration).
+            endpoints = OAuthEndpoints(oauth, login, self.policy, self.urls, config.auth.oauth)
+            for path in OAUTH_PATHS:
+                self.http_routes[path] = endpoints
+            urls = self.urls
+
+            def as_metadata(headers: Headers) -> dict[str, object]:
+                return authorization_server_metadata(urls.issuer(headers))
+
+        self.well_known = WellKnown(
+            config if authenticate is not anonymous else _without_discovery(config),
+            self.urls,
+            as_metadata,
+        )
         self.quart = _quart_app()
 
     async def __call__(
@@ -182,6 +214,9 @@ class CoremetryApp:
             if self.otlp_not_found is not None and scope["path"].startswith("/v1/"):
                 await self.otlp_not_found(scope, receive, send)
                 return
+            if WellKnown.matches(scope["path"]):
+                await self.well_known(scope, receive, send)
+                return
             if self.rest.matches(scope["path"]):
                 await self.rest(scope, receive, send)
                 return
@@ -194,6 +229,12 @@ class CoremetryApp:
                 await ws_handler(scope, receive, send)
                 return
         await self.quart(scope, receive, send)
+
+
+def _without_discovery(config: Config) -> Config:
+    # An unauthenticated server (tests, fixtures) offers no OAuth discovery: nothing to sign in to.
+    oauth = msgspec.structs.replace(config.auth.oauth, enabled=False)
+    return msgspec.structs.replace(config, auth=msgspec.structs.replace(config.auth, oauth=oauth))
 
 
 def _quart_app() -> QuartTrio:

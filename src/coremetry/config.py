@@ -49,6 +49,10 @@ class HttpConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Largest accepted request body, in bytes (413 above)."""
     graceful_shutdown_s: float = 5.0
     """On SIGINT/SIGTERM: how long in-flight calls may take to finish, in seconds."""
+    public_url: str = ""
+    """The URL clients reach the server at (``https://coremetry.example.com[/prefix]``), used
+    in the OAuth discovery documents and as the OAuth resource and issuer; empty: derived per
+    request from ``Host``, ``X-Forwarded-Proto`` and the prefix."""
 
 
 class McpConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -248,9 +252,29 @@ class OidcConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     token with an unknown key id refetches sooner, at most every 30 s)."""
 
 
+class OAuthConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The built-in OAuth 2.1 authorization server (``[auth.oauth]``; issue 18)."""
+
+    enabled: bool = True
+    """Serve the authorization server (sign-in page, ``/oauth/token``, registration) and the
+    discovery documents; off: only service tokens and login JWTs."""
+    access_token_ttl_s: float = 600.0
+    """Lifetime of an OAuth access token, in seconds (at most 3600)."""
+    refresh_token_ttl_s: float = 30 * 86400.0
+    """Lifetime of a refresh-token family since the grant, in seconds."""
+    code_ttl_s: float = 60.0
+    """Lifetime of an authorization code, in seconds."""
+    registration_rate_per_hour: int = 20
+    """Dynamic client registrations allowed per source address per hour."""
+    max_clients: int = 10_000
+    """Most registered clients kept (registration answers 429 above)."""
+
+
 class AuthConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Ways to authenticate besides service tokens and password logins."""
 
+    oauth: OAuthConfig = msgspec.field(default_factory=OAuthConfig)
+    """The built-in OAuth 2.1 authorization server (``[auth.oauth]``)."""
     oidc: OidcConfig = msgspec.field(default_factory=OidcConfig)
     """An external OpenID Connect identity provider (``[auth.oidc]``)."""
 
@@ -491,6 +515,8 @@ def _check(config: Config) -> None:
         "ingest": config.ingest,
         "detection": config.detection,
     }
+    sections["auth.oauth"] = config.auth.oauth
+    _check_oauth(config)
     for name, section in sections.items():
         for info in msgspec.structs.fields(section):
             value = getattr(section, info.name)
@@ -560,6 +586,39 @@ def _check_oidc(config: Config) -> None:
             "audience must be set when http.host is not a loopback address: the URL clients "
             "reach the MCP endpoint at, e.g. https://coremetry.example.com/api/mcp"
         )
+
+
+def _check_oauth(config: Config) -> None:
+    oauth = config.auth.oauth
+    checks: list[tuple[bool, str]] = [
+        (
+            0 < oauth.access_token_ttl_s <= 3600,
+            "auth.oauth.access_token_ttl_s must be positive and at most 3600",
+        ),
+        (oauth.refresh_token_ttl_s > 0, "auth.oauth.refresh_token_ttl_s must be positive"),
+        (0 < oauth.code_ttl_s <= 600, "auth.oauth.code_ttl_s must be positive and at most 600"),
+        (
+            oauth.registration_rate_per_hour >= 1,
+            "auth.oauth.registration_rate_per_hour must be at least 1",
+        ),
+        (oauth.max_clients >= 1, "auth.oauth.max_clients must be at least 1"),
+    ]
+    public_url = config.http.public_url
+    if public_url:
+        scheme, _, rest = public_url.partition("://")
+        checks.append(
+            (
+                scheme in ("http", "https")
+                and bool(rest)
+                and not rest.startswith("/")
+                and not any(c in public_url for c in "?#\\ ")
+                and "@" not in rest.split("/", 1)[0],
+                "http.public_url must be an http(s) URL without query, fragment or user",
+            )
+        )
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(f"invalid configuration: {message}")
 
 
 def render_config(config: Config) -> str:

@@ -16,7 +16,7 @@ B15):
 
 import ipaddress
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Final
+from typing import Final, Protocol
 
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 
@@ -97,6 +97,19 @@ class HttpPolicy:
         self.allowed_hosts = {h.lower() for h in allowed_hosts}
         self.max_body_bytes = max_body_bytes
         self.root_path = root_path.rstrip("/")
+        self.resource_metadata: Callable[[Headers], str] | None = None
+        """The absolute URL of this server's OAuth protected-resource metadata (RFC 9728) for a
+        request, when OAuth discovery is offered (set at assembly); every 401 names it."""
+
+    def challenge(self, refusal: BaseException, headers: "Headers") -> tuple[bytes, bytes]:
+        """The ``WWW-Authenticate`` header of a 401 for ``refusal`` on this request.
+
+        :func:`challenge_for`, plus ``resource_metadata="<abs url>"`` (RFC 9728 §5.1; MCP
+        2025-06-18 Authorization) when :attr:`resource_metadata` is set.
+        """
+        if self.resource_metadata is None:
+            return challenge_for(refusal)
+        return challenge_for(refusal, self.resource_metadata(headers))
 
     def origin_allowed(self, origin: str) -> bool:
         """Whether a present ``Origin`` header is allowed."""
@@ -179,13 +192,23 @@ def _is_expired(refusal: BaseException) -> bool:
     return bool(getattr(refusal, "expired", False))
 
 
-def challenge_for(refusal: BaseException) -> tuple[bytes, bytes]:
-    """The ``WWW-Authenticate`` header for an :data:`Authenticate` refusal.
+def challenge_for(
+    refusal: BaseException, resource_metadata: str | None = None
+) -> tuple[bytes, bytes]:
+    r"""The ``WWW-Authenticate`` header for an :data:`Authenticate` refusal.
 
     An exception with a true ``token_sent`` attribute (the auth layer's errors carry one) means
     a credential was presented and failed: ``error="invalid_token"`` is added, with an
-    ``error_description`` when its true ``expired`` attribute says it expired.
+    ``error_description`` when its true ``expired`` attribute says it expired. With
+    ``resource_metadata`` (an absolute URL; ``"`` and ``\`` are dropped), the challenge ends with
+    ``resource_metadata="<url>"`` (RFC 9728 §5.1). No ``scope`` is named: a client then asks for
+    every scope the metadata lists, and the grant is capped at its user's role (MCP 2025-11-25
+    Authorization, scope selection).
     """
+    if resource_metadata is not None:
+        base, value = challenge_for(refusal)
+        safe = resource_metadata.replace("\\", "").replace('"', "")
+        return base, value + f', resource_metadata="{safe}"'.encode("latin-1")
     if _is_expired(refusal):
         return EXPIRED_TOKEN_CHALLENGE
     return INVALID_TOKEN_CHALLENGE if getattr(refusal, "token_sent", False) else AUTH_CHALLENGE
@@ -390,7 +413,15 @@ _PREFIX_CHARS: Final = frozenset(
 )
 
 
-def public_prefix(headers: Headers, policy: HttpPolicy) -> str:
+class HeaderLookup(Protocol):
+    """Anything with a header lookup by lower-case name (:class:`Headers`, the auth layer's)."""
+
+    def get(self, name: str, /) -> str | None:
+        """The header's value, or ``None`` if absent."""
+        ...
+
+
+def public_prefix(headers: HeaderLookup, policy: HttpPolicy) -> str:
     """The path prefix clients reach the server under, for URIs we announce to them.
 
     A sane ``X-Forwarded-Prefix`` (set by a reverse proxy) wins over ``policy.root_path``. Sane

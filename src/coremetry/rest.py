@@ -52,7 +52,6 @@ from coremetry.http_edge import (
     HttpPolicy,
     admit,
     anonymous,
-    challenge_for,
     is_json_content_type,
     public_prefix,
     read_body,
@@ -136,7 +135,7 @@ class RestTools:
                 send,
                 401,
                 _ENCODER.encode({"error": "unauthorized", "detail": unauthorized_message(exc)}),
-                headers=[challenge_for(exc), *cors],
+                headers=[self.policy.challenge(exc, headers), *cors],
             )
             return
         conn = Connection(caller=caller, transport="rest", protocol_version=versions.V2025_11_25)
@@ -475,7 +474,7 @@ class AdminUsers:
                 send,
                 401,
                 _ENCODER.encode({"error": "unauthorized"}),
-                headers=[challenge_for(exc), *cors],
+                headers=[self.policy.challenge(exc, headers), *cors],
             )
             return
         try:
@@ -617,7 +616,7 @@ class WsTicketEndpoint:
                 send,
                 401,
                 _ENCODER.encode({"error": "unauthorized", "detail": unauthorized_message(exc)}),
-                headers=[challenge_for(exc), *cors],
+                headers=[self.policy.challenge(exc, headers), *cors],
             )
             return
         try:

@@ -37,6 +37,9 @@ from coremetry.auth import (
     load_or_create_secret,
     open_identity_store,
 )
+from coremetry.auth.oauth_resource import PublicUrls
+from coremetry.auth.oauth_server import AccessTokenChecker, AccessTokens, OAuthServer
+from coremetry.auth.oauth_store import OAuthStore
 from coremetry.config import Config
 from coremetry.conformance_fixture.fixture import register_fixture
 from coremetry.detection.service import serve_detection
@@ -190,7 +193,10 @@ class Security:
         audit: AuditLog,
         output_budget_bytes: int = 16 * 1024,
         tickets: TicketBook | None = None,
+        oauth: OAuthServer | None = None,
     ) -> None:
+        self.oauth = oauth
+        """The built-in OAuth authorization server (``auth.oauth.enabled``), or ``None``."""
         self.store = store
         self.issuer = issuer
         self.authenticator = authenticator
@@ -208,7 +214,9 @@ class Security:
         register_audit_resource(mcp, self.audit, budget_bytes=self.output_budget_bytes)
 
     def close(self) -> None:
-        """Close the identity store (the audit log is closed by :func:`serve`)."""
+        """Close the identity and OAuth stores (the audit log is closed by :func:`serve`)."""
+        if self.oauth is not None:
+            self.oauth.store.close()
         self.store.close()
 
 
@@ -222,15 +230,34 @@ def open_security(config: Config) -> Security:
     """
     data_dir = Path(config.data_dir).expanduser()
     store = open_identity_store(data_dir)
-    issuer = JwtIssuer(load_or_create_secret(data_dir))
+    secret = load_or_create_secret(data_dir)
+    issuer = JwtIssuer(secret)
+    audit = AuditLog.from_config(config)
+    oauth: OAuthServer | None = None
+    checker: AccessTokenChecker | None = None
+    if config.auth.oauth.enabled:
+        # Issue 18: the built-in authorization server; its access tokens share the JWT secret.
+        tokens = AccessTokens(secret, ttl_s=config.auth.oauth.access_token_ttl_s)
+        oauth = OAuthServer(
+            OAuthStore(data_dir),
+            store,
+            tokens,
+            audit=audit,
+            code_ttl_s=config.auth.oauth.code_ttl_s,
+            refresh_ttl_s=config.auth.oauth.refresh_token_ttl_s,
+        )
+        checker = AccessTokenChecker(tokens, PublicUrls.from_config(config))
     return Security(
         store=store,
         issuer=issuer,
-        authenticator=Authenticator(store, issuer, oidc=OidcVerifier.from_config(config)),
+        authenticator=Authenticator(
+            store, issuer, oidc=OidcVerifier.from_config(config), access_tokens=checker
+        ),
         login=LoginService(store, issuer),
         limiter=RateLimiter.from_config(config.rate_limit),
-        audit=AuditLog.from_config(config),
+        audit=audit,
         output_budget_bytes=config.mcp.output_budget_bytes,
+        oauth=oauth,
     )
 
 
@@ -311,6 +338,7 @@ async def serve(
             identities=security.store,
             audit=security.audit,
             tickets=security.tickets,
+            oauth=security.oauth,
         )
     else:
         app = CoremetryApp(config, mcp, store=store)

@@ -452,7 +452,10 @@ async def test_session_is_bound_to_the_identity_that_opened_it() -> None:
                 own = await client.post(endpoint, json=PING, headers=alice)
                 answer = await events.next_message("ping")
     assert anonymous.status_code == 401
-    assert anonymous.headers["www-authenticate"] == 'Bearer realm="coremetry"'
+    assert anonymous.headers["www-authenticate"] == (
+        f'Bearer realm="coremetry", resource_metadata="{url}'
+        '/.well-known/oauth-protected-resource/api/mcp"'
+    )
     assert stolen.status_code == 404
     assert own.status_code == 202
     assert answer["id"] == 1

@@ -545,7 +545,11 @@ async def test_refused_authentication_gets_401() -> None:
         async with app_server(app) as url:
             refusal = await upgrade_by_hand(url)
     assert refusal.status == 401
-    assert refusal.headers["www-authenticate"] == 'Bearer realm="coremetry"'
+    assert refusal.headers["www-authenticate"] == (
+        'Bearer realm="coremetry", resource_metadata="'
+        f"http://{url.removeprefix('ws://').removesuffix(PATH)}"
+        '/.well-known/oauth-protected-resource/api/mcp"'
+    )
     assert b"no token" not in refusal.body
     assert str(as_object(refusal.json()["error"])["message"]).startswith("Unauthorized: send")
 

@@ -143,6 +143,20 @@ def extract_credential(headers: HeaderSource) -> tuple[str, CredentialSource]:
     raise MissingCredentials("no Authorization header and no session cookie")
 
 
+class AccessTokenCheck(Protocol):
+    """Verifies OAuth access tokens of the built-in authorization server (issue 18)."""
+
+    def __call__(self, token: str, headers: HeaderSource) -> Claims | None:
+        """The verified claims of an OAuth access token for this request's resource.
+
+        ``None`` when ``token`` is not an OAuth access token at all.
+
+        Raises:
+            AuthError: an OAuth access token, refused (expired, for another resource, ...).
+        """
+        ...
+
+
 class _CacheEntry(msgspec.Struct, frozen=True):
     claims: Claims
     caller: Caller  # claims.to_caller(), built once
@@ -167,6 +181,8 @@ class Authenticator:
         cache_max_entries: most service tokens (and, separately, user names) remembered at once.
         clock: wall clock in unix seconds, for expiry checks on cache hits (tests inject one).
         oidc: verifies access tokens of an external identity provider (``None``: not accepted).
+        access_tokens: verifies OAuth access tokens (sent as ``Authorization: Bearer``, never
+            in the cookie); they end like session JWTs when their user's generation changes.
     """
 
     def __init__(
@@ -178,8 +194,10 @@ class Authenticator:
         cache_max_entries: int = DEFAULT_CACHE_MAX_ENTRIES,
         clock: Callable[[], float] = time.time,
         oidc: OidcVerifier | None = None,
+        access_tokens: AccessTokenCheck | None = None,
     ) -> None:
         self._store = store
+        self._access_tokens = access_tokens
         self._issuer = issuer
         self.cache_ttl_s: Final = cache_ttl_s
         """Service-token cache lifetime, in seconds (``0``: no cache)."""
@@ -257,7 +275,12 @@ class Authenticator:
                 return await self._verify_service_token(token, key)
             if self.oidc is not None and source == "authorization" and self.oidc.issued(token):
                 return await self._verify_oidc(self.oidc, token, authorization)
-            claims = self._issuer.verify(token)
+            oauth = (
+                self._access_tokens(token, headers)
+                if self._access_tokens is not None and source == "authorization"
+                else None
+            )
+            claims = oauth if oauth is not None else self._issuer.verify(token)
             await self._check_session(claims)
             return claims
         except AuthError as refusal:

@@ -27,6 +27,11 @@ The role is read from the token, so a role change reaches an existing session wh
 (at most ``ttl_s`` later).
 
 Verification is pure CPU (an HMAC over under 8 KiB), a few microseconds: callers run it inline.
+
+OAuth access tokens of the built-in authorization server (:class:`AccessTokens`, issue 18) are
+JWTs signed with the same secret and algorithm, told apart by their ``typ: at+jwt`` header
+(RFC 9068) and an ``aud`` that is this server's URL (never ``coremetry``), so neither kind passes
+as the other.
 """
 
 import contextlib
@@ -275,3 +280,132 @@ def _create_secret(directory: Path, path: Path) -> None:
             os.link(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+ACCESS_TOKEN_TYPE: Final = "at+jwt"
+"""The JWT ``typ`` header of an OAuth access token (RFC 9068 §2.1)."""
+
+
+class AccessTokens:
+    """Signs and verifies OAuth access tokens (see the module docstring for the claims).
+
+    Args:
+        secret: the data dir's JWT secret (:func:`~coremetry.auth.load_or_create_secret`).
+        ttl_s: access-token lifetime, in seconds.
+        leeway_s: tolerated clock skew, in seconds.
+    """
+
+    def __init__(self, secret: bytes, *, ttl_s: float = 600.0, leeway_s: float = 30.0) -> None:
+        self._secret = secret
+        self.ttl_s: Final = ttl_s
+        """Lifetime of a new access token, in seconds."""
+        self._leeway_s = leeway_s
+
+    def __repr__(self) -> str:
+        return f"AccessTokens(ttl_s={self.ttl_s})"
+
+    @staticmethod
+    def is_access_token(token: str) -> bool:
+        """Whether ``token`` looks like one of our access tokens (``typ: at+jwt``), unverified."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            return False
+        return header.get("typ") == ACCESS_TOKEN_TYPE
+
+    def issue(
+        self,
+        *,
+        issuer: str,
+        audience: str,
+        sub: str,
+        role: str,
+        generation: int,
+        scope: str,
+        client_id: str,
+    ) -> str:
+        """Sign an access token issued now, expiring after :attr:`ttl_s`."""
+        now = int(time.time())
+        payload: dict[str, object] = {
+            "iss": issuer,
+            "aud": audience,
+            "sub": sub,
+            "role": role,
+            "gen": generation,
+            "scope": scope,
+            "client_id": client_id,
+            "iat": now,
+            "nbf": now,
+            "exp": now + math.ceil(self.ttl_s),
+            "jti": secrets.token_urlsafe(16),
+        }
+        return jwt.encode(
+            payload, self._secret, algorithm=ALGORITHM, headers={"typ": ACCESS_TOKEN_TYPE}
+        )
+
+    def verify(self, token: str, audiences: frozenset[str]) -> Claims:
+        """Verify an access token presented to this server.
+
+        Args:
+            token: the compact JWS.
+            audiences: this server's resource identifiers for the request
+                (:meth:`~coremetry.auth.oauth_resource.PublicUrls.audiences`).
+
+        Returns:
+            ``Claims(kind="oauth", sub=user, role=…, token_name=client_id, generation=gen)``;
+            whether the user still has that generation is the authenticator's check.
+
+        Raises:
+            ExpiredToken: past ``exp``.
+            InvalidToken: anything else: another algorithm, a bad signature, not an access
+                token, an ``aud`` that is not this resource (a token for another service is
+                never accepted), an ``iss`` that is not this server, bad claims.
+        """
+        try:
+            header = jwt.get_unverified_header(token)
+            if header.get("typ") != ACCESS_TOKEN_TYPE:
+                raise InvalidToken("not an OAuth access token")
+            decoded = jwt.decode(
+                token,
+                self._secret,
+                algorithms=[ALGORITHM],
+                leeway=self._leeway_s,
+                options={
+                    "require": ["exp", "iat", "iss", "aud", "sub"],
+                    "verify_aud": False,
+                },
+            )
+        except jwt.ExpiredSignatureError:
+            raise ExpiredToken("OAuth access token expired") from None
+        except jwt.PyJWTError as exc:
+            raise InvalidToken(f"OAuth access token refused: {type(exc).__name__}") from None
+        try:
+            claims = msgspec.convert(decoded, _AccessPayload)
+        except msgspec.ValidationError as exc:
+            raise InvalidToken(f"OAuth access token claims malformed: {exc}") from None
+        if claims.aud not in audiences:
+            raise InvalidToken(f"OAuth access token for another resource {claims.aud[:100]!r}")
+        if claims.iss not in audiences:
+            raise InvalidToken(f"OAuth access token from another issuer {claims.iss[:100]!r}")
+        if not claims.sub or claims.role not in ROLES:
+            raise InvalidToken("OAuth access token with an empty sub or an unknown role")
+        return Claims(
+            sub=claims.sub,
+            role=claims.role,
+            token_name=claims.client_id[:200],
+            issued_at=claims.iat,
+            expires_at=claims.exp,
+            kind="oauth",
+            generation=claims.gen,
+        )
+
+
+class _AccessPayload(msgspec.Struct, kw_only=True):
+    iss: str
+    aud: str
+    sub: str
+    role: str
+    gen: int
+    client_id: str
+    iat: int
+    exp: int

@@ -30,8 +30,9 @@ import msgspec
 
 from coremetry.roles import Caller
 
-CredentialKind = Literal["jwt", "service_token", "oidc"]
-"""How a bearer authenticated: a session JWT (login), a ``cmk_`` service token, or an access
+CredentialKind = Literal["jwt", "service_token", "oauth", "oidc"]
+"""How a bearer authenticated: a session JWT (login), a ``cmk_`` service token, an OAuth access
+token of the built-in authorization server (``token_name`` then names the client), or an access
 token of the configured OpenID Connect provider (:mod:`coremetry.auth.oidc`)."""
 
 

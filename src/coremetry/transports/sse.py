@@ -63,7 +63,6 @@ from coremetry.http_edge import (
     accepts,
     admit,
     anonymous,
-    challenge_for,
     is_json_content_type,
     jsonrpc_error_body,
     public_prefix,
@@ -205,7 +204,7 @@ class LegacySse:
                 send,
                 401,
                 jsonrpc_error_body(codes.INVALID_REQUEST, unauthorized_message(refusal)),
-                headers=[challenge_for(refusal), *cors],
+                headers=[self.policy.challenge(refusal, headers), *cors],
             )
             return None
 

@@ -56,7 +56,6 @@ from coremetry.http_edge import (
     accepts,
     admit,
     anonymous,
-    challenge_for,
     is_json_content_type,
     jsonrpc_error_body,
     read_body,
@@ -260,7 +259,7 @@ class StreamableHttp:
                 send,
                 401,
                 jsonrpc_error_body(codes.INVALID_REQUEST, unauthorized_message(refusal)),
-                headers=[challenge_for(refusal), *cors],
+                headers=[self.policy.challenge(refusal, headers), *cors],
             )
             return
         length = headers.get("content-length")

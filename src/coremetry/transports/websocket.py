@@ -73,7 +73,6 @@ from coremetry.http_edge import (
     Headers,
     HttpPolicy,
     anonymous,
-    challenge_for,
     jsonrpc_error_body,
     unauthorized_message,
 )
@@ -161,12 +160,24 @@ class WebSocketTransport:
                 credentials = Headers(self.redeem_ticket(ticket))
             except Exception as refusal:  # its reason goes to the log, never the ticket
                 log.info("WebSocket ticket refused: %s", getattr(refusal, "reason", refusal))
-                await _deny(scope, send, 401, _ticket_message(refusal), [challenge_for(refusal)])
+                await _deny(
+                    scope,
+                    send,
+                    401,
+                    _ticket_message(refusal),
+                    [self.policy.challenge(refusal, headers)],
+                )
                 return
         try:
             caller = await self.authenticate(credentials)
         except Exception as refusal:  # the auth layer's reason is logged there, never sent
-            await _deny(scope, send, 401, unauthorized_message(refusal), [challenge_for(refusal)])
+            await _deny(
+                scope,
+                send,
+                401,
+                unauthorized_message(refusal),
+                [self.policy.challenge(refusal, headers)],
+            )
             return
         retry = [(b"retry-after", str(RETRY_AFTER_S).encode())]
         if self.drain.started.is_set():

@@ -1,0 +1,1 @@
+"""Partial stubs (see authlib/__init__.pyi)."""
