@@ -211,8 +211,9 @@ LAYERS: Final[tuple[tuple[str, ...], ...]] = (
     # ``config`` sits at the bottom beside ``roles`` (DESIGN.md does not rank it): it imports
     # nothing of ours, and ``store/open.py`` reads the configured store location from it.
     # ``supervision`` (contain a task's failure: log it with an incident id) imports nothing of
-    # ours either; transports, the HTTP worker and the server use it.
-    ("roles", "config", "supervision"),
+    # ours either; transports, the HTTP worker and the server use it. ``private_files``
+    # (create a database file 0600 without reopening one a connection holds) neither.
+    ("roles", "config", "supervision", "private_files"),
     ("mcp",),
     ("store",),
     ("analysis",),

@@ -71,6 +71,7 @@ import trio
 
 from coremetry.config import Config
 from coremetry.mcp import CallContext, CallRecord, Resource, Server
+from coremetry.private_files import create_private_file
 from coremetry.roles import Caller
 
 log = logging.getLogger("coremetry.audit")
@@ -470,9 +471,8 @@ class AuditLog:
     # -- blocking helpers (worker threads) -------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # 0600 from the start: the audit log names callers and digests their arguments.
-        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+        create_private_file(self.path)
         return _connect(self.path)
 
     def _close_connection(self) -> None:

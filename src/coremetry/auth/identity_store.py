@@ -90,6 +90,7 @@ from typing import Final, Self
 
 import msgspec
 
+from coremetry.private_files import create_private_file
 from coremetry.roles import ROLES
 
 from .passwords import (
@@ -974,11 +975,8 @@ def open_identity_store(
         OSError: the directory or the file cannot be created.
     """
     directory = Path(data_dir).expanduser()
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = directory / DB_FILENAME
-    # Create the file ourselves so it is 0600 from the start; sqlite gives its -wal and -shm
-    # files the database file's permissions.
-    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    create_private_file(path)  # 0600 from the start, never reopened (see private_files)
     connection = sqlite3.connect(
         path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
     )

@@ -38,6 +38,7 @@ from typing import Final, TypeVar
 
 import trio
 
+from coremetry.private_files import create_private_file
 from coremetry.store._query_args import (
     check_limit,
     check_metric_query,
@@ -350,10 +351,7 @@ class SqliteStore:
 
 def _open_writer(path: Path) -> Writer:
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # Create the file ourselves so it is 0600 from the start (telemetry carries user data);
-        # sqlite gives its -wal and -shm files the database file's permissions.
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        create_private_file(path)  # 0600 from the start: telemetry carries user data
     except OSError as exc:
         message = f"telemetry store {path}: cannot create it: {exc}"
         raise StoreUnavailable(message) from exc
