@@ -108,11 +108,22 @@ def node_clients(session: nox.Session) -> None:
 
 
 def browser(session: nox.Session) -> None:
-    """OAuth sign-in through the page in a real headless browser (issue 18).
+    """OAuth sign-in through the page in a real headless browser, and the MCP Inspector CLI
+    connecting after OAuth (issue 18).
 
     Needs Debian's ``chromium`` and ``chromium-driver`` (``apt-get install -y chromium
-    chromium-driver``; .ci/run installs them): Selenium drives ``/usr/bin/chromium``, nothing is
-    downloaded. Arguments after ``--`` go to pytest.
+    chromium-driver``; .ci/run installs them): Selenium drives ``/usr/bin/chromium``, no browser
+    is downloaded. Needs ``npm``: ``tests/browser/install-inspector.sh`` fetches Node 22 and the
+    Inspector from the npm registry. Arguments after ``--`` go to pytest.
     """
     _install(session, "test")
-    session.run("pytest", "tests/browser/oauth_in_chromium.py", *session.posargs)
+    printed = session.run("bash", "tests/browser/install-inspector.sh", external=True, silent=True)
+    paths = printed if isinstance(printed, str) else ""
+    env = dict(line.split("=", 1) for line in paths.splitlines() if "=" in line)
+    session.run(
+        "pytest",
+        "tests/browser/oauth_in_chromium.py",
+        "tests/browser/oauth_inspector.py",
+        *session.posargs,
+        env=env,
+    )

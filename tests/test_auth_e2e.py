@@ -286,6 +286,7 @@ async def live_server(
     users: Sequence[tuple[str, str]] = (),
     extra_tokens: Sequence[tuple[str, str]] = (),
     telemetry: Telemetry | None = None,
+    config_overrides: Mapping[str, object] | None = None,
 ) -> AsyncIterator[Live]:
     """``serve_with_store`` with ``open_security`` on a fresh data dir, as ``coremetry serve``
     runs it (the telemetry store open, the observability entries registered); stopped and
@@ -296,6 +297,7 @@ async def live_server(
         users: ``(name, role)`` users to add, all with :data:`PASSWORD`.
         extra_tokens: ``(name, role)`` service tokens besides ``e2e-<role>`` for every role.
         telemetry: telemetry to start with (copied into the data dir); default: an empty store.
+        config_overrides: further configuration sections (e.g. ``{"auth": {...}}``).
     """
     data_dir = tmp_path / "data"
     if telemetry is not None:
@@ -306,6 +308,7 @@ async def live_server(
             "http": {"port": 0, "graceful_shutdown_s": 2.0},
             "data_dir": str(data_dir),
             "rate_limit": dict(rate_limit or {"per_second": 1000.0, "burst": 1000}),
+            **(config_overrides or {}),
         },
     )
     security = open_security(config)

@@ -201,7 +201,10 @@ async def test_first_start_prints_an_admin_token_that_unlocks_the_server(tmp_pat
                     f"{url}/api/mcp", json=body, headers={"authorization": f"Bearer {token}"}
                 )
             assert anonymous.status_code == 401
-            assert anonymous.headers["www-authenticate"] == 'Bearer realm="coremetry"'
+            assert anonymous.headers["www-authenticate"] == (
+                'Bearer realm="coremetry", resource_metadata="'
+                f'{url}/.well-known/oauth-protected-resource/api/mcp"'
+            )
             assert forged.status_code == 401
             assert 'error="invalid_token"' in forged.headers["www-authenticate"]
             assert admin.status_code == 200

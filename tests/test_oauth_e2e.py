@@ -581,3 +581,24 @@ async def test_a_client_id_metadata_document_stands_for_registration(tmp_path: P
     assert status == 200
     not_redirected(lying)  # the document must name itself
     not_redirected(missing)
+
+
+async def test_with_oauth_off_there_is_no_discovery_and_no_sign_in(tmp_path: Path) -> None:
+    """``auth.oauth.enabled = false``: service tokens and login JWTs only, as before issue 18."""
+    with trio.fail_after(LIMIT_S):
+        async with (
+            live_server(tmp_path, config_overrides={"auth": {"oauth": {"enabled": False}}}) as live,
+            httpx.AsyncClient(base_url=live.base, timeout=LIMIT_S) as client,
+        ):
+            refused = await client.post(
+                MCP, json=request(1, "tools/list", {}), headers={"accept": BOTH}
+            )
+            prm = await client.get(PRM + MCP)
+            metadata = await client.get("/.well-known/oauth-authorization-server")
+            authorize = await client.get("/oauth/authorize")
+            token = await client.post("/oauth/token", data={"grant_type": "x"})
+    assert refused.status_code == 401
+    assert refused.headers["www-authenticate"] == 'Bearer realm="coremetry"'
+    for absent in (prm, metadata, authorize, token):
+        assert absent.status_code == 404, absent.text
+        assert absent.headers["content-type"] == "application/json"

@@ -80,7 +80,10 @@ class WellKnown:
                 send,
                 404,
                 _ENCODER.encode(
-                    {"error": "not_found", "detail": f"no discovery document at {path}"}
+                    {
+                        "error": "not_found",
+                        "detail": f"no discovery document at {path} (the MCP endpoint is /api/mcp)",
+                    }
                 ),
                 headers=_PUBLIC,
             )
