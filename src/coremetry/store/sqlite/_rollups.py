@@ -355,10 +355,13 @@ def resolve_pending(conn: sqlite3.Connection, since_id: int | None) -> int:
     waiting child (at open, before a retention rebuild). Returns the largest span row id now.
     """
     top = int(conn.execute("SELECT coalesce(max(id), 0) FROM spans").fetchone()[0])
-    if conn.execute("SELECT 1 FROM edge_pending LIMIT 1").fetchone() is None:
+    waiting_count = int(conn.execute("SELECT count(*) FROM edge_pending").fetchone()[0])
+    if waiting_count == 0:
         return top
-    sql = _CHILDREN_OF_PENDING if since_id is None else _CHILDREN_OF_NEW_PARENTS
-    params: tuple[int, ...] = () if since_id is None else (since_id,)
+    # From the waiting children (a probe each) or from the new spans (a probe each): fewer.
+    by_pending = since_id is None or waiting_count <= top - since_id
+    sql = _CHILDREN_OF_PENDING if by_pending else _CHILDREN_OF_NEW_PARENTS
+    params: tuple[int, ...] = () if by_pending or since_id is None else (since_id,)
     waiting = cast(
         "list[tuple[bytes, bytes, str, str, int, int, bool]]",
         conn.execute(sql, params).fetchall(),
