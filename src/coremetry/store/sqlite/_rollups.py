@@ -355,6 +355,8 @@ def resolve_pending(conn: sqlite3.Connection, since_id: int | None) -> int:
     waiting child (at open, before a retention rebuild). Returns the largest span row id now.
     """
     top = int(conn.execute("SELECT coalesce(max(id), 0) FROM spans").fetchone()[0])
+    if since_id is not None and top <= since_id:
+        return top  # no span stored since the last pass: no parent can have come
     waiting_count = int(conn.execute("SELECT count(*) FROM edge_pending").fetchone()[0])
     if waiting_count == 0:
         return top

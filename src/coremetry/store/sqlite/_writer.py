@@ -399,6 +399,9 @@ class Writer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        if spans:
+            # Row ids may be reused once the newest rows are gone: the next pass checks all.
+            self._parents_seen = None
         if spans < chunk:
             self._rollups_stale = False
         if logs < chunk:
