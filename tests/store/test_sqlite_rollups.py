@@ -162,3 +162,13 @@ def _pending(path: Path) -> int:
         return int(conn.execute("SELECT count(*) FROM edge_pending").fetchone()[0])
     finally:
         conn.close()
+
+
+async def test_retention_up_to_the_largest_time_empties_the_rollups(tmp_path: Path) -> None:
+    base, spans = _days_of_spans()
+    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    async with open_sqlite_store(tmp_path / "t.db", retention_days=0) as store:
+        await store.write(TelemetryBatch(spans=spans, logs=_logs(spans)))
+        await store.delete_before(2**63 - 1)
+        await _compare(store, [], window, "an emptied store")
+        await _compare_logs(store, [], window, "an emptied store")

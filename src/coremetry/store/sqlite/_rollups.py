@@ -112,6 +112,8 @@ WIDTHS: Final = (60, 3600, 86400)
 """Bucket widths in seconds, finest first: a minute, an hour, a (UTC) day."""
 
 _ERROR: Final = 2  # StatusCode.ERROR
+_TIME_END: Final = 2**63 - 1
+"""The largest SQLite integer: an open upper bound (stored times are below 2**63)."""
 _JSON_IDS: Final = msgspec.json.Encoder().encode
 _BUILD_CHUNK: Final = 100_000
 """Span rows rolled up per step of :func:`build_rollups`."""
@@ -519,7 +521,7 @@ def drop_logs_before(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
                 "error_records) SELECT ?, ?, resource_id, count(*), "
                 "sum(severity_number BETWEEN 13 AND 16), sum(severity_number >= 17) FROM logs "
                 "WHERE time_unix_nano >= ? AND time_unix_nano < ? GROUP BY resource_id",
-                (width, bucket, bucket, bucket + step),
+                (width, bucket, bucket, min(bucket + step, _TIME_END)),
             )
         else:
             conn.execute(
@@ -527,7 +529,7 @@ def drop_logs_before(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
                 "error_records) SELECT ?, ?, resource_id, sum(records), sum(warn_records), "
                 "sum(error_records) FROM red_logs "
                 "WHERE width = ? AND bucket >= ? AND bucket < ? GROUP BY resource_id",
-                (width, bucket, WIDTHS[index - 1], bucket, bucket + step),
+                (width, bucket, WIDTHS[index - 1], bucket, min(bucket + step, _TIME_END)),
             )
 
 
@@ -544,7 +546,7 @@ def rebuild_straddling(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
             continue  # nothing straddles: drop_before took the buckets below
         batch = _Batch()
         if index == 0:
-            low, high = bucket, bucket + step
+            low, high = bucket, min(bucket + step, _TIME_END)
             batch.add_facts(
                 cast(
                     "list[Fact]",
@@ -556,7 +558,7 @@ def rebuild_straddling(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
             )
             batch.add_calls(_raw_calls(conn, [(low, high)], None))
         else:
-            _load_rows(conn, batch, WIDTHS[index - 1], bucket, bucket + step)
+            _load_rows(conn, batch, WIDTHS[index - 1], bucket, min(bucket + step, _TIME_END))
         for table in ("red_services", "red_operations", "red_edges"):
             conn.execute(f"DELETE FROM {table} WHERE width = ? AND bucket = ?", (width, bucket))
         batch.write(conn, (width,))
