@@ -525,7 +525,7 @@ async def run(args: argparse.Namespace) -> None:
         f"per million log records"
     )
     print()
-    reports = tools_section(path, args.tools_repeat)
+    reports = [] if args.skip_tools else tools_section(path, args.tools_repeat)
     if args.json:
         await trio.Path(args.json).write_text(
             json.dumps(
@@ -564,6 +564,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write every figure and sample as JSON")
     parser.add_argument("--tools-repeat", type=int, default=5, help="timed calls per RED tool")
     parser.add_argument("--tools-only", action="store_true", help="only the RED tools section")
+    parser.add_argument("--skip-tools", action="store_true", help="no RED tools section")
     trio.run(run, parser.parse_args())
 
 

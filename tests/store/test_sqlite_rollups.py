@@ -136,3 +136,39 @@ async def test_rollup_reads_use_their_keys(tmp_path: Path) -> None:
             assert not [line for line in lines if line.startswith("SCAN x")], (sql, lines)
     finally:
         conn.close()
+
+
+async def test_the_deferred_pass_moves_waiting_children_into_the_rollups(tmp_path: Path) -> None:
+    # Children written before their parents wait in edge_pending; the answers count them at
+    # once, and the same answers stand after the pass rolled them up (only orphans wait then).
+    base, spans = _days_of_spans()
+    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    newest_first = sorted(spans, key=lambda s: -s.start_time_unix_nano)
+    async with open_sqlite_store(tmp_path / "t.db", retention_days=0) as store:
+        for i in range(0, len(newest_first), 50):
+            await store.write(TelemetryBatch(spans=newest_first[i : i + 50][::-1]))
+        waiting_before = _pending(tmp_path / "t.db")
+        await _compare(store, spans, window, "before the pass")
+        await store.resolve_pending()
+        await _compare(store, spans, window, "after the pass")
+    orphans = sum(1 for s in spans if s.name == "orphan")
+    assert waiting_before > orphans
+    assert _pending(tmp_path / "t.db") == orphans
+
+
+def _pending(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute("SELECT count(*) FROM edge_pending").fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def test_retention_up_to_the_largest_time_empties_the_rollups(tmp_path: Path) -> None:
+    base, spans = _days_of_spans()
+    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    async with open_sqlite_store(tmp_path / "t.db", retention_days=0) as store:
+        await store.write(TelemetryBatch(spans=spans, logs=_logs(spans)))
+        await store.delete_before(2**63 - 1)
+        await _compare(store, [], window, "an emptied store")
+        await _compare_logs(store, [], window, "an emptied store")

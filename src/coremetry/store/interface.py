@@ -11,7 +11,9 @@ Contract shared by every method (each method's docstring adds its own):
   on a span's *start*, a log record's ``time_unix_nano`` and a point's ``time_unix_nano``.
 - **Work happens in the database.** Every read is one backend query (or a fixed, small number
   of them) whose aggregation, ranking and limiting run in the database, never Python loops
-  over rows.
+  over rows. (One kind of exception: a backend may merge pre-aggregated rows in Python — the
+  embedded store's RED roll-ups, whose latency sketches SQL cannot add — as long as their
+  number grows with the answer and the window's buckets, never with the records.)
 - **Limits and pages.** ``limit`` is required, ``1 <= limit <= MAX_LIMIT``. List results are a
   :class:`Page`: ``items`` in the documented order, ``next_cursor`` (an opaque string, ``None``
   on the last page) to pass back unchanged with the *same* query to get the next page, and

@@ -459,7 +459,7 @@ class ClickHouseStore:
             await self.runtime.command(
                 f"INSERT INTO {rollup} "
                 + rollup_select(tables.qualified("traces"), where, ENTRY, ERROR),
-                {**params, "next": minute + 60 * 1_000_000_000},
+                {**params, "next": min(minute + 60 * 1_000_000_000, _MAX_NS)},
             )
 
     # -- read side --------------------------------------------------------------------------

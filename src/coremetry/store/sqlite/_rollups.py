@@ -27,11 +27,18 @@ window is read as whole days, hours and minutes (:func:`plan`): a 7-day window i
 **Maintenance** (:func:`apply_written`): in the write's own transaction, from the rows the
 write stored (ids above the previous largest: duplicates never count twice). Edges need the
 parent span's service. A child whose parent is stored (earlier, or in the same batch) is
-rolled up at once; a child whose parent is not stored yet waits in ``edge_pending``
-(trace id, parent span id, child row id) and is rolled up by the write that stores the parent.
-So at every commit the edge roll-ups hold exactly the calls whose both spans are stored — the
-same calls as the raw parent/child join — and a child whose parent never comes is never an
-edge (as in the raw join). ``edge_pending`` rows are dropped by retention with their child.
+rolled up at once (a parent in the same batch is found in memory, an older one by the unique
+``(trace_id, span_id)`` index); a child whose parent is not stored yet waits in
+``edge_pending`` (trace id, parent span id, child row id, child start). A **deferred pass**
+(:func:`resolve_pending`, the store's background task every few seconds, in its own write
+transaction) rolls up the waiting children whose parent has come since and drops them from
+``edge_pending``: the write path does not probe the pending children for every span it
+stores (a probe and a delete per span, about 2 µs of the store's ~25, when SDKs export
+children before their parents).
+Reads stay equal to the raw parent/child join at every moment: :func:`service_edges` adds the
+waiting children whose parent is stored now (few: those written since the last pass) to the
+rolled-up calls. A child whose parent never comes is never an edge (as in the raw join) and
+waits until retention drops it with its child.
 
 **Reads** merge the roll-up rows of the window's whole minutes in Python (per group: counts
 add, sketches merge — memory is the answer's groups times a sketch, whatever the window) and
@@ -43,7 +50,10 @@ nearest-rank one (``percentile_relative_error`` on each result).
 before the cutoff go with the spans; the bucket of each width that straddles the cutoff is
 rebuilt from what is left (the minute from the raw spans, the hour from its minutes, the day
 from its hours), so the roll-ups again agree with the raw spans. Between two chunks of one
-retention pass the straddling buckets may still count deleted spans.
+retention pass the straddling buckets may still count deleted spans. One difference stays: a
+call whose child starts after the cutoff but whose parent started before it keeps counting in
+the roll-ups (the child is kept, its bucket is whole), while the raw join no longer finds the
+deleted parent.
 
 **Log counts** (``red_logs``): per bucket and resource, the log records and those at WARN
 (severity 13-16) and ERROR or worse (17+), kept at ingest by three ``INSERT ... SELECT``
@@ -91,6 +101,7 @@ __all__ = [
     "plan",
     "rebuild_straddling",
     "register_functions",
+    "resolve_pending",
     "service_edges",
     "services",
 ]
@@ -101,6 +112,8 @@ WIDTHS: Final = (60, 3600, 86400)
 """Bucket widths in seconds, finest first: a minute, an hour, a (UTC) day."""
 
 _ERROR: Final = 2  # StatusCode.ERROR
+_TIME_END: Final = 2**63 - 1
+"""The largest SQLite integer: an open upper bound (stored times are below 2**63)."""
 _JSON_IDS: Final = msgspec.json.Encoder().encode
 _BUILD_CHUNK: Final = 100_000
 """Span rows rolled up per step of :func:`build_rollups`."""
@@ -324,16 +337,13 @@ _CHILDREN_OF_NEW_PARENTS: Final = (
 
 
 _CHILDREN_OF_PENDING: Final = (
-    # The same as _CHILDREN_OF_NEW_PARENTS, driven from a small pending table.
+    # The same as _CHILDREN_OF_NEW_PARENTS, driven from the pending table.
     "SELECT q.trace_id, q.parent_span_id, s.service_name, c.service_name, c.start_unix_nano, "
     "c.duration_ns, c.status_code = 2 "
     "FROM edge_pending q CROSS JOIN spans s "
     "ON s.trace_id = q.trace_id AND s.span_id = q.parent_span_id "
-    "CROSS JOIN spans c ON c.id = q.child_id WHERE s.id > ?"
+    "CROSS JOIN spans c ON c.id = q.child_id"
 )
-_SMALL_PENDING: Final = 2000
-"""Up to this many waiting children, the new parents are found from them (else from the
-new spans)."""
 _CHILDREN_BY_ID: Final = (
     "SELECT p.service_name, c.service_name, c.start_unix_nano, c.duration_ns, "
     "c.status_code = 2, c.trace_id, c.parent_span_id, c.id "
@@ -341,6 +351,38 @@ _CHILDREN_BY_ID: Final = (
     "WHERE c.id IN (SELECT value FROM json_each(?)) "
     "AND (p.service_name IS NULL OR p.service_name != c.service_name)"
 )
+
+
+def resolve_pending(conn: sqlite3.Connection, since_id: int | None) -> int:
+    """The deferred pass: roll up the waiting children whose parent is stored now (blocking).
+
+    Runs in its own write transaction (the caller's). ``since_id``: the largest span row id
+    the previous pass saw (only parents above it can be new), or ``None`` to check every
+    waiting child (at open, before a retention rebuild). Returns the largest span row id now.
+    """
+    top = int(conn.execute("SELECT coalesce(max(id), 0) FROM spans").fetchone()[0])
+    if since_id is not None and top <= since_id:
+        return top  # no span stored since the last pass: no parent can have come
+    waiting_count = int(conn.execute("SELECT count(*) FROM edge_pending").fetchone()[0])
+    if waiting_count == 0:
+        return top
+    # From the waiting children (a probe each) or from the new spans (a probe each): fewer.
+    by_pending = since_id is None or waiting_count <= top - since_id
+    sql = _CHILDREN_OF_PENDING if by_pending else _CHILDREN_OF_NEW_PARENTS
+    params: tuple[int, ...] = () if by_pending or since_id is None else (since_id,)
+    waiting = cast(
+        "list[tuple[bytes, bytes, str, str, int, int, bool]]",
+        conn.execute(sql, params).fetchall(),
+    )
+    if waiting:
+        batch = _Batch()
+        batch.add_calls(row[2:] for row in waiting if row[2] != row[3])
+        conn.executemany(
+            "DELETE FROM edge_pending WHERE trace_id = ? AND parent_span_id = ?",
+            sorted({(row[0], row[1]) for row in waiting}),
+        )
+        batch.write(conn)
+    return top
 
 
 def apply_written(conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | None) -> None:
@@ -386,24 +428,8 @@ def apply_written(conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | 
                 "list[tuple[str | None, str, int, int, bool, bytes, bytes, int]]",
                 conn.execute(_CHILDREN_BY_ID, (_JSON_IDS(unresolved).decode(),)).fetchall(),
             )
-    # Children waiting for a parent this write stored: their calls, then they wait no more.
-    pending = conn.execute(
-        "SELECT count(*) FROM (SELECT 1 FROM edge_pending LIMIT ?)", (_SMALL_PENDING,)
-    ).fetchone()[0]
-    if pending:
-        waiting = cast(
-            "list[tuple[bytes, bytes, str, str, int, int, bool]]",
-            conn.execute(
-                _CHILDREN_OF_PENDING if pending < _SMALL_PENDING else _CHILDREN_OF_NEW_PARENTS,
-                (last_id,),
-            ).fetchall(),
-        )
-        if waiting:
-            batch.add_calls(row[2:] for row in waiting if row[2] != row[3])
-            conn.executemany(
-                "DELETE FROM edge_pending WHERE trace_id = ? AND parent_span_id = ?",
-                sorted({(row[0], row[1]) for row in waiting}),
-            )
+    # Children waiting for a parent this write stored are rolled up by the deferred pass
+    # (:func:`resolve_pending`); reads count them meanwhile (:func:`service_edges`).
     calls += cast("list[Call]", [row[:5] for row in children if row[0] is not None])
     batch.add_calls(calls)
     orphans = [(row[5], row[6], row[7], row[2]) for row in children if row[0] is None]
@@ -495,7 +521,7 @@ def drop_logs_before(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
                 "error_records) SELECT ?, ?, resource_id, count(*), "
                 "sum(severity_number BETWEEN 13 AND 16), sum(severity_number >= 17) FROM logs "
                 "WHERE time_unix_nano >= ? AND time_unix_nano < ? GROUP BY resource_id",
-                (width, bucket, bucket, bucket + step),
+                (width, bucket, bucket, min(bucket + step, _TIME_END)),
             )
         else:
             conn.execute(
@@ -503,7 +529,7 @@ def drop_logs_before(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
                 "error_records) SELECT ?, ?, resource_id, sum(records), sum(warn_records), "
                 "sum(error_records) FROM red_logs "
                 "WHERE width = ? AND bucket >= ? AND bucket < ? GROUP BY resource_id",
-                (width, bucket, WIDTHS[index - 1], bucket, bucket + step),
+                (width, bucket, WIDTHS[index - 1], bucket, min(bucket + step, _TIME_END)),
             )
 
 
@@ -520,7 +546,7 @@ def rebuild_straddling(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
             continue  # nothing straddles: drop_before took the buckets below
         batch = _Batch()
         if index == 0:
-            low, high = bucket, bucket + step
+            low, high = bucket, min(bucket + step, _TIME_END)
             batch.add_facts(
                 cast(
                     "list[Fact]",
@@ -532,7 +558,7 @@ def rebuild_straddling(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
             )
             batch.add_calls(_raw_calls(conn, [(low, high)], None))
         else:
-            _load_rows(conn, batch, WIDTHS[index - 1], bucket, bucket + step)
+            _load_rows(conn, batch, WIDTHS[index - 1], bucket, min(bucket + step, _TIME_END))
         for table in ("red_services", "red_operations", "red_edges"):
             conn.execute(f"DELETE FROM {table} WHERE width = ? AND bucket = ?", (width, bucket))
         batch.write(conn, (width,))
@@ -786,6 +812,40 @@ def _raw_calls(
     return cast("list[Call]", conn.execute(sql, params).fetchall())
 
 
+def _bounds(time_range: TimeRange) -> tuple[int, int]:
+    return time_range.start_unix_nano, time_range.end_unix_nano
+
+
+def _waiting_calls(
+    ctx: ReadContext, ranges: list[tuple[int, int]], service_name: str | None
+) -> list[Call]:
+    """Calls of waiting children (``edge_pending``) in ``ranges`` whose parent is stored now.
+
+    The deferred pass has not rolled them up yet; counting them here keeps the answer equal to
+    the raw join at every moment. Few: the children written since the last pass (and true
+    orphans, whose parent is not found).
+    """
+    if not ranges:
+        return []
+    where = " OR ".join("(q.start_unix_nano >= ? AND q.start_unix_nano < ?)" for _ in ranges)
+    params: list[SqlParam] = [v for r in ranges for v in r]
+    only = ""
+    if service_name is not None:
+        only = "AND (p.service_name = ? OR c.service_name = ?)"
+        params += [service_name, service_name]
+    return cast(
+        "list[Call]",
+        ctx.execute(
+            "SELECT p.service_name, c.service_name, c.start_unix_nano, c.duration_ns, "
+            f"c.status_code = {_ERROR} FROM edge_pending q "
+            "CROSS JOIN spans p ON p.trace_id = q.trace_id AND p.span_id = q.parent_span_id "
+            "CROSS JOIN spans c ON c.id = q.child_id "
+            f"WHERE ({where}) AND p.service_name != c.service_name {only}",
+            params,
+        ),
+    )
+
+
 def service_edges(
     ctx: ReadContext, time_range: TimeRange, limit: int, service_name: str | None
 ) -> list[ServiceEdge]:
@@ -811,6 +871,15 @@ def service_edges(
             group.count += cast(int, count)
             group.errors += cast(int, errors)
             group.sketch.merge_encoded(cast(bytes, blob))
+    rolled_ranges = [(low, high) for _, low, high in plan(*_bounds(time_range))[1]]
+    for caller, callee, _start, duration, error in _waiting_calls(ctx, rolled_ranges, service_name):
+        key = (caller, callee)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _Group()
+        group.count += 1
+        group.errors += int(error)
+        group.sketch.add(duration)
     if raw_ranges:
         for caller, callee, _start, duration, error in _raw_calls(ctx, raw_ranges, service_name):
             key = (caller, callee)

@@ -82,6 +82,8 @@ T = TypeVar("T")
 NANOS_PER_DAY: Final = 86_400 * 1_000_000_000
 RETENTION_CHUNK: Final = 5000
 """Rows per kind deleted in one retention transaction."""
+PENDING_PASS_S: Final = 5.0
+"""Seconds between two runs of the roll-ups' deferred pass (children whose parent came)."""
 
 
 def _is_operational(exc: sqlite3.Error) -> bool:
@@ -191,6 +193,28 @@ class SqliteStore:
                 return RetentionResult(
                     spans_deleted=spans, logs_deleted=logs, metric_points_deleted=points
                 )
+
+    async def resolve_pending(self) -> None:
+        """Run the roll-ups' deferred pass now (see :mod:`._rollups`).
+
+        The store runs it every :data:`PENDING_PASS_S` seconds; answers are the same before
+        and after it.
+        """
+        self._check_open()
+        async with self._write_lock, self._limiter:
+            self._check_open()
+            with self._mapped():
+                await trio.to_thread.run_sync(self._writer.resolve_pending)
+
+    async def _run_pending(self) -> None:
+        while True:
+            await trio.sleep(PENDING_PASS_S)
+            try:
+                await self.resolve_pending()
+            except StoreClosed:
+                return
+            except StoreUnavailable as exc:
+                log.warning("roll-up pass failed (will retry): %s", exc)
 
     async def _run_retention(self, interval_s: float) -> None:
         while True:
@@ -421,6 +445,14 @@ async def open_sqlite_store(
                     "store retention",
                     partial(store._run_retention, retention_interval_s),
                     restart_after_s=retention_interval_s,
+                )
+            )
+            nursery.start_soon(
+                partial(
+                    supervise,
+                    "store roll-up pass",
+                    store._run_pending,
+                    restart_after_s=PENDING_PASS_S,
                 )
             )
             try:

@@ -112,6 +112,7 @@ class Writer:
         self._series: dict[bytes, int] = {}
         self._rollups_stale = False  # retention deleted spans; straddling buckets not rebuilt
         self._logs_stale = False  # the same for log records
+        self._parents_seen: int | None = None  # the deferred pass's watermark (None: all)
         _rollups.register_functions(conn)
 
     def _resource_id(
@@ -342,6 +343,19 @@ class Writer:
             outside_retention=outside,
         )
 
+    def resolve_pending(self) -> None:
+        """The roll-ups' deferred pass (:func:`._rollups.resolve_pending`), one transaction."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            seen = _rollups.resolve_pending(conn, self._parents_seen)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self._parents_seen = seen
+
     def delete_chunk(self, cutoff_unix_nano: int, chunk: int) -> RetentionResult:
         """Delete up to ``chunk`` spans, logs and points each older than the cutoff (blocking).
 
@@ -358,6 +372,9 @@ class Writer:
                 self._rollups_stale = True
                 _rollups.drop_before(conn, cutoff_unix_nano)
             if spans < chunk and self._rollups_stale:
+                # Waiting children whose parent came are rolled up first: the rebuilt minute
+                # counts them from the raw join, so they must not stay pending as well.
+                _rollups.resolve_pending(conn, None)
                 _rollups.rebuild_straddling(conn, cutoff_unix_nano)
             conn.execute(_UNINDEX_OLD_LOGS, (cutoff_unix_nano, chunk))
             logs = conn.execute(_DELETE_LOGS, (cutoff_unix_nano, chunk)).rowcount
@@ -382,6 +399,9 @@ class Writer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        if spans:
+            # Row ids may be reused once the newest rows are gone: the next pass checks all.
+            self._parents_seen = None
         if spans < chunk:
             self._rollups_stale = False
         if logs < chunk:
