@@ -114,7 +114,7 @@ _WARN_SEVERITY: Final = 13  # OTel severity number of WARN
 _TRACE_POOL: Final = 200  # trace summaries sampled per problem window
 _MIN_GROUP_TRACES: Final = 4  # traces through a root service needed to split slow/typical
 _ANALYSIS_SPANS: Final = 2_000  # spans read per trace
-_REFERENCE_SLICES: Final = 4  # the reference is read from this many slices of the history
+_REFERENCE_SLICES: Final = 4  # whole grid slices of the history (plus the part-slice before)
 _TRACE_SPAN_NS: Final = 10 * DEFAULT_STEP_NS  # longest window of a problem's traces
 _CATALOGUE: Final = 50_000  # trace summaries a run lists at most for references
 
@@ -143,8 +143,8 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
         min_corroboration: a problem is reported only when its anomalies cover at least this
             many distinct ``(service, series name)`` pairs (quantiles of one metric are one
             name), or its traces, compared with their reference, name an origin; 1: every
-            group of anomalies is a problem. One series crossing its
-            threshold among the hundreds a run tests is what most false problems were.
+            group of anomalies is a problem. One series crossing its threshold among the
+            hundreds a run tests is what most false problems were.
     """
 
     step_ns: int = DEFAULT_STEP_NS
@@ -445,7 +445,7 @@ async def _with_traces(
 
 
 def _spread(items: Sequence[TraceSummary], count: int) -> list[TraceSummary]:
-    """At most ``count`` of ``items``, evenly spaced (ordered by trace id first: stable)."""
+    """At most ``count`` of ``items``, evenly spaced in start order (ties by trace id)."""
     ordered = sorted(items, key=lambda t: (t.start_time_unix_nano, t.trace_id))
     if len(ordered) <= count:
         return ordered
