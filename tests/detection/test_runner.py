@@ -116,12 +116,17 @@ async def test_one_problem_with_the_slow_callee_first(data_dir: Path) -> None:
 
 async def test_run_detection_without_spans_uses_metrics_only(data_dir: Path) -> None:
     async with open_sqlite_store(data_dir / "telemetry.db") as store:
-        # One series (the CPU gauge): reported only with corroboration switched off.
-        alone = await run_detection(store, JUDGED, DetectionOptions(spans=False, samples=0))
+        # One series (the CPU gauge) and no traces compared: nothing corroborates it, so it is
+        # reported only with corroboration switched off (with traces, they name checkout).
+        alone = await run_detection(
+            store, JUDGED, DetectionOptions(spans=False, samples=0, trace_samples=0)
+        )
+        traced = await run_detection(store, JUDGED, DetectionOptions(spans=False, samples=0))
         problems = await run_detection(
             store, JUDGED, DetectionOptions(spans=False, samples=0, min_corroboration=1)
         )
     assert alone == []
+    assert [p.services[0] for p in traced] == ["checkout"]
     [problem] = problems
     assert problem.services == ["checkout"]
     assert {a.name for a in problem.anomalies} == {"k8s.pod.cpu.usage"}

@@ -142,3 +142,14 @@ def test_a_reference_holding_an_earlier_incident_still_describes_the_usual_reque
     origin = compare_to_reference(window, reference).origin()
     assert origin is not None
     assert origin.service_name == "db-proxy"
+
+
+def test_a_slight_slowdown_is_not_a_slow_trace() -> None:
+    # 2 ms on a 65 ms request (3 %): within the usual, so no trace is slow and nothing is
+    # blamed for latency; the comparison still says how many traces it compared.
+    reference = [profile(i, slow_db_ms=0.5 * (i % 3)) for i in range(12)]
+    window = [profile(100 + i, slow_db_ms=2.0) for i in range(8)]
+    result = compare_to_reference(window, reference)
+    assert result.compared == 8
+    assert result.slow == 0
+    assert result.origin() is None

@@ -3,7 +3,9 @@
 ``detector`` judges one ``(time_unix_nano, value)`` series at a time (robust baselines,
 seasonality, minimum evidence, hysteresis); ``templates`` mines log templates and reports new
 ones; ``problems`` groups anomalies into problems, one per onset, and ranks their likely origin
-with the evidence of every series, the service graph and traces; ``evaluation`` scores
+with the evidence of every series, the service graph and traces; ``spectrum`` compares a
+problem's traces with traces of the same requests before it (which service's share grew, or
+began failing); ``evaluation`` scores
 anomalies and problems against labelled windows and injected faults. All of these are pure
 computation. ``sources`` and ``runner`` read the store (the only I/O), ``problem_store`` keeps
 problems in ``<data_dir>/problems.json``, ``service`` is the server's background task and

@@ -9,7 +9,11 @@ starting together. Anomalies are taken in start order (symptoms before traffic c
 same instant). A *symptom* (an anomaly whose signal is not ``traffic``) joins a problem when it
 is *related* to one of the problem's services — the same service, or a caller or callee of it
 in the service graph — and starts at most ``quiet_gap_ns`` after the problem's latest symptom
-onset; a symptom related to several such problems merges them. Otherwise it opens a new
+onset and at most ``max_onset_spread_ns`` after its first onset; a symptom related to several
+such problems merges those that began within ``max_onset_spread_ns`` of each other. The bound on
+the spread is what keeps a new fault minutes later from joining a problem still growing
+(symptoms every two minutes along a call chain would otherwise chain into one problem that
+never ends and swallows every later fault). Otherwise it opens a new
 problem: a new symptom after a quiet gap is a new incident, even while earlier anomalies are
 still open (their hysteresis keeps them open across the gap; they stay with the problem they
 opened). A *traffic change* joins a related problem whose span ``[first onset, latest symptom
@@ -37,10 +41,13 @@ Wu et al., NOMS 2020; the call-graph walk of Sieve and of Dynatrace's Davis), re
 client/server split of call latencies and, where traces exist, their critical paths. Roles,
 most likely origin first:
 
-1. ``trace_origin`` — the service whose critical-path time grew most from typical to slow
-   traces of the problem's window (:mod:`coremetry.analysis.critical_path`; a caller's wait on
-   a call counts for the callee), when that growth explains at least ``trace_share`` of how
-   much slower the slow traces are. Traces see the call tree itself, so this comes first.
+1. ``trace_origin`` — the service the problem's traces blame against a *reference* of the
+   same requests before the problem (:mod:`~coremetry.detection.spectrum`: the share of the
+   slowdown its critical-path time explains, or its excess of originated errors, at least
+   ``trace_share``); without any reference, the service whose critical-path time grew most
+   from typical to slow traces of the window (:mod:`coremetry.analysis.critical_path`; a
+   caller's wait on a call counts for the callee). Traces see the call tree itself, so this
+   comes first.
 2. ``own_cause`` — evidence that the trouble is the service's own: saturation near its limit,
    errors or error logs (these first), or server latency up while its client latency is
    observed and normal (its own work slowed, not its calls).
@@ -54,7 +61,14 @@ most likely origin first:
 Within a role: services without a symptomatic callee first (the fault does not come from
 further down), then more symptomatic callers (the fault spread upwards as it should), deeper
 along the symptomatic call chain, earlier first anomaly, larger score, name. Every
-:class:`ServiceRank` carries its reason in words.
+:class:`ServiceRank` carries its reason in words and its evidence (series with usual level and
+peak in the series' unit; the trace figures against the reference); the first one's reason
+also says why it is ahead of the second.
+
+**Scores** are robust z-scores (median and interquartile range of the history) with a floor
+on the scale: 5 % of the usual level, or for a series with neither spread nor level (a log
+rate that is 0 every minute) 5 % of the value reached, so such a series scores at most 20
+rather than ~1e11 and does not outrank a real saturation.
 
 A run's problem id is derived from the problem's earliest anomaly (series and start), so
 re-running the detector over the same data, on the same bucket grid, gives the same ids. A

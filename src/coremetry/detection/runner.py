@@ -11,12 +11,19 @@ background task (:mod:`coremetry.detection.service`). It reads through
    (pure CPU work);
 3. groups the anomalies into problems, one per onset, ranked with the evidence of every series
    (:func:`~coremetry.detection.group_problems`, in the thread too);
-4. for each problem whose window holds traces (at most ``trace_problems`` of them, newest
-   first): reads the slowest tenth and a spread of the faster half of the traces through each
-   root service (at most ``trace_samples`` of each), compares their critical paths
-   (:func:`coremetry.analysis.critical_path_excess`) and ranks again with that
-   (:func:`~coremetry.detection.problems.with_trace_blame`);
-5. adds a few sample trace ids and log lines of each problem's most likely origin.
+4. for every problem whose span holds traces (``trace_problems``: all by default;
+   a limit is an option, never silent): compares the traces of the problem's span (its
+   first onset to its end, at most ten minutes) with *reference* traces of the same kinds of
+   request from the ``history_ns`` before it (:mod:`~coremetry.detection.spectrum`: which
+   service's critical-path time grew against its own usual, or which service began
+   originating errors), and ranks again with that
+   (:func:`~coremetry.detection.problems.with_trace_blame`). The run lists its trace
+   summaries once and reads each trace at most once. Only where no reference exists at all
+   does it fall back to slow against typical traces of the window itself;
+5. drops problems nobody should be paged for: fewer than ``min_corroboration`` distinct
+   series among their anomalies and no origin named by their traces (one series crossing
+   its threshold among the hundreds tested is chance, not an incident);
+6. adds a few sample trace ids and log lines of each problem's most likely origin.
 
 Buckets are aligned on the epoch (:func:`aligned_range`): the judged range is moved down onto
 a fixed grid — whole multiples of the step since 1970-01-01T00:00:00Z, plus half a step — so
@@ -32,6 +39,12 @@ Parameters for live data (:data:`LIVE_DETECTOR`): the NAB-tuned
 points of history instead of 72 (ten minutes at the default one-minute step): a live server
 must say something about a service that started an hour ago. Everything else (thresholds,
 evidence, envelope, seasonality) is the scored set.
+
+``detected_unix_nano`` of an anomaly of a bucketed series is the *end* of the bucket whose
+point completed the evidence: the bucket's point is stamped with its start, but the data that
+shows the anomaly is only complete at its end, so a problem is never "detected" before the
+data that shows it (it was stamped up to a step early, before the fault it detects). New log
+template anomalies keep the time of the record that completed their evidence.
 
 Cancellation: the caller owns it; a cancelled run stops at its next store query or abandons
 the (side-effect free) worker thread, and returns nothing.
@@ -101,7 +114,7 @@ _WARN_SEVERITY: Final = 13  # OTel severity number of WARN
 _TRACE_POOL: Final = 200  # trace summaries sampled per problem window
 _MIN_GROUP_TRACES: Final = 4  # traces through a root service needed to split slow/typical
 _ANALYSIS_SPANS: Final = 2_000  # spans read per trace
-_REFERENCE_SLICES: Final = 4  # the reference is read from this many slices of the history
+_REFERENCE_SLICES: Final = 4  # whole grid slices of the history (plus the part-slice before)
 _TRACE_SPAN_NS: Final = 10 * DEFAULT_STEP_NS  # longest window of a problem's traces
 _CATALOGUE: Final = 50_000  # trace summaries a run lists at most for references
 
@@ -129,8 +142,9 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
             problem does not depend on where the judged range ends.
         min_corroboration: a problem is reported only when its anomalies cover at least this
             many distinct ``(service, series name)`` pairs (quantiles of one metric are one
-            name; 1: every group of anomalies is a problem). One series crossing its
-            threshold among the hundreds a run tests is what most false problems were.
+            name), or its traces, compared with their reference, name an origin; 1: every
+            group of anomalies is a problem. One series crossing its threshold among the
+            hundreds a run tests is what most false problems were.
     """
 
     step_ns: int = DEFAULT_STEP_NS
@@ -317,8 +331,6 @@ async def detect_in_store(
         opts,
         abandon_on_cancel=True,
     )
-    if opts.min_corroboration > 1:
-        problems = [p for p in problems if _corroborated(p, opts.min_corroboration)]
     if opts.trace_samples > 0 and (opts.trace_problems is None or opts.trace_problems > 0):
         problems = await _with_traces(
             store,
@@ -329,6 +341,8 @@ async def detect_in_store(
             opts,
             trace_cache if trace_cache is not None else {},
         )
+    if opts.min_corroboration > 1:
+        problems = [p for p in problems if _corroborated(p, opts.min_corroboration)]
     if opts.samples > 0:
         problems = [await _with_samples(store, problem, step, opts.samples) for problem in problems]
     return DetectionRun(
@@ -345,7 +359,13 @@ async def detect_in_store(
 
 
 def _corroborated(problem: Problem, needed: int) -> bool:
-    """Enough distinct ``(service, series name)`` pairs among the problem's anomalies."""
+    """Whether a problem is corroborated (:attr:`DetectionOptions.min_corroboration`).
+
+    Enough distinct ``(service, series name)`` pairs among its anomalies, or its traces,
+    compared with their reference, name an origin (a second, independent signal).
+    """
+    if problem.trace_blame is not None and problem.trace_blame.reference:
+        return True
     return len({(a.service_name, a.name) for a in problem.anomalies}) >= needed
 
 
@@ -425,7 +445,7 @@ async def _with_traces(
 
 
 def _spread(items: Sequence[TraceSummary], count: int) -> list[TraceSummary]:
-    """At most ``count`` of ``items``, evenly spaced (ordered by trace id first: stable)."""
+    """At most ``count`` of ``items``, evenly spaced in start order (ties by trace id)."""
     ordered = sorted(items, key=lambda t: (t.start_time_unix_nano, t.trace_id))
     if len(ordered) <= count:
         return ordered

@@ -20,19 +20,20 @@ can support:
    ``min_reference`` reference traces: the median duration and, per service, the median
    critical-path time. Medians, so a reference that holds a few traces of an earlier incident
    still describes the usual request.
-3. **Latency excess.** For each problem trace of such a kind: how much longer it took than
-   its kind's median (the *gap*) and, per service, how much more critical-path time the
-   service held than its median there (the *excess*), both averaged over those traces. The
-   excesses add up to the gap, so ``excess / gap`` is the share of the slowdown a service
-   explains.
+3. **Latency excess.** The problem's *slow* traces are those that took longer than their
+   kind's reference median by ``min_slowdown`` of it and by three robust standard deviations
+   (median absolute deviation times 1.4826) — the anomalous traces of MicroRank, judged against
+   the reference rather than against the window. For each: how much longer it took than its
+   kind's median (the *gap*) and, per service, how much more critical-path time the service
+   held than its median there (the *excess*), averaged over the slow traces. The excesses
+   add up to the gap, so ``excess / gap`` is the share of the slowdown a service explains.
 4. **Error excess.** Per service: the share of problem traces in which it originated an
    error minus that share in the reference (every kind counts; a kind unseen before has no
    reference latency but its errors still count). A fault that does not slow anything
    (an exception, a wrong return) shows here.
-5. **Score.** When the compared traces are slower than their reference by at least
-   ``min_slowdown`` of its median duration (:data:`MIN_SLOWDOWN`), the latency share (the
-   slowdown is the problem; a few errors among a few dozen traces are weaker evidence than
-   where the time went); otherwise the error excess (a fault that does not slow anything).
+5. **Score.** When at least two traces are slow, the latency share (the slowdown is the
+   problem; a few errors among a few dozen traces are weaker evidence than where the time
+   went); otherwise the error excess (a fault that does not slow anything).
    The origin is the best-scoring service when its score reaches ``min_share``
    (:data:`MIN_SHARE`). Every candidate keeps its figures
    (reference vs observed milliseconds, error shares) for the problem's evidence.
@@ -67,8 +68,11 @@ MIN_REFERENCE: Final = 3
 MIN_SHARE: Final = 0.1
 """Score the best candidate needs to be named the origin."""
 MIN_SLOWDOWN: Final = 0.1
-"""Share of the reference duration the compared traces must be slower by for latency to
-decide (else errors do)."""
+"""A trace is slow when it took this share longer than its kind's reference median (and
+more than three robust standard deviations above it)."""
+_MAD_TO_SIGMA: Final = 1.4826
+_SLOW_Z: Final = 3.0
+_MIN_SLOW: Final = 2  # slow traces needed for latency to decide
 
 
 class TraceProfile(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,11 +124,11 @@ class SpectrumCandidate(msgspec.Struct, frozen=True, kw_only=True):
     Attributes:
         service_name: the service.
         score: the latency share or the error excess (module docstring, step 5).
-        excess_ms: mean critical-path milliseconds per compared trace above its kind's
+        excess_ms: mean critical-path milliseconds per slow trace above its kind's
             reference median.
         reference_ms: its reference median critical-path milliseconds per trace (averaged
-            over the compared traces' kinds).
-        observed_ms: its mean critical-path milliseconds per compared trace.
+            over the slow traces' kinds).
+        observed_ms: its mean critical-path milliseconds per slow trace.
         error_share: share of the problem's traces in which it originated an error.
         reference_error_share: the same share in the reference.
     """
@@ -156,8 +160,9 @@ class SpectrumResult(msgspec.Struct, frozen=True, kw_only=True):
 
     Attributes:
         candidates: every service with a positive score, best first (ties by name).
-        gap_ms: mean milliseconds the compared traces took above their kind's reference median.
+        gap_ms: mean milliseconds the slow traces took above their kind's reference median.
         compared: problem traces whose kind had a reference.
+        slow: of those, the slow ones (module docstring, step 3).
         traces: problem traces read.
         reference: reference traces read.
     """
@@ -165,6 +170,7 @@ class SpectrumResult(msgspec.Struct, frozen=True, kw_only=True):
     candidates: list[SpectrumCandidate]
     gap_ms: float
     compared: int
+    slow: int
     traces: int
     reference: int
 
@@ -188,7 +194,7 @@ def compare_to_reference(
         traces: the problem window's traces.
         reference: traces from before the problem (none of ``traces``).
         min_reference: reference traces a request kind needs for its latency to be compared.
-        min_slowdown: see :data:`MIN_SLOWDOWN`.
+        min_slowdown: see :data:`MIN_SLOWDOWN` (not negative).
 
     Returns:
         The :class:`SpectrumResult`.
@@ -201,23 +207,29 @@ def compare_to_reference(
     by_kind: dict[str, list[TraceProfile]] = {}
     for one in reference:
         by_kind.setdefault(one.kind, []).append(one)
-    medians: dict[str, tuple[float, dict[str, float]]] = {}
+    medians: dict[str, tuple[float, float, dict[str, float]]] = {}
     for kind, members in by_kind.items():
         if len(members) < min_reference:
             continue
         names = {name for one in members for name in one.critical_ns}
+        durations = [one.duration_ns for one in members]
+        middle = statistics.median(durations)
+        spread = statistics.median(abs(d - middle) for d in durations) * _MAD_TO_SIGMA
         medians[kind] = (
-            statistics.median(one.duration_ns for one in members),
+            middle,
+            max(middle * (1 + min_slowdown), middle + _SLOW_Z * spread),
             {n: statistics.median(one.critical_ns.get(n, 0) for one in members) for n in names},
         )
     compared = [one for one in traces if one.kind in medians]
-    usual_duration = sum(medians[one.kind][0] for one in compared)
+    # The problem's slow requests: slower than their kind has been (MicroRank's anomalous
+    # traces); the comparison of where the time went is made on those.
+    slow = [one for one in compared if one.duration_ns > medians[one.kind][1]]
     gap = 0.0
     excess: dict[str, float] = {}
     observed: dict[str, float] = {}
     usual: dict[str, float] = {}
-    for one in compared:
-        duration, per_service = medians[one.kind]
+    for one in slow:
+        duration, _, per_service = medians[one.kind]
         gap += one.duration_ns - duration
         for name in set(per_service) | set(one.critical_ns):
             now = float(one.critical_ns.get(name, 0))
@@ -225,9 +237,9 @@ def compare_to_reference(
             excess[name] = excess.get(name, 0.0) + now - before
             observed[name] = observed.get(name, 0.0) + now
             usual[name] = usual.get(name, 0.0) + before
-    count = len(compared)
+    count = len(slow)
     gap_mean = gap / count if count else 0.0
-    slowed = count > 0 and gap > min_slowdown * usual_duration
+    slowed = count >= _MIN_SLOW and gap > 0
     errors: dict[str, float] = {}
     reference_errors: dict[str, float] = {}
     for one in traces:
@@ -259,7 +271,8 @@ def compare_to_reference(
     return SpectrumResult(
         candidates=candidates,
         gap_ms=round(gap_mean / 1e6, 3),
-        compared=count,
+        compared=len(compared),
+        slow=count,
         traces=len(traces),
         reference=len(reference),
     )

@@ -16,6 +16,8 @@ the same order give the same templates and ids. Bounded: a leaf holds at most
 
 We write this (~100 lines) rather than depend on ``drain3``: its last release (0.9.11, 2022)
 pins ``jsonpickle==1.5.1`` and ``cachetools==4.2.1`` exactly and ships no type information.
+Looked at again for issue 16: still so; two exact pins of unrelated packages would constrain
+every installation of the server for a parser this small, so the choice stands.
 
 **New templates** (:func:`new_template_anomalies`): per service, over the WARN-and-worse
 records of a run, a template is *new* when its first record comes at least
