@@ -175,9 +175,15 @@ def json_values(max_leaves: int = 12) -> st.SearchStrategy[Json]:
 
 @cache
 def _ids() -> st.SearchStrategy[Json]:
+    valid: st.SearchStrategy[Json] = st.one_of(
+        st.integers(min_value=-(2**31), max_value=2**31), st.text(max_size=12)
+    )
     return st.one_of(
-        st.integers(min_value=-(2**31), max_value=2**31),
-        st.text(max_size=12),
+        valid,  # most requests carry a valid id, so the method and params get judged
+        valid,
+        valid,
+        valid,
+        valid,
         st.none(),
         st.booleans(),
         st.floats(allow_nan=False, allow_infinity=False),
@@ -421,27 +427,33 @@ def _header_edits() -> st.SearchStrategy[HeaderEdit]:
 
 
 @st.composite
-def cases(draw: st.DrawFn, stateless: bool = False) -> Case:
-    """A fuzz case; ``stateless`` dresses JSON-RPC request objects as 2026-07-28 requests."""
+def cases(draw: st.DrawFn) -> Case:
+    """A fuzz case: a body and, half the time, up to two header edits."""
     body = draw(bodies())
     edits = tuple(draw(st.lists(_header_edits(), max_size=2))) if draw(st.booleans()) else ()
-    dressed = False
-    if stateless and not _too_deep(body):
-        with suppress(ValueError, RecursionError):
-            message = json.loads(body)
-            if isinstance(message, dict) and isinstance(message.get("method"), str):
-                params = message.get("params")
-                if params is None or isinstance(params, dict):
-                    params = dict(params or {})
-                    params["_meta"] = {
-                        "io.modelcontextprotocol/protocolVersion": STATELESS,
-                        "io.modelcontextprotocol/clientCapabilities": {},
-                        "io.modelcontextprotocol/clientInfo": {"name": "fuzz", "version": "1"},
-                    }
-                    message["params"] = params
-                    body = json.dumps(message).encode()
-                    dressed = True
-    return Case(body, edits, dressed)
+    return Case(body, edits)
+
+
+def dress_stateless(case: Case) -> Case:
+    """The case as a 2026-07-28 client sends it: a request object gets the per-request
+    ``_meta`` (protocol version, client capabilities and info) in its params; other bodies are
+    left as they are."""
+    if _too_deep(case.body):
+        return case
+    with suppress(ValueError, RecursionError, UnicodeDecodeError):
+        message = json.loads(case.body)
+        if isinstance(message, dict) and isinstance(message.get("method"), str):
+            params = message.get("params")
+            if params is None or isinstance(params, dict):
+                params = dict(params or {})
+                params["_meta"] = {
+                    "io.modelcontextprotocol/protocolVersion": STATELESS,
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                    "io.modelcontextprotocol/clientInfo": {"name": "fuzz", "version": "1"},
+                }
+                message["params"] = params
+                return Case(json.dumps(message).encode(), case.edits, True)
+    return case
 
 
 # ---- what a transport saw ------------------------------------------------------------------
@@ -574,6 +586,7 @@ def _ambiguous(body: bytes) -> bool:
         or body.count(b'"id"') > 1
         or body.count(b'"method"') > 1
         or body.startswith(b"\xef\xbb\xbf")
+        or b"0" * 4000 in body  # Python's int() refuses over 4,300 digits; JSON does not
     ):
         return True
     if b"\\ud" not in body and b"\\uD" not in body:
@@ -875,6 +888,10 @@ class Driver:
     name: str = "?"
     batch_ok: bool = False
 
+    def prepare(self, case: Case) -> Case:
+        """The case as this transport's client sends it (the same by default)."""
+        return case
+
     async def send(self, case: Case) -> Observed:
         """Send one case; what came back."""
         raise NotImplementedError
@@ -928,6 +945,10 @@ class HttpDriver(Driver):
             ):
                 headers.append(("mcp-name", header_value(name)))
         return headers
+
+    def prepare(self, case: Case) -> Case:
+        """The case as this era's client sends it (2026-07-28: :func:`dress_stateless`)."""
+        return dress_stateless(case) if self.era == STATELESS else case
 
     async def send(self, case: Case) -> Observed:
         headers = _apply(self._base_headers(case), case.edits)
@@ -1404,12 +1425,14 @@ async def run_cases(
     alive_every: int = 1,
     exited: Callable[[], bool] = lambda: False,
     max_failures: int = 50,
+    on_failure: Callable[[str], None] | None = None,
 ) -> None:
     """Send every case, judge it, and check the transport still serves an echo.
 
     Failures (with the case) go to ``tally.failures``; a process that ended stops the run.
     """
-    for i, case in enumerate(examples):
+    for i, generated in enumerate(examples):
+        case = driver.prepare(generated)
         try:
             with trio.fail_after(60):
                 observed = await driver.send(case)
@@ -1429,6 +1452,8 @@ async def run_cases(
                 problem = f"echo after the case: {type(exc).__name__}: {exc}"
         if problem is not None:
             tally.failures.append(f"[{driver.name}] {problem}\n    case: {case.describe()}")
+            if on_failure is not None:
+                on_failure(tally.failures[-1])
         if exited():
             tally.failures.append(f"[{driver.name}] the server process exited")
             return
@@ -1470,10 +1495,10 @@ def generate(strategy: st.SearchStrategy[Case], n: int, seed: int) -> list[Case]
     return out[:n]
 
 
-def generate_cases(stateless: bool, n: int, seed: int) -> list[Case]:
+def generate_cases(n: int, seed: int) -> list[Case]:
     """``n`` examples of :func:`cases` for ``seed`` (a plain function: it can run in a worker
     process, which a Hypothesis strategy object cannot be sent to)."""
-    return generate(cases(stateless=stateless), n, seed)
+    return generate(cases(), n, seed)
 
 
 def tally_report(tallies: Mapping[str, Tally]) -> str:
