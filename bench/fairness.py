@@ -172,18 +172,23 @@ def make_tokens(data_dir: Path) -> tuple[str, str]:
 
 
 async def busiest_service(client: Client) -> str:
-    """The service with the most requests over 7 days (``list_services``)."""
+    """The service with the most requests over the last 24 h (``list_services``)."""
     body = {
         "jsonrpc": "2.0",
         "id": "busiest",
         "method": "tools/call",
-        "params": {"name": "list_services", "arguments": {"range": "7d", "limit": 500}},
+        "params": {"name": "list_services", "arguments": {"range": "24h", "limit": 500}},
     }
     response = await client.http.post(client.url, json=body, headers=client.headers)
     result = response.json()["result"]
-    services = result["structuredContent"]["services"]
-    best = max(services, key=lambda s: (s.get("red") or {}).get("requests") or 0)
-    return str(best["name"])
+    rows = result.get("structuredContent", {}).get("services")
+    if result.get("isError") or not isinstance(rows, list):
+        raise RuntimeError(f"list_services answered {str(result)[:500]}")
+    best = max(
+        (row for row in rows if isinstance(row, dict)),
+        key=lambda row: row.get("request_count") or 0,
+    )
+    return str(best["service"])
 
 
 def heavy_calls(service: str, n: int) -> list[tuple[str, dict[str, object]]]:
