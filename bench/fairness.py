@@ -21,7 +21,9 @@ turns the detector off (its runs would be a third, unmeasured load). Two service
    is p99 ≤ 2x. A's outcomes: answered, ``timeout`` (with the hint it carried), other errors.
 3. The server's RSS (``VmRSS`` of ``/proc/<pid>/status``, sampled every 0.1 s) before (2), at
    its peak during (2), and ``--after-s`` seconds after A's last answer (target: within 20 % of
-   before). The peak is printed against the store's size on disk.
+   before). The peak is printed against the store's size on disk. Also split: ``RssAnon``
+   (the process's own memory) and ``RssFile`` (mapped files: SQLite reads the store through
+   ``mmap``, so the store pages it read show up in RSS as shared, reclaimable page cache).
 
 Every call goes over Streamable HTTP (``POST /api/mcp``, 2025-11-25, JSON answers). Exit code 0
 unless a call got a malformed answer or an HTTP error; the target lines are informational.
@@ -70,19 +72,33 @@ class Answer:
     hint: str = ""
 
 
+@dataclass(frozen=True)
+class Rss:
+    """One reading of ``/proc/<pid>/status``, in bytes: ``total`` (``VmRSS``) = ``anon``
+    (``RssAnon``: the heap, Python objects, SQLite's page caches) + ``file`` (``RssFile``:
+    mapped files, here mostly the store's pages, which SQLite reads through ``mmap``: the
+    kernel's page cache, shared and reclaimable) + ``RssShmem``."""
+
+    total: int
+    anon: int
+    file: int
+
+
 @dataclass
 class RssSampler:
-    """``VmRSS`` of one process, sampled while :meth:`run` runs."""
+    """The RSS of one process, sampled while :meth:`run` runs."""
 
     pid: int
-    samples: list[tuple[float, int]] = field(default_factory=list)
+    samples: list[tuple[float, Rss]] = field(default_factory=list)
 
-    def read(self) -> int:
-        """The current RSS in bytes."""
+    def read(self) -> Rss:
+        """The current RSS."""
+        fields: dict[str, int] = {}
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise RuntimeError("no VmRSS")
+            name, _, rest = line.partition(":")
+            if name in ("VmRSS", "RssAnon", "RssFile"):
+                fields[name] = int(rest.split()[0]) * 1024
+        return Rss(fields["VmRSS"], fields["RssAnon"], fields["RssFile"])
 
     async def run(self, interval_s: float = 0.1) -> None:
         """Sample every ``interval_s`` until cancelled."""
@@ -307,7 +323,8 @@ async def measure(
                         burst.start_soon(one_heavy, tool, arguments)
                 done.set()
             burst_s = time.monotonic() - started
-            peak = max(size for _, size in rss.samples)
+            peak = max((sample for _, sample in rss.samples), key=lambda r: r.total)
+            peak_anon = max(sample.anon for _, sample in rss.samples)
             await trio.sleep(float(args.after_s))
             after = rss.read()
             outer.cancel_scope.cancel()
@@ -343,16 +360,28 @@ async def measure(
     for hint in hints:
         print(f"  hint: {hint[:200]}")
     print(
-        f"server RSS: before {before / mib:.0f} MiB, peak {peak / mib:.0f} MiB "
-        f"(+{(peak - before) / mib:.0f} MiB; peak = {peak / store_bytes:.2f}x the store's "
-        f"{store_bytes / mib:,.0f} MiB), {args.after_s:.0f} s after {after / mib:.0f} MiB "
-        f"({(after - before) / before:+.0%})"
+        f"server RSS (VmRSS): before {before.total / mib:.0f} MiB, peak {peak.total / mib:.0f} "
+        f"MiB (= {peak.total / store_bytes:.2f}x the store's {store_bytes / mib:,.0f} MiB), "
+        f"{args.after_s:.0f} s after {after.total / mib:.0f} MiB "
+        f"({(after.total - before.total) / before.total:+.0%})"
+    )
+    print(
+        f"  of which anonymous (RssAnon): before {before.anon / mib:.0f} MiB, peak "
+        f"{peak_anon / mib:.0f} MiB (= {peak_anon / store_bytes:.2f}x the store), after "
+        f"{after.anon / mib:.0f} MiB ({(after.anon - before.anon) / before.anon:+.0%}); "
+        f"file-backed (RssFile, the mmapped store): before {before.file / mib:.0f}, peak "
+        f"{peak.file / mib:.0f}, after {after.file / mib:.0f} MiB"
     )
     print(
         f"B p99 contended / alone: {ratio:.2f}x (target <= 2x): {'PASS' if ratio <= 2 else 'FAIL'}"
     )
-    back = after <= before * 1.2
+    back = after.total <= before.total * 1.2
+    back_anon = after.anon <= before.anon * 1.2
     print(f"RSS {args.after_s:.0f} s after within 20 % of before: {'PASS' if back else 'FAIL'}")
+    print(
+        f"anonymous RSS {args.after_s:.0f} s after within 20 % of before: "
+        f"{'PASS' if back_anon else 'FAIL'}"
+    )
     if args.json is not None:
         args.json.write_text(
             json.dumps(
@@ -360,8 +389,8 @@ async def measure(
                     "alone_s": alone,
                     "contended_s": contended,
                     "heavy": [vars(h) for h in heavy],
-                    "rss": {"before": before, "peak": peak, "after": after},
-                    "rss_samples": rss.samples,
+                    "rss": {"before": vars(before), "peak": vars(peak), "after": vars(after)},
+                    "rss_samples": [(t, vars(r)) for t, r in rss.samples],
                     "store_bytes": store_bytes,
                     "service": service,
                 },
