@@ -478,8 +478,10 @@ async def drive(
         end = started + duration_s
 
         async def sample_rss() -> None:
-            boundary = started + slice_s
-            while boundary <= end + 1:
+            # trio's clock is not time.monotonic(): slice boundaries in its own terms.
+            boundary = trio.current_time() + slice_s
+            last = trio.current_time() + duration_s + 1
+            while boundary <= last:
                 await trio.sleep_until(boundary)
                 rss.append(rss_of(serve.pid))
                 index = len(rss) - 1
