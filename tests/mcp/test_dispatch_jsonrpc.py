@@ -126,6 +126,24 @@ async def test_parse_error(data: bytes) -> None:
     assert status == 400
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"jsonrpc":"2.0","methHd":"notifications/initialized","params":{}}',
+        b'{"jsonrpc":"2.0"}',
+        b"{}",
+    ],
+)
+async def test_object_without_method_or_id_is_invalid_request(data: bytes) -> None:
+    """Found by the fuzzer: neither a request, a notification nor a response; it was dropped
+    (HTTP 202, no answer on stdio) instead of answered -32600 with id null."""
+    session = Session()
+    message, status = await _answer(session, data)
+    assert message["id"] is None
+    assert error_of(message)["code"] == INVALID_REQUEST
+    assert status == 400
+
+
 @pytest.mark.parametrize("data", [b"42", b'"x"', b"null", b"true", b"3.5"])
 async def test_non_object_json_is_invalid_request(data: bytes) -> None:
     session = Session()

@@ -492,6 +492,11 @@ class Server:
         except ProtocolError as exc:
             request_id = msg.id if not isinstance(msg.id, UnsetType) else None
             if request_id is None:
+                if isinstance(msg.method, UnsetType):
+                    # Neither a request, a notification nor a response (no "method", no id):
+                    # JSON-RPC 2.0 §5 answers an invalid Request with id null, even without
+                    # an id. (It was dropped like a notification; found by the fuzzer.)
+                    return error_reply(None, exc.code, exc.message, exc.data, exc.http_status)
                 return None
             if self._calls.observer is not None:
                 outcome: CallOutcome = (
