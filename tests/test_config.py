@@ -339,6 +339,10 @@ def test_oidc_audience_is_required_off_loopback() -> None:
     assert config.auth.oidc.audience == "https://coremetry.example.com/api/mcp"
     # On loopback the bound address is the default (the server fills it in once bound).
     assert load_config(environ={}, overrides={"auth": {"oidc": issuer}}).auth.oidc.audience == ""
+    # Behind a proxy, http.public_url names the resource: the audience defaults to its MCP URL.
+    public = {"host": "0.0.0.0", "public_url": "https://cm.example.com"}
+    config = load_config(environ={}, overrides={"http": public, "auth": {"oidc": issuer}})
+    assert config.auth.oidc.audience == ""  # filled in by the server: <public_url>/api/mcp
 
 
 @pytest.mark.parametrize(

@@ -602,3 +602,24 @@ async def test_with_oauth_off_there_is_no_discovery_and_no_sign_in(tmp_path: Pat
     for absent in (prm, metadata, authorize, token):
         assert absent.status_code == 404, absent.text
         assert absent.headers["content-type"] == "application/json"
+
+
+async def test_with_an_identity_provider_the_metadata_points_at_it(tmp_path: Path) -> None:
+    """``[auth.oidc]`` set: clients are sent to the team's provider, not our sign-in page.
+
+    The provider is never contacted here (discovery happens at a provider token's first use).
+    """
+    provider = "https://idp.example.com/realms/ops"
+    oidc = {"issuer": provider, "audience": "https://cm.example.com/api/mcp"}
+    with trio.fail_after(LIMIT_S):
+        async with (
+            live_server(tmp_path, config_overrides={"auth": {"oidc": oidc}}) as live,
+            httpx.AsyncClient(base_url=live.base, timeout=LIMIT_S) as client,
+        ):
+            refused = await client.post(
+                MCP, json=request(1, "tools/list", {}), headers={"accept": BOTH}
+            )
+            prm = await client.get(PRM + MCP)
+    assert refused.status_code == 401
+    assert f'resource_metadata="{live.base}{PRM}{MCP}"' in refused.headers["www-authenticate"]
+    assert as_object(prm.json())["authorization_servers"] == [provider]

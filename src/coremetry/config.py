@@ -581,10 +581,11 @@ def _check_oidc(config: Config) -> None:
         fail(
             f"role_claim must name a claim (a dotted path for nested ones), got {oidc.role_claim!r}"
         )
-    if not oidc.audience and not _is_loopback_host(config.http.host):
+    if not oidc.audience and not config.http.public_url and not _is_loopback_host(config.http.host):
         fail(
-            "audience must be set when http.host is not a loopback address: the URL clients "
-            "reach the MCP endpoint at, e.g. https://coremetry.example.com/api/mcp"
+            "audience must be set (or http.public_url) when http.host is not a loopback address:"
+            " the URL clients reach the MCP endpoint at, e.g."
+            " https://coremetry.example.com/api/mcp"
         )
 
 

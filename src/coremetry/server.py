@@ -375,10 +375,10 @@ async def serve(
             )
             url = binds[0]
             if security is not None and security.authenticator.oidc is not None:
-                # [auth.oidc] audience unset: tokens must name this bound address's MCP URL.
-                security.authenticator.oidc.set_default_audience(
-                    f"{url}{config.http.root_path}/api/mcp"
-                )
+                # [auth.oidc] audience unset: tokens must name this server's MCP URL, as
+                # http.public_url gives it (the resource the metadata names), else as bound.
+                base = config.http.public_url.rstrip("/") or f"{url}{config.http.root_path}"
+                security.authenticator.oidc.set_default_audience(f"{base}/api/mcp")
             if first_admin_token is not None:
                 print(first_start_message(first_admin_token, url), flush=True)
             if announce:

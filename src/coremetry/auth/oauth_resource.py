@@ -135,13 +135,8 @@ class PublicUrls:
 
 
 def oidc_issuer(config: Config) -> str:
-    """``auth.oidc.issuer`` when the configuration has that section and it is set, else ``""``.
-
-    Read defensively: the external identity provider's section may be absent from this build.
-    """
-    oidc = getattr(config.auth, "oidc", None)
-    issuer = getattr(oidc, "issuer", "") if oidc is not None else ""
-    return issuer if isinstance(issuer, str) else ""
+    """``auth.oidc.issuer``: the external identity provider's issuer, ``""`` when none is set."""
+    return config.auth.oidc.issuer
 
 
 def authorization_servers(config: Config, own_issuer: str) -> list[str]:
