@@ -260,7 +260,9 @@ async def test_provider_tokens_that_must_not_pass_get_401(
             # Each refused for its own reason (the server's log says which; clients never see it).
             why = {
                 "another resource's token": "Audience doesn't match",
-                "another provider's token": "JWT refused",
+                # Not our provider's iss; its RFC 9068 ``typ: at+jwt`` routes it to the built-in
+                # server's access-token check, whose key and algorithm it fails.
+                "another provider's token": "OAuth access token refused",
                 "expired": "OIDC token expired",
                 "not yet valid": "not yet valid",
                 "no Coremetry role": "no known role in claim 'realm_access.roles'",
@@ -278,8 +280,12 @@ async def test_provider_tokens_that_must_not_pass_get_401(
                 answers[name] = await rest_status(live, bearer(token))
                 logged = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
                 reasons[name] = next((line for line in logged if why[name] in line), str(logged))
-            expected = {name: (401, INVALID_TOKEN_CHALLENGE) for name in refused}
-            expected["expired"] = (401, EXPIRED_CHALLENGE)
+            # Every 401 also names the protected-resource metadata (RFC 9728 §5.1).
+            metadata = (
+                f', resource_metadata="{live.base}/.well-known/oauth-protected-resource/api/mcp"'
+            )
+            expected = {name: (401, INVALID_TOKEN_CHALLENGE + metadata) for name in refused}
+            expected["expired"] = (401, EXPIRED_CHALLENGE + metadata)
             assert answers == expected
             assert {name: why[name] in reason for name, reason in reasons.items()} == dict.fromkeys(
                 refused, True
