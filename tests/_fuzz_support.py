@@ -546,11 +546,11 @@ def _expect_message(message: Json, in_batch: bool) -> Expect:
     method = message.get("method")
     if "method" not in message:
         if "result" in message or "error" in message:
-            if "id" in message:
+            if "id" in message and message.get("jsonrpc") == "2.0":
                 return NO_ANSWER  # a client response
-            # A response without an id is malformed, but still a response: a server may drop it
-            # or answer it as an invalid request.
-            return Expect(True, frozenset({-32600, "none"}), (None,))
+            # A response without an id, or with a wrong "jsonrpc", is malformed but still a
+            # response: a server may drop it or answer it as an invalid request.
+            return Expect(True, frozenset({-32600, "none"}), ids)
         return Expect(True, frozenset({-32600}), ids)
     if "id" not in message:
         # A notification: never answered, even a malformed one (JSON-RPC 2.0 §4.1), though a
