@@ -33,6 +33,8 @@ from typing import Final, Literal
 
 import msgspec
 
+from coremetry.private_files import create_private_file
+
 DB_FILENAME: Final = "oauth.db"
 """The OAuth database inside the data dir."""
 
@@ -128,15 +130,16 @@ class OAuthStore:
     """
 
     def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path: Final = data_dir / DB_FILENAME
+        # 0600 before sqlite opens it, so its -wal and -shm files are 0600 too (they were 0644
+        # until a restart when the file was chmod-ed after the fact).
+        create_private_file(self.path)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(
             self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
         )
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
-        self.path.chmod(0o600)
 
     def close(self) -> None:
         """Close the connection."""
