@@ -6,11 +6,15 @@ disabled user is the same :class:`~coremetry.auth.LoginFailed`, after the same s
 Throttling, per user name and per client (the caller's ``client_key``, e.g. the peer address),
 each tracked separately:
 
-- The first :data:`FREE_FAILURES` (5) failures cost nothing extra.
-- After that, each attempt waits ``min(MAX_DELAY_S, BASE_DELAY_S * 2 ** (n - FREE_FAILURES))``
+- The first :data:`FREE_FAILURES` (5) failures of a user name, and the first
+  :data:`CLIENT_FREE_FAILURES` (50) of a client, cost nothing extra. A client's allowance is
+  larger because a client key is shared: every user behind one proxy, or on the loopback
+  address the server binds by default, has the same one, and a handful of wrong guesses by one
+  of them (or by anyone there) must not lock the others out. Guessing one account stays at 5.
+- After that, each attempt waits ``min(MAX_DELAY_S, BASE_DELAY_S * 2 ** (n - free))``
   seconds after the key's previous attempt or failure, ``n`` being the key's failures plus the
-  attempts for it still in progress: 1 s after 5 failures, then 2, 4, 8, 16, and 30 s from the
-  10th on. With both keys involved, the longer wait applies. The wait happens before the
+  attempts for it still in progress: 1 s after 5 failures of a name, then 2, 4, 8, 16, and 30 s
+  from the 10th on. With both keys involved, the longer wait applies. The wait happens before the
   password is checked, so nothing is learnt earlier.
 - Counting in-progress attempts makes concurrent guesses queue up one delay apart instead of
   all running after one wait. An attempt whose turn is more than :data:`MAX_WAIT_S` (60 s) away
@@ -45,7 +49,10 @@ from .principal import Claims, LoginFailed, LoginThrottled
 _log: Final = logging.getLogger(__name__)
 
 FREE_FAILURES: Final = 5
-"""Failures per key before attempts are slowed down."""
+"""Failures of one user name before its attempts are slowed down."""
+
+CLIENT_FREE_FAILURES: Final = 50
+"""Failures from one client key (e.g. one address) before its attempts are slowed down."""
 
 BASE_DELAY_S: Final = 1.0
 """Wait after the first throttled failure, in seconds; doubles with each further one."""
@@ -102,6 +109,7 @@ class LoginService:
         issuer: JwtIssuer,
         *,
         free_failures: int = FREE_FAILURES,
+        client_free_failures: int = CLIENT_FREE_FAILURES,
         base_delay_s: float = BASE_DELAY_S,
         max_delay_s: float = MAX_DELAY_S,
         max_wait_s: float = MAX_WAIT_S,
@@ -112,6 +120,7 @@ class LoginService:
         self._store = store
         self._issuer = issuer
         self._free_failures = free_failures
+        self._client_free_failures = client_free_failures
         self._base_delay_s = base_delay_s
         self._max_delay_s = max_delay_s
         self._max_wait_s = max_wait_s
@@ -120,14 +129,20 @@ class LoginService:
         self._limiter = trio.CapacityLimiter(max_concurrent_hashes)
         self._states: dict[_Key, _Backoff] = {}
 
-    def delay_s(self, failures: int) -> float:
+    def delay_s(self, failures: int, *, client: bool = False) -> float:
         """The wait imposed on a key with ``failures`` failures (plus attempts in progress).
 
+        Args:
+            failures: the key's failures plus its attempts in progress.
+            client: the key is a client's (its allowance is ``client_free_failures``), not a
+                user name's (``free_failures``).
+
         Returns:
-            Seconds: 0 below ``free_failures``, then ``base_delay_s`` doubling per failure, at
+            Seconds: 0 below the allowance, then ``base_delay_s`` doubling per failure, at
             most ``max_delay_s``.
         """
-        excess = failures - self._free_failures
+        free = self._client_free_failures if client else self._free_failures
+        excess = failures - free
         if excess < 0:
             return 0.0
         return min(self._max_delay_s, self._base_delay_s * 2.0 ** min(excess, 64))
@@ -192,8 +207,8 @@ class LoginService:
         self._prune(now)
         states = [self._state(key, now) for key in keys]
         start_at = now
-        for state in states:
-            delay = self.delay_s(state.failures + state.pending)
+        for key, state in zip(keys, states, strict=True):
+            delay = self.delay_s(state.failures + state.pending, client=key[0] == "client")
             if delay > 0:
                 start_at = max(start_at, state.anchor_at + delay)
         if start_at - now > self._max_wait_s:
