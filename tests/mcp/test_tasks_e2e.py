@@ -738,3 +738,33 @@ async def test_revisions_before_2025_11_25_have_no_tasks() -> None:
     check_emitted(answer, "2025-06-18", "tools/call")
     assert only_text_of(answer) == "slept 0 ms"  # answered directly: `task` means nothing here
     assert error_of(as_object(json.loads(listed.body)))["code"] == -32601
+
+
+async def test_a_task_is_shown_in_the_shape_of_the_revision_that_asks() -> None:
+    """Created over 2026-07-28, listed and read over 2025-11-25: ``ttl``/``pollInterval``, as
+    that revision's schema requires (``rpc`` validates it); found by the fresh-user run, where
+    2025-11-25 ``tasks/list`` mixed in 2026 ``ttlMs`` entries and the SDK refused the list."""
+    server = build_mcp_server(fixture=True)
+    stateless = Connection(caller=ALICE, transport="http")
+    with trio.fail_after(LIMIT_S):
+        async with server.tasks_running():
+            created = await rpc(
+                server,
+                stateless,
+                "tools/call",
+                {
+                    "name": "sleep_ms",
+                    "arguments": {"ms": 0},
+                    "_meta": stateless_meta(extension=True),
+                },
+            )
+            task_id = str(as_object(created["result"])["taskId"])
+            assert "ttlMs" in as_object(created["result"])
+            await server.tasks.wait_done(task_id)
+            listed = await rpc(server, handshake_conn(ALICE), "tasks/list", {})
+            got = await rpc(server, handshake_conn(ALICE), "tasks/get", {"taskId": task_id})
+    (shown,) = as_list(as_object(listed["result"])["tasks"])
+    for task in (as_object(shown), as_object(got["result"])):
+        assert task["taskId"] == task_id
+        assert {"ttl", "pollInterval"} <= task.keys()
+        assert not {"ttlMs", "pollIntervalMs"} & task.keys()

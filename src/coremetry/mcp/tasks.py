@@ -685,13 +685,21 @@ class TaskManager:
                 )
             self._check_enabled()
 
-    def _task_fields(self, task: StoredTask) -> JsonObject:
+    def _task_fields(self, task: StoredTask, *, stateless: bool | None = None) -> JsonObject:
+        """The task as the wire shows it, in one revision's shape.
+
+        ``stateless`` picks the revision of the *request* asking (2026-07-28 ``ttlMs`` /
+        ``pollIntervalMs``, 2025-11-25 ``ttl`` / ``pollInterval``); ``None``: the revision the
+        task was created in (its status notifications go where it was created). A task made
+        over one revision and read over the other is shown in the reader's shape, which its
+        schema requires.
+        """
         fields: JsonObject = {"taskId": task.task_id, "status": task.status}
         if task.status_message:
             fields["statusMessage"] = task.status_message
         fields["createdAt"] = _iso(task.created_at)
         fields["lastUpdatedAt"] = _iso(task.updated_at)
-        if task.era == "stateless":
+        if task.era == "stateless" if stateless is None else stateless:
             fields["ttlMs"] = task.ttl_ms
             fields["pollIntervalMs"] = task.poll_interval_ms
         else:
@@ -708,7 +716,7 @@ class TaskManager:
         """``tasks/get``: the task's status (2026-07-28: with its result, error or inputs)."""
         self._gate(request)
         task = self._owned(params.task_id, conn)
-        body = self._task_fields(task)
+        body = self._task_fields(task, stateless=request.stateless)
         if request.stateless:
             if task.status == "completed" and task.result is not None:
                 body["result"] = task.result
@@ -744,7 +752,7 @@ class TaskManager:
         self._finish(task, "cancelled", "Cancelled by the client.")
         if request.stateless:
             return self._complete(request, {})
-        return self._complete(request, self._task_fields(task))
+        return self._complete(request, self._task_fields(task, stateless=request.stateless))
 
     def update(self, request: Request, params: TaskUpdateParams, conn: Connection) -> Reply:
         """``tasks/update`` (2026-07-28): answers to the task's pending ``inputRequests``.
@@ -815,7 +823,9 @@ class TaskManager:
             key=lambda t: (t.created_at, t.task_id),
         )
         shown, next_cursor = page("tasks", mine, params.cursor, self._page_size)
-        body: JsonObject = {"tasks": [self._task_fields(t) for t in shown]}
+        body: JsonObject = {
+            "tasks": [self._task_fields(t, stateless=request.stateless) for t in shown]
+        }
         if not isinstance(next_cursor, UnsetType):
             body["nextCursor"] = next_cursor
         return self._complete(request, body)
