@@ -383,17 +383,20 @@ async def test_pkce_is_required_and_only_s256(tmp_path: Path) -> None:
 
 async def test_a_wrong_verifier_or_a_reused_code_gets_nothing(tmp_path: Path) -> None:
     with trio.fail_after(LIMIT_S):
-        async with oauth_server(tmp_path) as (_live, flow):
+        async with oauth_server(tmp_path) as (live, flow):
             code = await flow.code("vera")
             wrong = await flow.exchange(code, code_verifier=pkce()[0])
             first = await flow.exchange(code)
             again = await flow.exchange(code)
             refresh = str(as_object(first.json())["refresh_token"])
             after_reuse = await flow.refresh(refresh)
+            rows = await trio.to_thread.run_sync(lambda: live.security.audit.tail(50))
     refused_grant(wrong)
     assert first.status_code == 200
     refused_grant(again)
     refused_grant(after_reuse)  # the code's second use revoked what its first use started
+    reuse = [row for row in rows if row.name.startswith("oauth code-reuse ")]
+    assert [(row.sub, row.outcome) for row in reuse] == [("vera", "denied")]
 
 
 async def test_redirect_uris_match_exactly_but_loopback_ports_may_vary(tmp_path: Path) -> None:

@@ -642,7 +642,12 @@ class _CodeGrant(AuthorizationCodeGrant):
         )
 
     def query_authorization_code(self, code: str, client: OAuthClient) -> _Code | None:
-        record = self._server.store.peek_code(code, client.client_id)
+        server = self._server
+
+        def reused(user: str, role: str) -> None:  # the grant it started is revoked
+            server.record("code-reuse", user, role, client.client_id, ok=False)
+
+        record = server.store.peek_code(code, client.client_id, on_reuse=reused)
         return _Code(code, record) if record is not None else None
 
     def delete_authorization_code(self, authorization_code: _Code) -> None:

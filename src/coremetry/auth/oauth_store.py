@@ -28,12 +28,23 @@ import hashlib
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final, Literal
 
 import msgspec
 
 from coremetry.private_files import create_private_file
+
+
+class _CodeReused(Exception):
+    """An authorization code presented after its use (carries whose it was)."""
+
+    def __init__(self, user: str, role: str) -> None:
+        super().__init__(user)
+        self.user = user
+        self.role = role
+
 
 DB_FILENAME: Final = "oauth.db"
 """The OAuth database inside the data dir."""
@@ -199,13 +210,31 @@ class OAuthStore:
                 ),
             )
 
-    def peek_code(self, code: str, client_id: str) -> CodeRecord | None:
+    def peek_code(
+        self,
+        code: str,
+        client_id: str,
+        on_reuse: Callable[[str, str], None] | None = None,
+    ) -> CodeRecord | None:
         """The unused, unexpired code of ``client_id``, or ``None``.
 
         A code presented again after its use revokes the family its first use started
-        (RFC 6749 §4.1.2) and answers ``None``.
+        (RFC 6749 §4.1.2) and answers ``None``; ``on_reuse(user, role)`` is then called (after
+        the store's lock is released), for the audit log.
         """
         now = self.now()
+        reused: tuple[str, str] | None = None
+        try:
+            return self._peek_code_locked(code, client_id, now, on_reuse is not None)
+        except _CodeReused as reuse:
+            reused = (reuse.user, reuse.role)
+        if on_reuse is not None and reused is not None:
+            on_reuse(*reused)
+        return None
+
+    def _peek_code_locked(
+        self, code: str, client_id: str, now: int, tell: bool
+    ) -> CodeRecord | None:
         with self._lock, self._db:
             row = self._db.execute(
                 "SELECT client_id, user, role, scope, redirect_uri, resource, challenge,"
@@ -217,6 +246,8 @@ class OAuthStore:
             if row[9] is not None:
                 if row[10] is not None:
                     self._revoke_family_locked(row[10], now)
+                if tell:
+                    raise _CodeReused(str(row[1]), str(row[2]))
                 return None
             if row[8] < now:
                 return None
