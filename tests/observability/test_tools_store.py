@@ -132,6 +132,22 @@ async def test_empty_window_points_at_the_stored_data(tmp_path: Path) -> None:
     assert "data_extent" in logs
 
 
+async def test_an_empty_answer_over_all_the_data_says_to_loosen_the_filters(
+    tmp_path: Path,
+) -> None:
+    """A window that holds every stored record: moving it cannot help (fresh-user run)."""
+    async with tools_over(tmp_path, [OAUTH]) as server:
+        window = window_of(OAUTH)  # the files' span of time: the stored extent lies inside
+        wide = {"start": window["start"], "end": window["end"]}
+        none = await call(server, "search_traces", {**wide, "min_duration_ms": 10**9})
+        some = await call(server, "search_traces", {**wide})
+    assert none.get("traces") == [], none
+    note = str(none["note"])
+    assert "the window already covers all of it" in note
+    assert "retry with start/end" not in note
+    assert some["traces"] != [], "the stored traces lie inside the window"
+
+
 def versioned(path: Path, version: str) -> TelemetryBatch:
     """A real trace file's spans with ``service.version`` set on every resource.
 

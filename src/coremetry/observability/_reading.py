@@ -140,10 +140,19 @@ async def absent_data_note(
         "start": rfc3339(extent.start_unix_nano),
         "end": rfc3339(extent.end_unix_nano - 1),
     }
+    if window.start_unix_nano <= extent.start_unix_nano and extent.end_unix_nano <= (
+        window.end_unix_nano
+    ):
+        # Moving the window cannot help: it already holds every stored record.
+        advice = (
+            ": the window already covers all of it, so nothing matches the other arguments; "
+            "loosen them (text, severity, service, attributes) instead"
+        )
+    else:
+        advice = ": retry with start/end (or a longer range) inside that extent"
     return {
         "note": f"no {what} in {shown['start']} .. {shown['end']}; stored telemetry spans "
-        f"{data_extent['start']} .. {data_extent['end']}{newest}: retry with start/end (or a "
-        "longer range) inside that extent",
+        f"{data_extent['start']} .. {data_extent['end']}{newest}{advice}",
         "data_extent": data_extent,
         **extra,
     }
