@@ -56,10 +56,11 @@ __all__ = [
 ]
 
 NO_DETECTION_NOTE: Final = (
-    "No problem detection has run on this data yet (`coremetry detect` finds problems and "
-    "stores them), so there is nothing to list: this is not evidence that all is well. Use "
-    "get_service (likely_origin), list_services (error rates, p95) and search_logs with "
-    "min_severity ERROR instead."
+    "No problem detection has run on this data yet (`coremetry serve` runs the detector every "
+    "detection.interval_s, 60 s by default, the first time one interval after it starts; "
+    "`coremetry detect` runs it once), so there is nothing to list: this is not evidence "
+    "that all is well. Use get_service (likely_origin), list_services (error rates, p95) and "
+    "search_logs with min_severity ERROR instead."
 )
 """What the problem and anomaly tools say when no detection has stored problems."""
 
