@@ -107,6 +107,7 @@ def node_clients(session: nox.Session) -> None:
     session.run("pytest", "tests/node", *session.posargs, env={"COREMETRY_NODE_TESTS": "1"})
 
 
+@nox.session(python=PYTHON)
 def browser(session: nox.Session) -> None:
     """OAuth sign-in through the page in a real headless browser, and the MCP Inspector CLI
     connecting after OAuth (issue 18).
