@@ -977,44 +977,36 @@ def log_counts(
         raw_ranges = [(last, end)] if last < end else []
     else:
         return None
-    counts: dict[str, dict[int, list[int]]] = {}
-
-    def add(name: str, bucket: int, records: int, warn: int, error: int) -> None:
-        found = counts.setdefault(name, {}).setdefault(bucket, [0, 0, 0])
-        found[0] += records
-        found[1] += warn
-        found[2] += error
-
+    # Both queries yield (service.name, bucket index, records, warn, error): the rolled minutes
+    # and the partial minutes' raw records add into the same buckets.
+    queries: list[tuple[str, list[int]]] = []
     if rolled:
         where = " OR ".join("(x.width = ? AND x.bucket >= ? AND x.bucket < ?)" for _ in rolled)
-        for name, bucket, records, warn, error in ctx.execute(
-            "SELECT r.service_name, (x.bucket - ?) / ?, sum(x.records), sum(x.warn_records), "
-            "sum(x.error_records) FROM red_logs x JOIN resources r ON r.id = x.resource_id "
-            f"WHERE {where} GROUP BY 1, 2",
-            [start, step, *(v for r in rolled for v in r)],
-        ):
-            add(
-                cast(str, name),
-                cast(int, bucket),
-                cast(int, records),
-                cast(int, warn),
-                cast(int, error),
+        queries.append(
+            (
+                "SELECT r.service_name, (x.bucket - ?) / ?, sum(x.records), "
+                "sum(x.warn_records), sum(x.error_records) FROM red_logs x "
+                f"JOIN resources r ON r.id = x.resource_id WHERE {where} GROUP BY 1, 2",
+                [start, step, *(v for r in rolled for v in r)],
             )
+        )
     if raw_ranges:
         where = " OR ".join("(l.time_unix_nano >= ? AND l.time_unix_nano < ?)" for _ in raw_ranges)
-        for name, bucket, records, warn, error in ctx.execute(
-            "SELECT l.service_name, (l.time_unix_nano - ?) / ?, count(*), "
-            "sum(l.severity_number BETWEEN 13 AND 16), sum(l.severity_number >= 17) "
-            f"FROM logs l WHERE {where} GROUP BY 1, 2",
-            [start, step, *(v for r in raw_ranges for v in r)],
-        ):
-            add(
-                cast(str, name),
-                cast(int, bucket),
-                cast(int, records),
-                cast(int, warn),
-                cast(int, error),
+        queries.append(
+            (
+                "SELECT l.service_name, (l.time_unix_nano - ?) / ?, count(*), "
+                "sum(l.severity_number BETWEEN 13 AND 16), sum(l.severity_number >= 17) "
+                f"FROM logs l WHERE {where} GROUP BY 1, 2",
+                [start, step, *(v for r in raw_ranges for v in r)],
             )
+        )
+    counts: dict[str, dict[int, list[int]]] = {}
+    for sql, parameters in queries:
+        for name, bucket, records, warn, error in ctx.execute(sql, parameters):
+            found = counts.setdefault(cast(str, name), {}).setdefault(cast(int, bucket), [0, 0, 0])
+            found[0] += cast(int, records)
+            found[1] += cast(int, warn)
+            found[2] += cast(int, error)
     return [
         LogCountSeries(
             service_name=name,
