@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -473,3 +474,30 @@ async def test_every_query_is_answered_through_indexes(tmp_path: Path) -> None:
                 assert not scans, f"full scan in {sql!r}: {plan}"
         finally:
             conn.close()
+
+
+async def test_an_idle_store_lets_go_of_its_reader_connections_and_still_answers(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    from coremetry.store.sqlite._store import IDLE_RELEASE_S
+
+    path = tmp_path / "t.db"
+    now = time.time_ns()
+    window = TimeRange(start_unix_nano=now - DAY, end_unix_nano=now + SECOND)
+    async with open_sqlite_store(path, retention_days=0, query_threads=3) as store:
+        await store.write(TelemetryBatch(spans=[span(i, now - i * SECOND) for i in range(50)]))
+        async with trio.open_nursery() as nursery:  # three reads at once: three connections
+            for _ in range(3):
+                nursery.start_soon(
+                    partial(store.search_traces, TraceQuery(time_range=window), limit=10)
+                )
+        assert store.pooled_readers >= 2
+
+        await trio.sleep(IDLE_RELEASE_S * 1.6)  # the background pass ran after the idle time
+
+        assert store.pooled_readers == 0  # closed: their page caches and maps given back
+        assert await store.release_idle_memory() is False  # nothing left to release
+        page = await store.search_traces(TraceQuery(time_range=window), limit=100)
+        assert page.total == 50  # a read after the release opens a connection and answers
+        assert store.pooled_readers == 1
+        assert await store.release_idle_memory() is False  # not idle long enough yet

@@ -69,7 +69,7 @@ from coremetry.store.model import LogRecord, Span, TelemetryBatch
 from coremetry.supervision import supervise
 
 from . import _queries, _rollups
-from ._runtime import ReadContext, connect, run_interruptible
+from ._runtime import ReadContext, connect, release_free_memory, run_interruptible
 from ._schema import SchemaTooNew, migrate
 from ._writer import Writer
 
@@ -84,6 +84,13 @@ RETENTION_CHUNK: Final = 5000
 """Rows per kind deleted in one retention transaction."""
 PENDING_PASS_S: Final = 5.0
 """Seconds between two runs of the roll-ups' deferred pass (children whose parent came)."""
+IDLE_RELEASE_S: Final = 10.0
+"""Seconds without a read after which the store gives back the memory its reads held: the
+pooled reader connections are closed (their page caches freed, their ``mmap`` of the file
+unmapped; the next read opens one again, ~1 ms), the writer's page cache is shrunk
+(``PRAGMA shrink_memory``) and the C allocator returns freed pages to the OS
+(:func:`~._runtime.release_free_memory`). So a burst of large reads raises the process's RSS
+only while it lasts."""
 
 
 def _is_operational(exc: sqlite3.Error) -> bool:
@@ -113,6 +120,9 @@ class SqliteStore:
         self._limiter = trio.CapacityLimiter(query_threads)
         self._write_lock = trio.Lock()
         self._readers: list[sqlite3.Connection] = []
+        self._reads_in_flight = 0
+        self._last_read_end = trio.current_time()
+        self._memory_released = True
         self._closed = False
         self._background: trio.CancelScope | None = None
 
@@ -142,6 +152,8 @@ class SqliteStore:
             self._check_open()
             conn = self._readers.pop() if self._readers else None
             healthy = False
+            self._reads_in_flight += 1
+            self._memory_released = False
             try:
                 with self._mapped():
                     if conn is None:
@@ -155,6 +167,8 @@ class SqliteStore:
                 healthy = True
                 raise
             finally:
+                self._reads_in_flight -= 1
+                self._last_read_end = trio.current_time()
                 if conn is not None:
                     if healthy and not self._closed and not conn.in_transaction:
                         self._readers.append(conn)
@@ -215,6 +229,42 @@ class SqliteStore:
                 return
             except StoreUnavailable as exc:
                 log.warning("roll-up pass failed (will retry): %s", exc)
+
+    @property
+    def pooled_readers(self) -> int:
+        """Reader connections open and idle in the pool (each holds a page cache and a map)."""
+        return len(self._readers)
+
+    async def release_idle_memory(self) -> bool:
+        """Give back the memory reads held, if no read ran for :data:`IDLE_RELEASE_S` seconds.
+
+        Returns:
+            ``True`` if it released (the store was idle and had read since the last release).
+        """
+        idle_s = trio.current_time() - self._last_read_end
+        if self._memory_released or self._reads_in_flight or idle_s < IDLE_RELEASE_S:
+            return False
+        self._check_open()
+        readers, self._readers = self._readers, []
+        self._memory_released = True
+        for conn in readers:
+            conn.close()
+        async with self._write_lock:
+            self._check_open()
+            with self._mapped():
+                await trio.to_thread.run_sync(self._writer.conn.execute, "PRAGMA shrink_memory")
+        await trio.to_thread.run_sync(release_free_memory)
+        return True
+
+    async def _run_idle_release(self) -> None:
+        while True:
+            await trio.sleep(IDLE_RELEASE_S / 2)
+            try:
+                await self.release_idle_memory()
+            except StoreClosed:
+                return
+            except StoreUnavailable as exc:
+                log.warning("releasing idle memory failed (will retry): %s", exc)
 
     async def _run_retention(self, interval_s: float) -> None:
         while True:
@@ -453,6 +503,14 @@ async def open_sqlite_store(
                     "store roll-up pass",
                     store._run_pending,
                     restart_after_s=PENDING_PASS_S,
+                )
+            )
+            nursery.start_soon(
+                partial(
+                    supervise,
+                    "store idle memory release",
+                    store._run_idle_release,
+                    restart_after_s=IDLE_RELEASE_S,
                 )
             )
             try:
