@@ -128,6 +128,21 @@ class AuditConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     warned about (a call is never slowed down by the audit log)."""
 
 
+def default_max_calls_per_identity() -> int:
+    """Half the CPU cores this process may run on (``os.sched_getaffinity``), 1 or 2.
+
+    A store call of a heavy tool keeps a core busy (SQLite scans in a worker thread), so with
+    as many calls as cores one identity would leave the event loop, which serves every other
+    client, and the other identities' queries without a core: on a 2-core machine the default
+    is 1, from 4 cores 2 (``store.max_calls_per_identity``).
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(2, cores // 2))
+
+
 class StoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The telemetry store (embedded SQLite in ``<data_dir>/telemetry.db`` by default)."""
 
@@ -142,10 +157,13 @@ class StoreConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """How often the retention task runs, in seconds."""
     query_threads: int = 4
     """Worker threads that may run store queries at once (a trio ``CapacityLimiter``)."""
-    max_calls_per_identity: int = 2
+    max_calls_per_identity: int = msgspec.field(
+        default_factory=lambda: default_max_calls_per_identity()
+    )
     """Store calls the tools, resources and prompts of one identity (``caller.subject``) may
     run at once; more wait their turn, within their deadline. Below ``max_calls`` so another
-    identity always finds a slot."""
+    identity always finds a slot. Default: :func:`default_max_calls_per_identity` (half the CPU
+    cores, 1 or 2), so that one identity's scans never occupy every core."""
     max_calls: int = 4
     """Store calls of tools, resources and prompts that may run at once, all identities
     together; waiting identities take turns for the next free slot. Admitted calls beyond
