@@ -66,6 +66,11 @@ async def test_newest_traces_are_the_windows_newest_read_from_its_end(tmp_path: 
         assert [t.trace_id for t in found] == [t.trace_id for t in whole.items]
         assert part.end_unix_nano == END
         assert END - WEEK < part.start_unix_nano <= END - 20 * MINUTE, "not the whole week"
+        # A rate far above the real one: the part grows until it holds the 200 newest.
+        newest = await store.search_traces(query, limit=200)
+        found, part = await newest_traces(store, query, 200, 1000 * REQUESTS / WEEK)
+        assert [t.trace_id for t in found] == [t.trace_id for t in newest.items]
+        assert 200 * MINUTE <= part.end_unix_nano - part.start_unix_nano < REQUESTS * MINUTE
         # More than the window holds: every trace, after reading the whole window.
         found, part = await newest_traces(store, query, 2 * REQUESTS, REQUESTS / WEEK)
         assert len(found) == REQUESTS

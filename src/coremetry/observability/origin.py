@@ -11,10 +11,10 @@ looks past that, the way an engineer reads traces:
    service, plus the newest ``slow_traces`` traces with a span of it at or above its p95
    entry-span duration (so slow requests are represented even when the newest ones are fast),
    are ranked by trace duration. Each search reads only the *end* of the window: a recent part
-   sized from the group's request rate to hold about twice what is wanted, widened 4x at a time
-   (up to the whole window) while it holds fewer (:func:`newest_traces`), so the cost grows
-   with the sample, not with the window; ``sampled`` in the result names the part each search
-   read. The slowest tenth (at least one, at most ``slow_traces``) are the *slow*
+   sized from the group's request rate to hold about twice what is wanted, widened (at most 4x
+   at a time, up to the whole window) while it holds fewer (:func:`newest_traces`), so the
+   cost grows with the sample, not with the window; ``sampled`` in the result names the part
+   each search read. The slowest tenth (at least one, at most ``slow_traces``) are the *slow*
    traces; up to ``typical_traces`` evenly spaced from the faster half are the *typical* ones.
    Each is read (at most :data:`ANALYSIS_SPANS` spans) and analysed
    (:mod:`coremetry.analysis.trace_analysis`).
@@ -95,7 +95,7 @@ SLOW_SHARE: Final = 0.05
 SAMPLE_HEADROOM: Final = 2.0
 """The first part of the window searched is expected to hold this many times what is wanted."""
 WIDEN: Final = 4
-"""Each further search reads a part this many times longer (up to the whole window)."""
+"""A further search reads a part at most this many times longer (up to the whole window)."""
 MIN_SAMPLE_NS: Final = 60 * NS_PER_S
 """The shortest part of the window searched for a sample."""
 MIN_SHARE_OF_GAP: Final = 0.1
@@ -163,7 +163,9 @@ async def newest_traces(
 
     The first search reads the last ``SAMPLE_HEADROOM * want / expected_per_ns`` nanoseconds of
     ``query.time_range`` (at least :data:`MIN_SAMPLE_NS`); while it finds fewer than ``want``
-    and has not read the whole window, the next search reads a part :data:`WIDEN` times longer.
+    and has not read the whole window, the next search reads a longer part: long enough for
+    ``want`` at the rate just found plus a quarter, at least 1.5x and at most :data:`WIDEN`
+    times the last (:data:`WIDEN` times when it found none).
     A trace's place among the newest is by its start (as ``search_traces`` orders them), and a
     trace matches by a span in the part read, so the sample is the window's newest ``want``
     up to traces that started before the part read.
@@ -194,9 +196,11 @@ async def newest_traces(
         page = await store.search_traces(
             msgspec.structs.replace(query, time_range=part), limit=want
         )
-        if len(page.items) >= want or start == window.start_unix_nano:
+        found = len(page.items)
+        if found >= want or start == window.start_unix_nano:
             return page.items, part
-        length *= WIDEN
+        # Long enough for the rate just seen (with a quarter more), between 1.5x and WIDEN x.
+        length = math.ceil(length * min(WIDEN, max(1.5, 1.25 * want / max(1, found))))
 
 
 async def _samples(
