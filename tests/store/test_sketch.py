@@ -80,3 +80,15 @@ def test_encoded_sketches_merge_without_decoding(seed: int) -> None:
     a.merge(b)
     assert (merged.bins, merged.zeros) == (a.bins, a.zeros)
     assert merge_encoded(merged.encode(), LatencySketch().encode()) == merged.encode()
+
+
+@pytest.mark.parametrize("zeros", [0, 1, 60, 96, 100])
+def test_percentiles_in_one_pass_equal_each_percentile_alone(zeros: int) -> None:
+    # Wide sketches (hundreds of bins) with zero durations below some, all or none of the ranks.
+    rng = random.Random(zeros)
+    sketch = LatencySketch()
+    for _ in range(zeros):
+        sketch.add(0)
+    for _ in range(100 - zeros):
+        sketch.add(int(rng.lognormvariate(14, 4)))
+    assert sketch.percentiles() == tuple(sketch.percentile(p) for p in (50, 95, 99))

@@ -9,8 +9,12 @@ looks past that, the way an engineer reads traces:
    at most :data:`MAX_ENTRY_GROUPS`, busiest first — each form a group.
 2. **Samples.** Per group, the newest :data:`SAMPLE_TRACES` trace summaries through the group's
    service, plus the newest ``slow_traces`` traces with a span of it at or above its p95
-   entry-span duration (so slow requests across the window are represented), are ranked by
-   trace duration. The slowest tenth (at least one, at most ``slow_traces``) are the *slow*
+   entry-span duration (so slow requests are represented even when the newest ones are fast),
+   are ranked by trace duration. Each search reads only the *end* of the window: a recent part
+   sized from the group's request rate to hold about twice what is wanted, widened (at most 4x
+   at a time, up to the whole window) while it holds fewer (:func:`newest_traces`), so the
+   cost grows with the sample, not with the window; ``sampled`` in the result names the part
+   each search read. The slowest tenth (at least one, at most ``slow_traces``) are the *slow*
    traces; up to ``typical_traces`` evenly spaced from the faster half are the *typical* ones.
    Each is read (at most :data:`ANALYSIS_SPANS` spans) and analysed
    (:mod:`coremetry.analysis.trace_analysis`).
@@ -29,7 +33,8 @@ looks past that, the way an engineer reads traces:
    ``query_metric`` gives for the focus with ``step="1m"``) against the metric's median over
    the whole window (:func:`series_shift`).
 
-Cost bound: per group two trace-summary searches plus at most ``slow_traces + typical_traces``
+Cost bound: per group two trace-summary searches (each over the recent part of the window that
+holds its sample, a few more when it has to widen) plus at most ``slow_traces + typical_traces``
 trace reads, then at most six more queries for the evidence; everything under the call's deadline.
 The method is a heuristic over samples; the result says which and how many traces it read.
 """
@@ -39,6 +44,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from coremetry.analysis import CriticalPathTally as _Tally
 from coremetry.analysis import analyse_trace
@@ -72,6 +79,7 @@ __all__ = [
     "latency_series",
     "latency_shifts",
     "likely_origin",
+    "newest_traces",
     "series_shift",
 ]
 
@@ -82,6 +90,14 @@ MAX_ENTRY_GROUPS: Final = 3
 MINUTE_NS: Final = 60 * NS_PER_S
 SAMPLE_TRACES: Final = 200
 """Trace summaries sampled per group (newest first) to split into slow and typical."""
+SLOW_SHARE: Final = 0.05
+"""Share of a service's requests at or above its p95: sizes the part searched for slow ones."""
+SAMPLE_HEADROOM: Final = 2.0
+"""The first part of the window searched is expected to hold this many times what is wanted."""
+WIDEN: Final = 4
+"""A further search reads a part at most this many times longer (up to the whole window)."""
+MIN_SAMPLE_NS: Final = 60 * NS_PER_S
+"""The shortest part of the window searched for a sample."""
 MIN_SHARE_OF_GAP: Final = 0.1
 """A likely origin's excess must explain at least this share of how much slower the slow
 traces are than the typical ones (mean trace durations), else none is named."""
@@ -123,35 +139,117 @@ def entry_services(
     return entries
 
 
+@dataclass(frozen=True)
+class _Sampled:
+    """One sample search: what it found and the part of the window it read."""
+
+    what: str
+    traces: list[TraceSummary]
+    part: TimeRange
+
+    def as_json(self) -> JsonObject:
+        return {
+            "what": self.what,
+            "start": rfc3339(self.part.start_unix_nano),
+            "end": rfc3339(self.part.end_unix_nano),
+            "traces": len(self.traces),
+        }
+
+
+async def newest_traces(
+    store: TelemetryStore, query: TraceQuery, want: int, expected_per_ns: float
+) -> tuple[list[TraceSummary], TimeRange]:
+    """The newest ``want`` traces matching ``query``, read from the end of its window.
+
+    The first search reads the last ``SAMPLE_HEADROOM * want / expected_per_ns`` nanoseconds of
+    ``query.time_range`` (at least :data:`MIN_SAMPLE_NS`); while it finds fewer than ``want``
+    and has not read the whole window, the next search reads a longer part: long enough for
+    ``want`` at the rate just found plus a quarter, at least 1.5x and at most :data:`WIDEN`
+    times the last (:data:`WIDEN` times when it found none).
+    A trace's place among the newest is by its start (as ``search_traces`` orders them), and a
+    trace matches by a span in the part read, so the sample is the window's newest ``want``
+    up to traces that started before the part read.
+
+    Args:
+        store: the store.
+        query: the search, over the whole window.
+        want: how many traces.
+        expected_per_ns: matching traces per nanosecond expected over the window (e.g. the
+            service's request count over the window's length); 0 reads the whole window.
+
+    Returns:
+        ``(traces, part)``: at most ``want`` summaries, newest first, and the part of the
+        window the last search read.
+
+    Raises:
+        QueryRejected, StoreUnavailable, StoreClosed: from the store.
+    """
+    window = query.time_range
+    whole = window.end_unix_nano - window.start_unix_nano
+    if expected_per_ns > 0:
+        length = max(MIN_SAMPLE_NS, math.ceil(SAMPLE_HEADROOM * want / expected_per_ns))
+    else:
+        length = whole
+    while True:
+        start = max(window.start_unix_nano, window.end_unix_nano - length)
+        part = TimeRange(start_unix_nano=start, end_unix_nano=window.end_unix_nano)
+        page = await store.search_traces(
+            msgspec.structs.replace(query, time_range=part), limit=want
+        )
+        found = len(page.items)
+        if found >= want or start == window.start_unix_nano:
+            return page.items, part
+        # Long enough for the rate just seen (with a quarter more), between 1.5x and WIDEN x.
+        length = math.ceil(length * min(WIDEN, max(1.5, 1.25 * want / max(1, found))))
+
+
 async def _samples(
     store: TelemetryStore,
     window: TimeRange,
     group: ServiceSummary,
     slow_traces: int,
     typical_traces: int,
-) -> tuple[list[TraceSummary], list[TraceSummary]]:
-    """The slow and typical traces through ``group``'s service (module docstring, step 2)."""
-    sample = await store.search_traces(
-        TraceQuery(time_range=window, service_name=group.service_name), limit=SAMPLE_TRACES
+) -> tuple[list[TraceSummary], list[TraceSummary], list[_Sampled]]:
+    """The slow and typical traces through ``group``'s service (module docstring, step 2).
+
+    Also returns the searches made (what each found and the part of the window it read).
+    """
+    per_ns = group.request_count / max(1, window.end_unix_nano - window.start_unix_nano)
+    found, part = await newest_traces(
+        store,
+        TraceQuery(time_range=window, service_name=group.service_name),
+        SAMPLE_TRACES,
+        per_ns,
     )
-    pool = {t.trace_id: t for t in sample.items}
+    searches = [_Sampled("the newest traces through the service", found, part)]
+    pool = {t.trace_id: t for t in found}
     if group.request_count >= MIN_REQUESTS and group.p95_duration_ns is not None:
-        slow_page = await store.search_traces(
+        slow_found, slow_part = await newest_traces(
+            store,
             TraceQuery(
                 time_range=window,
                 service_name=group.service_name,
                 min_duration_ns=group.p95_duration_ns,
             ),
-            limit=slow_traces,
+            slow_traces,
+            per_ns * SLOW_SHARE,
         )
-        pool.update((t.trace_id, t) for t in slow_page.items)
+        searches.append(
+            _Sampled(
+                "the newest traces with a span of the service at or above its p95 "
+                f"({ms(group.p95_duration_ns):,.1f} ms)",
+                slow_found,
+                slow_part,
+            )
+        )
+        pool.update((t.trace_id, t) for t in slow_found)
     ranked = sorted(pool.values(), key=lambda t: (-t.duration_ns, t.trace_id))
     if len(ranked) < 2:
-        return ranked, []
+        return ranked, [], searches
     slow_count = min(slow_traces, max(1, len(ranked) // 10))
     lower = ranked[len(ranked) // 2 :]
     step = max(1, len(lower) // typical_traces)
-    return ranked[:slow_count], lower[::step][:typical_traces]
+    return ranked[:slow_count], lower[::step][:typical_traces], searches
 
 
 async def _analyse(
@@ -393,7 +491,9 @@ async def likely_origin(
         origin, or ``None``), ``summary`` (one sentence), ``candidates`` (top 5 with
         ``excess_ms``, ``slow_trace_ms``, ``typical_trace_ms``, ``own_ms``,
         ``callers_waiting_ms``), ``highest_raw_latency``, ``slow_traces`` (the three slowest
-        read), ``focus``, ``traces_analysed``, ``method``, and ``evidence`` when asked.
+        read), ``focus``, ``traces_analysed``, ``sampled`` (per group, the part of the window
+        each sample search read and how many traces it found), ``method``, and ``evidence``
+        when asked.
 
     Raises:
         QueryRejected, StoreUnavailable, StoreClosed: from the store.
@@ -406,8 +506,12 @@ async def likely_origin(
         groups = entry_services(summaries, edges)[:MAX_ENTRY_GROUPS]
     tallies: list[tuple[_Tally, _Tally]] = []
     slow_seen: list[TraceSummary] = []
+    sampled: list[JsonObject] = []
     for group in groups:
-        slow, usual = await _samples(store, window, group, slow_traces, typical_traces)
+        slow, usual, searches = await _samples(store, window, group, slow_traces, typical_traces)
+        sampled.append(
+            {"service": group.service_name, "searches": [one.as_json() for one in searches]}
+        )
         slow_tally, typical_tally = _Tally(), _Tally()
         await _analyse(store, slow, slow_tally, service)
         await _analyse(store, usual, typical_tally, service)
@@ -496,6 +600,7 @@ async def likely_origin(
             "slow": sum(slow.traces for slow, _ in tallies),
             "typical": sum(typical.traces for _, typical in tallies),
         },
+        "sampled": sampled,
         "method": METHOD,
     }
     if evidence and top is not None:

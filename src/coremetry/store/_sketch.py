@@ -187,14 +187,17 @@ class LatencySketch:
         while ranks and seen >= ranks[0]:
             found.append(0)
             ranks.pop(0)
-        for key in sorted(self.bins):
-            if not ranks:
-                break
-            seen += self.bins[key]
-            value = max(1, round(_MAPPING.value(key)))
-            while ranks and seen >= ranks[0]:
-                found.append(value)
-                ranks.pop(0)
+        bins = self.bins
+        for key in sorted(bins) if ranks else ():
+            seen += bins[key]
+            if seen >= ranks[0]:
+                # The bin's value only where a rank falls (a week's sketch has hundreds of bins).
+                value = max(1, round(_MAPPING.value(key)))
+                while ranks and seen >= ranks[0]:
+                    found.append(value)
+                    ranks.pop(0)
+                if not ranks:
+                    break
         return (found[0], found[1], found[2])
 
 

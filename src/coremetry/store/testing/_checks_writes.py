@@ -176,6 +176,11 @@ async def check_retention(make_store: MakeStore) -> None:
             sum(1 for s in data.spans if s.start_time_unix_nano >= cutoff),
             "spans kept",
         )
+        _equal(
+            stats.log_count,
+            sum(1 for r in data.logs if r.time_unix_nano >= cutoff),
+            "log records kept",
+        )
         _expect(
             stats.oldest_unix_nano is not None and stats.oldest_unix_nano >= cutoff,
             "nothing older than the cutoff remains",
