@@ -39,6 +39,7 @@ from .budget import (
     shrink_value,
 )
 from .ranges import rfc3339
+from .window_origin import problem_origin
 
 __all__ = [
     "DETECTED_BY",
@@ -121,7 +122,7 @@ def problem_row(problem: Problem) -> JsonObject:
         "start": rfc3339(problem.start_unix_nano),
         "end": rfc3339(problem.end_unix_nano),
         "detected": rfc3339(problem.detected_unix_nano),
-        "origin": problem.services[0] if problem.services else None,
+        "origin": problem_origin(problem),
         "origin_reason": shorten(reason, 300),
         "services": problem.services,
         "anomaly_count": len(problem.anomalies),
