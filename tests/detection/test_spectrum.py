@@ -7,6 +7,7 @@ import pytest
 from coremetry.analysis import analyse_trace
 from coremetry.detection.spectrum import (
     TraceProfile,
+    binomial_tail,
     compare_to_reference,
     profile_trace,
 )
@@ -153,3 +154,27 @@ def test_a_slight_slowdown_is_not_a_slow_trace() -> None:
     assert result.compared == 8
     assert result.slow == 0
     assert result.origin() is None
+
+
+def test_an_error_excess_counts_only_when_chance_does_not_explain_it() -> None:
+    reference = [profile(i) for i in range(40)]
+    # 3 of 30 requests erring at orders, none of 40 before: what a service that errs now and
+    # then shows by chance (binomial tail about 0.03 at the Laplace rate 1/42).
+    sporadic = [profile(100 + i, error_in="orders" if i < 3 else "") for i in range(30)]
+    # 9 of 30: no chance explains it.
+    failing = [profile(200 + i, error_in="orders" if i < 9 else "") for i in range(30)]
+    assert compare_to_reference(sporadic, reference).origin() is None
+    assert compare_to_reference(sporadic, reference, error_alpha=1.0).origin() is not None
+    named = compare_to_reference(failing, reference).origin()
+    assert named is not None
+    assert named.service_name == "orders"
+    assert named.error_share == pytest.approx(0.3)
+
+
+def test_binomial_tail() -> None:
+    assert binomial_tail(0, 10, 0.5) == 1.0
+    assert binomial_tail(11, 10, 0.5) == 0.0
+    assert binomial_tail(10, 10, 0.5) == pytest.approx(0.5**10)
+    assert binomial_tail(1, 3, 0.5) == pytest.approx(1 - 0.125)
+    with pytest.raises(ValueError, match="rate"):
+        binomial_tail(1, 3, 1.5)

@@ -96,6 +96,7 @@ __all__ = [
     "Problem",
     "ProblemStatus",
     "Role",
+    "SeriesIndex",
     "ServiceEvidence",
     "ServiceRank",
     "Symptom",
@@ -104,6 +105,7 @@ __all__ = [
     "describe_anomaly",
     "evidence_window",
     "group_problems",
+    "index_series",
     "rank_origins",
     "retitle",
     "service_evidence",
@@ -314,16 +316,23 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
 
 # -- grouping --------------------------------------------------------------------------------
 
-_Index = dict[str, list[tuple[Series, list[int]]]]
-"""The run's series by service name, each with its point times (read once, bisected often)."""
+SeriesIndex: TypeAlias = dict[str, list[tuple[Series, list[int]]]]
+"""The run's series by service name, each with its point times (read once, bisected often):
+:func:`index_series` builds it; pass it to :func:`with_trace_blame` when ranking many problems
+of one run again, so it is built once per run."""
+_Index = SeriesIndex
 
 
-def _index(series: Iterable[Series]) -> _Index:
+def index_series(series: Iterable[Series]) -> SeriesIndex:
+    """The :data:`SeriesIndex` of a run's series (those without a service are left out)."""
     index: _Index = {}
     for one in series:
         if one.service_name:
             index.setdefault(one.service_name, []).append((one, [t for t, _ in one.points]))
     return index
+
+
+_index = index_series
 
 
 def _group_key(anomaly: Anomaly) -> str:
@@ -503,6 +512,8 @@ def with_trace_blame(
     edges: Iterable[tuple[str, str]],
     series: Sequence[Series] = (),
     config: GroupingConfig | None = None,
+    *,
+    index: SeriesIndex | None = None,
 ) -> Problem:
     """The problem ranked again with what its traces said (:data:`Role` ``trace_origin``).
 
@@ -512,12 +523,15 @@ def with_trace_blame(
         edges: the service graph, as for :func:`group_problems`.
         series: the run's series, as for :func:`group_problems`.
         config: as for :func:`group_problems`.
+        index: ``index_series(series)`` when the caller already built it (then ``series``
+            is not read).
 
     Returns:
         The problem with ``trace_blame`` set and its ranking, services and title redone.
     """
     cfg = config if config is not None else GroupingConfig()
-    ranking = _ranked(problem.anomalies, list(edges), _index(series), cfg, blame)
+    found = index if index is not None else _index(series)
+    ranking = _ranked(problem.anomalies, list(edges), found, cfg, blame)
     services = [rank.service_name for rank in ranking]
     return msgspec.structs.replace(
         problem,
