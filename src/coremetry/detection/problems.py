@@ -58,12 +58,17 @@ most likely origin first:
 4. ``symptomatic`` — any other service with a symptom.
 5. ``traffic_only`` — only its traffic changed: usually a consequence.
 
-Within a role: services without a symptomatic callee first (the fault does not come from
-further down), then more symptomatic callers (the fault spread upwards as it should), deeper
-along the symptomatic call chain, earlier first anomaly, larger score, name. Every
-:class:`ServiceRank` carries its reason in words and its evidence (series with usual level and
-peak in the series' unit; the trace figures against the reference); the first one's reason
-also says why it is ahead of the second.
+Within ``own_cause``, the strongest kind of own evidence first: a resource at its limit
+(saturation explains slowness by itself, the USE method's reading), then the service's own
+errors, then bursts of ERROR/WARN log lines (noisy, and often a consequence: a service logs
+the failed call it made), then a server latency rise with normal calls (one slow request
+among few moves a percentile). Within a role: services without a symptomatic callee first
+(the fault does not come from further down), then more symptomatic callers (the fault spread
+upwards as it should), deeper along the symptomatic call chain, earlier first anomaly, larger
+score, name. Every :class:`ServiceRank` carries its reason in words and its evidence (series
+with usual level and peak in the series' unit; the trace figures against the reference); the
+first one's reason also says why it is ahead of the second: the first of these rules on which
+the two differ, with the figures it compared.
 
 **Scores** are robust z-scores (median and interquartile range of the history) with a floor
 on the scale: 5 % of the usual level, or for a series with neither spread nor level (a log
@@ -137,6 +142,9 @@ _ROLE_ORDER: Final[dict[Role, int]] = {
     "traffic_only": 4,
 }
 _OWN_KINDS: Final[frozenset[SymptomKind]] = frozenset({"saturation", "errors", "logs"})
+_OWN_STRENGTH: Final[dict[SymptomKind, int]] = {"saturation": 0, "errors": 1, "logs": 2}
+"""Within ``own_cause``: a resource at its limit, then the service's own errors, then bursts of
+error/warning log lines (module docstring, "Origin ranking")."""
 
 
 class GroupingConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -922,17 +930,18 @@ def _rank(
                 + ([f"traces: {trace_lines[service]}"] if service in trace_lines else []),
             )
         )
-    # Within own_cause, a saturation, error or log symptom is stronger evidence than a server
-    # latency rise with normal calls (one slow request among few moves a percentile).
-    strong = {
-        service
+    # Within own_cause, the strongest kind of own evidence first (module docstring).
+    strength = {
+        service: min(
+            (_OWN_STRENGTH[s.kind] for s in found.symptoms if s.kind in _OWN_KINDS),
+            default=len(_OWN_STRENGTH),
+        )
         for service, found in seen.items()
-        if any(s.kind in _OWN_KINDS for s in found.symptoms)
     }
     ranks.sort(
         key=lambda r: (
             _ROLE_ORDER[r.role],
-            r.role == "own_cause" and r.service_name not in strong,
+            strength.get(r.service_name, len(_OWN_STRENGTH)) if r.role == "own_cause" else 0,
             bool(r.anomalous_callees),
             -len(r.anomalous_callers),
             -r.depth,
@@ -943,17 +952,57 @@ def _rank(
     )
     if len(ranks) >= 2:
         first, second = ranks[0], ranks[1]
-        why = (
-            f"a stronger kind of evidence ({first.role.replace('_', ' ')} over "
-            f"{second.role.replace('_', ' ')})"
-            if first.role != second.role
-            else "the same kind of evidence, and it comes first by the order of the rules "
-            "(no symptomatic callee, more symptomatic callers, deeper, earlier, larger score)"
-        )
+        why = _why_ahead(first, second, strength)
         ranks[0] = msgspec.structs.replace(
             first, reason=f"{first.reason}. Ahead of {second.service_name}: {why}"
         )
     return ranks
+
+
+def _why_ahead(
+    first: ServiceRank,
+    second: ServiceRank,
+    strength: Mapping[str, int],
+) -> str:
+    """The rule that put ``first`` ahead of ``second``, in words, with what it compared.
+
+    The first sort key of :func:`_rank` on which the two differ.
+    """
+    if first.role != second.role:
+        return (
+            f"a stronger kind of evidence ({first.role.replace('_', ' ')} over "
+            f"{second.role.replace('_', ' ')})"
+        )
+    mine = strength.get(first.service_name, len(_OWN_STRENGTH))
+    theirs = strength.get(second.service_name, len(_OWN_STRENGTH))
+    if first.role == "own_cause" and mine != theirs:
+        names = {v: k for k, v in _OWN_STRENGTH.items()}
+        return (
+            f"stronger own evidence ({names.get(mine, 'server latency')} over "
+            f"{names.get(theirs, 'server latency')}: a resource at its limit, then errors, then "
+            "log bursts, then latency)"
+        )
+    if bool(first.anomalous_callees) != bool(second.anomalous_callees):
+        return (
+            f"none of its callees is unwell, while {second.service_name}'s callee "
+            f"{_names(second.anomalous_callees)} is (the fault may be further down there)"
+        )
+    if len(first.anomalous_callers) != len(second.anomalous_callers):
+        return (
+            f"more of its callers are unwell ({len(first.anomalous_callers)} against "
+            f"{len(second.anomalous_callers)}): the trouble spread up from it"
+        )
+    if first.depth != second.depth:
+        return (
+            f"deeper on the unwell call chain ({first.depth} calls from the entry against "
+            f"{second.depth})"
+        )
+    if first.first_anomaly_unix_nano != second.first_anomaly_unix_nano:
+        lead = (second.first_anomaly_unix_nano - first.first_anomaly_unix_nano) / 1e9
+        return f"its trouble began first ({lead:,.0f} s earlier)"
+    if first.max_score != second.max_score:
+        return f"a larger departure (score {first.max_score:.1f} against {second.max_score:.1f})"
+    return "the same evidence by every rule; ordered by name"
 
 
 def _role(

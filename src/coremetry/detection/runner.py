@@ -94,7 +94,7 @@ from .problems import (
     with_trace_blame,
 )
 from .sources import log_series, metric_series, red_series, warn_records
-from .spectrum import TraceProfile, compare_to_reference, profile_trace
+from .spectrum import TraceProfile, compare_to_reference, kind_error_rates, profile_trace
 from .templates import new_template_anomalies
 
 __all__ = [
@@ -559,7 +559,18 @@ async def _reference_blame(
     if not reference:  # nothing to compare with: the window's traces are not read for it
         return False, None
     traces = await _profiles(store, _spread(pool, 3 * samples), cache)
-    result = compare_to_reference(traces, reference)
+    period = catalogue[
+        bisect.bisect_left(starts, window.start_unix_nano - history_ns) : bisect.bisect_left(
+            starts, window.start_unix_nano
+        )
+    ]
+    result = compare_to_reference(
+        traces,
+        reference,
+        kind_error_rates=kind_error_rates(
+            (f"{t.root_service_name} {t.root_name}", t.error_count > 0) for t in period
+        ),
+    )
     origin = result.origin()
     if origin is None or (result.compared == 0 and not origin.error_share):
         return True, None

@@ -37,6 +37,11 @@ can support:
    rate of zero), is at most ``error_alpha`` (:data:`ERROR_ALPHA`). Three erring traces of
    thirty against none of forty is what a service that errs now and then shows by chance
    (tail 0.03); it named such a service the origin of unrelated faults on a whole fault day.
+   The few reference traces read may miss a request kind's usual errors, so where the caller
+   gives each request kind's usual error rate over the whole reference period (from trace
+   summaries: :func:`kind_error_rates`), the chance rate is at least the mean usual rate of
+   the problem traces' kinds: a window that merely holds more of a kind that always fails
+   now and then (business errors) names nobody; a kind that never failed and now fails does.
 5. **Score.** When at least two traces are slow, the latency share (the slowdown is the
    problem; a few errors among a few dozen traces are weaker evidence than where the time
    went); otherwise the error excess (a fault that does not slow anything).
@@ -54,7 +59,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 import msgspec
@@ -70,6 +75,7 @@ __all__ = [
     "TraceProfile",
     "binomial_tail",
     "compare_to_reference",
+    "kind_error_rates",
     "profile_trace",
 ]
 
@@ -193,6 +199,21 @@ class SpectrumResult(msgspec.Struct, frozen=True, kw_only=True):
         return None
 
 
+def kind_error_rates(kinds: Iterable[tuple[str, bool]]) -> dict[str, float]:
+    """Per request kind, its usual error rate with Laplace's rule: ``(errors + 1) / (n + 2)``.
+
+    Args:
+        kinds: one ``(kind, had an error)`` per trace of the reference period; the kind as
+            :attr:`TraceProfile.kind` (``"<root service> <root span name>"``).
+    """
+    counts: dict[str, list[int]] = {}
+    for kind, failed in kinds:
+        row = counts.setdefault(kind, [0, 0])
+        row[0] += 1
+        row[1] += failed
+    return {kind: (errors + 1) / (total + 2) for kind, (total, errors) in counts.items()}
+
+
 def binomial_tail(hits: int, trials: int, rate: float) -> float:
     """``P(X >= hits)`` for ``X ~ Binomial(trials, rate)``: 1 for ``hits <= 0``.
 
@@ -216,6 +237,7 @@ def compare_to_reference(
     min_reference: int = MIN_REFERENCE,
     min_slowdown: float = MIN_SLOWDOWN,
     error_alpha: float = ERROR_ALPHA,
+    kind_error_rates: Mapping[str, float] | None = None,
 ) -> SpectrumResult:
     """Compare a problem's traces with reference traces taken before it (module docstring).
 
@@ -225,6 +247,11 @@ def compare_to_reference(
         min_reference: reference traces a request kind needs for its latency to be compared.
         min_slowdown: see :data:`MIN_SLOWDOWN` (not negative).
         error_alpha: see :data:`ERROR_ALPHA`; 1 counts every error excess.
+        kind_error_rates: per request kind, the share of its traces with any error over
+            the whole reference period (from trace summaries, many more than the reference
+            traces read; :func:`kind_error_rates`); with it, the chance rate of step 4 is at
+            least the problem traces' mean usual error rate of their kinds (a kind never
+            seen: 0.5). ``None``: the reference traces' rate alone.
 
     Returns:
         The :class:`SpectrumResult`.
@@ -281,13 +308,21 @@ def compare_to_reference(
     errors = {name: count / len(traces) for name, count in erring.items()}
     reference_errors = {name: count / len(reference) for name, count in reference_erring.items()}
     # Only a significant excess counts (module docstring, step 4).
+    usual_rate = (
+        sum(kind_error_rates.get(one.kind, 0.5) for one in traces) / len(traces)
+        if kind_error_rates is not None and traces
+        else None
+    )
     significant = {
         name
         for name, count in erring.items()
         if binomial_tail(
             count,
             len(traces),
-            (reference_erring.get(name, 0) + 1) / (len(reference) + 2),
+            max(
+                (reference_erring.get(name, 0) + 1) / (len(reference) + 2),
+                usual_rate if usual_rate is not None else 0.0,
+            ),
         )
         <= error_alpha
     }
