@@ -531,3 +531,10 @@ def test_within_own_causes_a_resource_at_its_limit_comes_before_errors_and_logs(
     assert [r.service_name for r in ranking] == ["food", "pay", "auth"]
     assert {r.role for r in ranking} == {"own_cause"}
     assert "stronger own evidence" in ranking[0].reason
+
+
+def test_evidence_lines_state_the_usual_level_and_the_peak_in_the_series_unit() -> None:
+    judged = [server("api", SLOW), client("api", FLAT)]
+    [problem] = group_problems([at(60, "api", "http.server.request.duration")], [], series=judged)
+    [line] = [e for e in problem.ranking[0].evidence if e.startswith("http.server")]
+    assert " s usually, 1.2 s at peak (server latency" in line

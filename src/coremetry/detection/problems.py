@@ -211,6 +211,7 @@ class Symptom(msgspec.Struct, frozen=True, kw_only=True):
         baseline: its usual level (median over the history), series unit.
         peak: its most extreme value in the evidence window, series unit.
         z: how far ``peak`` is from ``baseline`` in robust standard deviations.
+        unit: the series' unit (UCUM, as stored; ``""`` when it has none).
     """
 
     kind: SymptomKind
@@ -218,6 +219,7 @@ class Symptom(msgspec.Struct, frozen=True, kw_only=True):
     baseline: float
     peak: float
     z: float
+    unit: str = ""
 
 
 class TraceBlame(msgspec.Struct, frozen=True, kw_only=True):
@@ -622,7 +624,9 @@ def _symptom(
     kind = _kind(one, peak, cfg)
     if kind is None:
         return None
-    return Symptom(kind=kind, series_name=one.name, baseline=median, peak=peak, z=round(z, 3))
+    return Symptom(
+        kind=kind, series_name=one.name, baseline=median, peak=peak, z=round(z, 3), unit=one.unit
+    )
 
 
 _SCALE_FLOOR: Final = 0.05
@@ -764,6 +768,7 @@ def _with_anomalies(
                     baseline=anomaly.baseline,
                     peak=anomaly.observed,
                     z=round(_bounded_score(anomaly), 3),
+                    unit=anomaly.unit,
                 ),
             ],
             observed=sorted(observed),
@@ -1081,9 +1086,10 @@ def _reason(bad_callers: list[str], bad_callees: list[str], waiting: bool) -> st
 
 
 def _describe_symptom(symptom: Symptom) -> str:
+    unit = f" {symptom.unit}" if symptom.unit and symptom.unit != "1" else ""
     return (
-        f"{symptom.series_name}: {symptom.baseline:.4g} usually, {symptom.peak:.4g} at peak "
-        f"({symptom.kind.replace('_', ' ')}, z {symptom.z:.1f})"
+        f"{symptom.series_name}: {symptom.baseline:.4g}{unit} usually, {symptom.peak:.4g}{unit} "
+        f"at peak ({symptom.kind.replace('_', ' ')}, z {symptom.z:.1f})"
     )
 
 
