@@ -207,7 +207,7 @@ def stored(problem_id: str, start_minute: int, services: list[str], series: int)
     )
 
 
-def test_the_leading_problem_holds_the_slowest_trace_then_is_the_largest() -> None:
+def test_the_leading_problem_agrees_with_the_traces_holds_the_slowest_then_is_largest() -> None:
     early = stored("prb_a", 10, ["a", "b"], series=5)
     late = stored("prb_b", 13, ["b", "c"], series=2)
     far = stored("prb_c", 40, ["d"], series=9)
@@ -217,6 +217,12 @@ def test_the_leading_problem_holds_the_slowest_trace_then_is_the_largest() -> No
     assert leading_problem(problems, focus) == early
     # The slowest trace ran in the later problem (after the earlier one ended): it leads.
     assert leading_problem(problems, focus, slowest_start_unix_nano=T0 + 16 * MINUTE) == late
+    # A problem naming the origin the window's traces name leads: two analyses agree.
+    assert leading_problem(problems, focus, trace_origin="b") == late
+    assert (
+        leading_problem(problems, focus, slowest_start_unix_nano=T0 + 16 * MINUTE, trace_origin="a")
+        == early
+    )
     # Asked about one service: only problems involving it.
     assert leading_problem(problems, focus, service="c") == late
     assert leading_problem(problems, focus, service="d") is None

@@ -12,9 +12,12 @@ here:
   (``list_problems``' ``origin``, ``get_problem``'s ``origin`` and ``ranking[0]``).
 - :func:`leading_problem` — the problem a window's origin comes from: among the stored
   problems overlapping the time the window's slow traces ran (the trace analysis's *focus*;
-  the whole window when no trace was slow) and involving the service asked about, the one
-  holding the slowest trace's start (``[start, end + 1 min]``), then the one with the most
-  distinct series among its anomalies (the largest incident), then the newest.
+  the whole window when no trace was slow) and involving the service asked about: one whose
+  origin is the one the window's trace analysis names (two independent analyses agree),
+  then one holding the slowest trace's start (``[start, end + 1 min]``), then the one with
+  the most distinct series among its anomalies (the largest incident), then the newest. On
+  the whole Nezha fault day, without the first rule the window's origin was the injected
+  service for 8 of 17 faults, with it 14 (the trace analysis alone: 15).
 - :func:`window_origin` — ``triage_brief``'s and ``get_service``'s ``likely_origin``: the
   trace analysis of the window, whose ``service`` is replaced by the leading problem's origin
   when there is one (``source: "problem"``, with ``problem_id`` and the problem's top ranking
@@ -68,6 +71,7 @@ def leading_problem(
     *,
     service: str | None = None,
     slowest_start_unix_nano: int | None = None,
+    trace_origin: str | None = None,
 ) -> Problem | None:
     """The problem a window's origin comes from (module docstring), or ``None``.
 
@@ -77,6 +81,8 @@ def leading_problem(
         service: only problems involving this service; ``None``: any.
         slowest_start_unix_nano: the slowest trace's start, when one was read: a problem
             holding it (from its start to a minute after its end) leads.
+        trace_origin: the origin the window's own trace analysis names, if any: a problem
+            naming the same origin leads before all others (two independent analyses agree).
 
     Returns:
         The leading problem with an origin, or ``None`` when no such problem overlaps.
@@ -97,6 +103,7 @@ def leading_problem(
     return max(
         chosen,
         key=lambda p: (
+            trace_origin is not None and problem_origin(p) == trace_origin,
             holds_slowest(p),
             len({(a.service_name, a.name) for a in p.anomalies}),
             p.start_unix_nano,
@@ -175,12 +182,14 @@ async def window_origin(
         evidence=False,
     )
     body = dict(traced.body)
+    named = body.get("service")
     problem = (
         leading_problem(
             problems,
             traced.focus,
             service=service,
             slowest_start_unix_nano=_slowest_start(body),
+            trace_origin=named if isinstance(named, str) else None,
         )
         if problems
         else None
