@@ -70,7 +70,8 @@ DETECTED_BY: Final = (
     "severity rates (run every detection.interval_s by coremetry serve, or by coremetry "
     "detect); its origin ranking uses the traces' critical paths where traces cover the "
     "problem, then saturation, error and latency evidence along the service graph: it is a "
-    "heuristic, so check it against get_service's likely_origin"
+    "heuristic. get_service's and triage_brief's likely_origin state the same origin for the "
+    "same window, with what the window's traces alone say beside it (trace_analysis)"
 )
 """Where problems come from, as the tools say it."""
 
