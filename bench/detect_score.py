@@ -49,6 +49,7 @@ same store, and prints it beside. Takes minutes (bench/README.md).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import statistics
 import sys
@@ -429,13 +430,14 @@ class DayFigures(msgspec.Struct, kw_only=True):
 
     whole: list[FaultRow]
     live: list[FaultRow]
-    triage: list[str | None]
+    triage: list[str | None]  # the shared origin (window_origin), as triage_brief says it
     false_problems: int
     false_titles: list[str]
     free_hours: float
     problems: int
     whole_s: float
     live_s: list[float]
+    triage_traces: list[str | None] = []
 
 
 async def load_day(day: Path, db: Path) -> list[Fault]:
@@ -550,6 +552,9 @@ async def day_run(db: Path, faults: list[Fault]) -> DayFigures:
     """Whole-day detect, live replay and triage_brief's origin on a loaded day."""
     from coremetry.detection.runner import DetectionOptions, detect_in_store
     from coremetry.observability.origin import likely_origin
+
+    # A baseline checkout from before the shared origin function has only the trace analysis.
+    shared = importlib.util.find_spec("coremetry.observability.window_origin") is not None
     from coremetry.store import MAX_LIMIT, TimeRange
     from coremetry.store.sqlite import open_sqlite_store
 
@@ -579,6 +584,7 @@ async def day_run(db: Path, faults: list[Fault]) -> DayFigures:
             live_s.append(time.perf_counter() - started)
             live_rows.extend(score_run(live.problems, [fault], live.step_ns))
         triage: list[str | None] = []
+        triage_traces: list[str | None] = []
         for fault in faults:
             window = TimeRange(
                 start_unix_nano=fault.time_unix_nano - TRIAGE_HALF_NS,
@@ -586,13 +592,27 @@ async def day_run(db: Path, faults: list[Fault]) -> DayFigures:
             )
             summaries = (await store.services(window, limit=MAX_LIMIT)).items
             edges = await store.service_edges(window, limit=MAX_LIMIT)
-            origin = await likely_origin(store, window, summaries, edges, evidence=False)
-            service = origin.body.get("service")
+            if not shared:
+                origin = await likely_origin(store, window, summaries, edges, evidence=False)
+                body = origin.body
+                alone = body.get("service")
+            else:
+                from coremetry.observability.window_origin import window_origin
+
+                origin = await window_origin(
+                    store, window, summaries, edges, run.problems, evidence=False
+                )
+                body = origin.body
+                analysis = body.get("trace_analysis")
+                alone = analysis.get("service") if isinstance(analysis, dict) else body["service"]
+            service = body.get("service")
             triage.append(service if isinstance(service, str) else None)
+            triage_traces.append(alone if isinstance(alone, str) else None)
     return DayFigures(
         whole=whole_rows,
         live=live_rows,
         triage=triage,
+        triage_traces=triage_traces,
         false_problems=len(false),
         false_titles=[p.title[:110] for p in false[:12]],
         free_hours=sum(b - a for a, b in free) / 3_600e9,
@@ -635,8 +655,9 @@ def summarise(rows: Sequence[FaultRow]) -> DaySummary:
     )
 
 
-def _triage_as1(figures: DayFigures, faults: Sequence[Fault]) -> float:
-    hits = sum(1 for s, x in zip(figures.triage, faults, strict=True) if s == x.service_name)
+def _triage_as1(figures: DayFigures, faults: Sequence[Fault], traces: bool = False) -> float:
+    named = figures.triage_traces if traces and figures.triage_traces else figures.triage
+    hits = sum(1 for s, x in zip(named, faults, strict=True) if s == x.service_name)
     return hits / len(faults) if faults else 0.0
 
 
@@ -675,6 +696,10 @@ def print_day(figures: DayFigures, baseline: DayFigures | None, faults: Sequence
     line(
         "triage_brief AS@1 (10 min around the fault)",
         [f"{_triage_as1(f, faults):.2f}" for _, f in runs],
+    )
+    line(
+        "  the window's trace analysis alone",
+        [f"{_triage_as1(f, faults, traces=True):.2f}" for _, f in runs],
     )
     line("whole-day detect runtime", [f"{f.whole_s:.1f} s" for _, f in runs])
     line("live replay runtime (median)", [f"{statistics.median(f.live_s):.1f} s" for _, f in runs])

@@ -3,7 +3,7 @@
 
 The demo is loaded into a fresh store (ending at a fixed instant) and judged as ``coremetry
 detect`` would. Thresholds sit a little below the figures measured (recorded in
-``bench/README.md``: 8 of 17 faults open a problem within 3 minutes, 6 of 17 name the injected
+``bench/README.md``: 6 of 17 faults open a problem within 3 minutes, 5 of 17 name the injected
 service among the first two origins), so a change that loses a fault fails here.
 """
 
@@ -62,12 +62,14 @@ def judged(tmp_path_factory: pytest.TempPathFactory) -> Judged:
 
 def test_faults_open_problems_naming_the_injected_service(judged: Judged) -> None:
     assert len(judged.results) == 17
-    # Measured 8 and 6 (12 and 9 before issue 16): a problem now needs a second series or
-    # an origin named by its traces against their reference, and is raised at the end of
-    # the bucket that showed it. The demo carries the metrics of 10 pods only and traces of
-    # two faults, so several of its faults show in one series alone; the whole day
+    # Measured 6 and 5 (12 and 9 before issue 16, 8 and 6 before independent symptoms): a
+    # problem needs a second independent symptom (another signal or service; a pod's CPU
+    # usage and CPU limit utilisation are one), a utilisation at its limit, or an origin
+    # named by its traces against their reference, and is raised at the end of the bucket
+    # that showed it. The demo carries the metrics of 10 pods only and traces of two faults,
+    # so several of its faults show in one pod's one signal alone; the whole day
     # (tests/detection/test_nezha_day.py, bench/detect_score.py) is the scored set.
-    assert sum(1 for r in judged.results if r.opened) >= 7
+    assert sum(1 for r in judged.results if r.opened) >= 6
     assert sum(1 for r in judged.results if r.origin_top) >= 5
 
 

@@ -91,7 +91,8 @@ def test_the_injected_service_is_named_first_for_most_faults(judged: Judged) -> 
     step = judged.run.step_ns
     firsts = [first_opened(judged.run.problems, f, step) for f in judged.faults]
     assert len(firsts) == 17
-    assert sum(1 for p in firsts if p is not None) >= 12  # measured: see bench/README.md
+    # measured 15 opened, 12 first, 13 in the top 3: see bench/README.md (2026-12-01, late)
+    assert sum(1 for p in firsts if p is not None) >= 14
     at1 = sum(
         1
         for p, f in zip(firsts, judged.faults, strict=True)
@@ -102,8 +103,8 @@ def test_the_injected_service_is_named_first_for_most_faults(judged: Judged) -> 
         for p, f in zip(firsts, judged.faults, strict=True)
         if p is not None and f.service_name in p.services[:3]
     )
-    assert at1 >= 8
-    assert at3 >= 9
+    assert at1 >= 11
+    assert at3 >= 12
 
 
 def test_few_false_problems_in_fault_free_time(judged: Judged) -> None:
@@ -119,7 +120,7 @@ def test_few_false_problems_in_fault_free_time(judged: Judged) -> None:
     hours = sum(b - a for a, b in free) / 3_600e9
     false = [p for p in judged.run.problems if any(a <= p.detected_unix_nano < b for a, b in free)]
     assert hours > 9
-    assert len(false) / hours <= 3.0  # measured: see bench/README.md
+    assert len(false) / hours <= 1.5  # measured 1.06 (10 in 9.4 h): see bench/README.md
 
 
 def test_trace_origins_come_from_a_reference_and_say_why(judged: Judged) -> None:

@@ -19,6 +19,8 @@ from coremetry.detection import (
     rank_origins,
 )
 from coremetry.detection.problems import (
+    ServiceEvidence,
+    Symptom,
     TraceBlame,
     evidence_window,
     service_evidence,
@@ -485,3 +487,54 @@ def test_a_problem_stays_open_while_another_symptom_may_still_join_it() -> None:
         T0 + 10 * MINUTE,
         T0 + 12 * MINUTE + 1,
     )
+
+
+def test_within_own_causes_a_resource_at_its_limit_comes_before_errors_and_logs() -> None:
+    # gateway calls three services; each shows evidence of its own. The log burst starts
+    # first and the error service has more callers, yet the saturated one is the origin:
+    # a resource at its limit explains slowness by itself, errors are the service's own
+    # failures, and log lines are often a consequence (a logged failed call).
+    edges = [("gateway", "auth"), ("gateway", "food"), ("gateway", "pay"), ("web", "pay")]
+    evidence = {
+        "auth": ServiceEvidence(
+            symptoms=[
+                Symptom(
+                    kind="logs", series_name="log.records.warn", baseline=0.0, peak=0.15, z=20.0
+                )
+            ]
+        ),
+        "pay": ServiceEvidence(
+            symptoms=[
+                Symptom(
+                    kind="errors", series_name="service.error.ratio", baseline=0.0, peak=0.3, z=20.0
+                )
+            ]
+        ),
+        "food": ServiceEvidence(
+            symptoms=[
+                Symptom(
+                    kind="saturation",
+                    series_name="k8s.pod.cpu_limit_utilization",
+                    baseline=0.01,
+                    peak=1.0,
+                    z=150.0,
+                )
+            ]
+        ),
+    }
+    found = [
+        anomaly("auth", 58, 62, signal="logs", name="log.records.warn"),
+        anomaly("pay", 59, 62, signal="errors", name="service.error.ratio"),
+        anomaly("food", 60, 62, signal="saturation", name="k8s.pod.cpu_limit_utilization"),
+    ]
+    ranking = rank_origins(found, edges, evidence=evidence)
+    assert [r.service_name for r in ranking] == ["food", "pay", "auth"]
+    assert {r.role for r in ranking} == {"own_cause"}
+    assert "stronger own evidence" in ranking[0].reason
+
+
+def test_evidence_lines_state_the_usual_level_and_the_peak_in_the_series_unit() -> None:
+    judged = [server("api", SLOW), client("api", FLAT)]
+    [problem] = group_problems([at(60, "api", "http.server.request.duration")], [], series=judged)
+    [line] = [e for e in problem.ranking[0].evidence if e.startswith("http.server")]
+    assert " s usually, 1.2 s at peak (server latency" in line

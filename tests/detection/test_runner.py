@@ -235,3 +235,47 @@ def test_corrupt_problem_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ProblemFileError):
         save_problems(path, JUDGED, [])
     assert path.read_text().startswith('{"version": 1, "problems": [{"problem_id": 3}')
+
+
+def pod_metrics(names: list[str], seed: int = 3) -> TelemetryBatch:
+    """Gauges of one pod (``cache``), each rising fivefold (below its limit) for fifteen minutes."""
+    rng = random.Random(seed)
+    points = [
+        MetricPoint(
+            name=name,
+            type="gauge",
+            unit="1" if "utilization" in name else "{cpu}",
+            service_name="cache",
+            time_unix_nano=T0 + minute * MINUTE + 30 * 1_000_000_000,
+            value=(0.2 if minute in FAULT else 0.04) * (2.0 if "utilization" in name else 1.0)
+            + rng.gauss(0.0, 0.005),
+        )
+        for minute in range(MINUTES)
+        for name in names
+    ]
+    return TelemetryBatch(metrics=points)
+
+
+async def test_series_of_one_signal_of_one_service_do_not_corroborate_each_other(
+    tmp_path: Path,
+) -> None:
+    # A pod's CPU usage and its CPU limit utilisation are one figure divided by a constant:
+    # together they are one symptom, which alone is not reported; a latency of the same
+    # service is an independent symptom.
+    options = DetectionOptions(samples=0, trace_samples=0)
+    async with open_sqlite_store(tmp_path / "one.db") as store:
+        await store.write(pod_metrics(["k8s.pod.cpu.usage", "k8s.pod.cpu_limit_utilization"]))
+        one_signal = await detect_in_store(store, JUDGED, options)
+    async with open_sqlite_store(tmp_path / "two.db") as store:
+        await store.write(
+            pod_metrics(["k8s.pod.cpu.usage", "k8s.pod.cpu_limit_utilization", "rpc.duration"])
+        )
+        two_signals = await detect_in_store(store, JUDGED, options)
+    assert {a.name for a in one_signal.anomalies} == {
+        "k8s.pod.cpu.usage",
+        "k8s.pod.cpu_limit_utilization",
+    }
+    assert one_signal.problems == []
+    [problem] = two_signals.problems
+    assert problem.services == ["cache"]
+    assert {a.signal for a in problem.anomalies} == {"saturation", "latency"}

@@ -7,7 +7,9 @@ import pytest
 from coremetry.analysis import analyse_trace
 from coremetry.detection.spectrum import (
     TraceProfile,
+    binomial_tail,
     compare_to_reference,
+    kind_error_rates,
     profile_trace,
 )
 from coremetry.store import Span, SpanKind, StatusCode
@@ -153,3 +155,45 @@ def test_a_slight_slowdown_is_not_a_slow_trace() -> None:
     assert result.compared == 8
     assert result.slow == 0
     assert result.origin() is None
+
+
+def test_an_error_excess_counts_only_when_chance_does_not_explain_it() -> None:
+    reference = [profile(i) for i in range(40)]
+    # 3 of 30 requests erring at orders, none of 40 before: what a service that errs now and
+    # then shows by chance (binomial tail about 0.03 at the Laplace rate 1/42).
+    sporadic = [profile(100 + i, error_in="orders" if i < 3 else "") for i in range(30)]
+    # 9 of 30: no chance explains it.
+    failing = [profile(200 + i, error_in="orders" if i < 9 else "") for i in range(30)]
+    assert compare_to_reference(sporadic, reference).origin() is None
+    assert compare_to_reference(sporadic, reference, error_alpha=1.0).origin() is not None
+    named = compare_to_reference(failing, reference).origin()
+    assert named is not None
+    assert named.service_name == "orders"
+    assert named.error_share == pytest.approx(0.3)
+
+
+def test_binomial_tail() -> None:
+    assert binomial_tail(0, 10, 0.5) == 1.0
+    assert binomial_tail(11, 10, 0.5) == 0.0
+    assert binomial_tail(10, 10, 0.5) == pytest.approx(0.5**10)
+    assert binomial_tail(1, 3, 0.5) == pytest.approx(1 - 0.125)
+    with pytest.raises(ValueError, match="rate"):
+        binomial_tail(1, 3, 1.5)
+
+
+def test_a_request_kind_that_usually_fails_now_and_then_names_nobody() -> None:
+    reference = [profile(i) for i in range(40)]  # the few traces read: none failed
+    window = [profile(100 + i, error_in="orders" if i < 5 else "") for i in range(30)]
+    kind = window[0].kind
+    # Against the traces read alone, 5 of 30 is no chance (tail ~0.004): orders is named.
+    assert compare_to_reference(window, reference).origin() is not None
+    # Every trace summary of the reference hour says this kind fails in a fifth of requests
+    # (business errors): 5 of 30 is what it always does.
+    usual = kind_error_rates([(kind, i % 5 == 0) for i in range(500)])
+    assert usual[kind] == pytest.approx(101 / 502)
+    assert compare_to_reference(window, reference, kind_error_rates=usual).origin() is None
+    # A kind that never failed and now fails is still named.
+    never = kind_error_rates([(kind, False) for _ in range(500)])
+    named = compare_to_reference(window, reference, kind_error_rates=never).origin()
+    assert named is not None
+    assert named.service_name == "orders"

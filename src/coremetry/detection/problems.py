@@ -58,12 +58,17 @@ most likely origin first:
 4. ``symptomatic`` — any other service with a symptom.
 5. ``traffic_only`` — only its traffic changed: usually a consequence.
 
-Within a role: services without a symptomatic callee first (the fault does not come from
-further down), then more symptomatic callers (the fault spread upwards as it should), deeper
-along the symptomatic call chain, earlier first anomaly, larger score, name. Every
-:class:`ServiceRank` carries its reason in words and its evidence (series with usual level and
-peak in the series' unit; the trace figures against the reference); the first one's reason
-also says why it is ahead of the second.
+Within ``own_cause``, the strongest kind of own evidence first: a resource at its limit
+(saturation explains slowness by itself, the USE method's reading), then the service's own
+errors, then bursts of ERROR/WARN log lines (noisy, and often a consequence: a service logs
+the failed call it made), then a server latency rise with normal calls (one slow request
+among few moves a percentile). Within a role: services without a symptomatic callee first
+(the fault does not come from further down), then more symptomatic callers (the fault spread
+upwards as it should), deeper along the symptomatic call chain, earlier first anomaly, larger
+score, name. Every :class:`ServiceRank` carries its reason in words and its evidence (series
+with usual level and peak in the series' unit; the trace figures against the reference); the
+first one's reason also says why it is ahead of the second: the first of these rules on which
+the two differ, with the figures it compared.
 
 **Scores** are robust z-scores (median and interquartile range of the history) with a floor
 on the scale: 5 % of the usual level, or for a series with neither spread nor level (a log
@@ -96,6 +101,7 @@ __all__ = [
     "Problem",
     "ProblemStatus",
     "Role",
+    "SeriesIndex",
     "ServiceEvidence",
     "ServiceRank",
     "Symptom",
@@ -104,6 +110,7 @@ __all__ = [
     "describe_anomaly",
     "evidence_window",
     "group_problems",
+    "index_series",
     "rank_origins",
     "retitle",
     "service_evidence",
@@ -135,6 +142,9 @@ _ROLE_ORDER: Final[dict[Role, int]] = {
     "traffic_only": 4,
 }
 _OWN_KINDS: Final[frozenset[SymptomKind]] = frozenset({"saturation", "errors", "logs"})
+_OWN_STRENGTH: Final[dict[SymptomKind, int]] = {"saturation": 0, "errors": 1, "logs": 2}
+"""Within ``own_cause``: a resource at its limit, then the service's own errors, then bursts of
+error/warning log lines (module docstring, "Origin ranking")."""
 
 
 class GroupingConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -201,6 +211,7 @@ class Symptom(msgspec.Struct, frozen=True, kw_only=True):
         baseline: its usual level (median over the history), series unit.
         peak: its most extreme value in the evidence window, series unit.
         z: how far ``peak`` is from ``baseline`` in robust standard deviations.
+        unit: the series' unit (UCUM, as stored; ``""`` when it has none).
     """
 
     kind: SymptomKind
@@ -208,6 +219,7 @@ class Symptom(msgspec.Struct, frozen=True, kw_only=True):
     baseline: float
     peak: float
     z: float
+    unit: str = ""
 
 
 class TraceBlame(msgspec.Struct, frozen=True, kw_only=True):
@@ -314,16 +326,23 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
 
 # -- grouping --------------------------------------------------------------------------------
 
-_Index = dict[str, list[tuple[Series, list[int]]]]
-"""The run's series by service name, each with its point times (read once, bisected often)."""
+SeriesIndex: TypeAlias = dict[str, list[tuple[Series, list[int]]]]
+"""The run's series by service name, each with its point times (read once, bisected often):
+:func:`index_series` builds it; pass it to :func:`with_trace_blame` when ranking many problems
+of one run again, so it is built once per run."""
+_Index = SeriesIndex
 
 
-def _index(series: Iterable[Series]) -> _Index:
+def index_series(series: Iterable[Series]) -> SeriesIndex:
+    """The :data:`SeriesIndex` of a run's series (those without a service are left out)."""
     index: _Index = {}
     for one in series:
         if one.service_name:
             index.setdefault(one.service_name, []).append((one, [t for t, _ in one.points]))
     return index
+
+
+_index = index_series
 
 
 def _group_key(anomaly: Anomaly) -> str:
@@ -503,6 +522,8 @@ def with_trace_blame(
     edges: Iterable[tuple[str, str]],
     series: Sequence[Series] = (),
     config: GroupingConfig | None = None,
+    *,
+    index: SeriesIndex | None = None,
 ) -> Problem:
     """The problem ranked again with what its traces said (:data:`Role` ``trace_origin``).
 
@@ -512,12 +533,15 @@ def with_trace_blame(
         edges: the service graph, as for :func:`group_problems`.
         series: the run's series, as for :func:`group_problems`.
         config: as for :func:`group_problems`.
+        index: ``index_series(series)`` when the caller already built it (then ``series``
+            is not read).
 
     Returns:
         The problem with ``trace_blame`` set and its ranking, services and title redone.
     """
     cfg = config if config is not None else GroupingConfig()
-    ranking = _ranked(problem.anomalies, list(edges), _index(series), cfg, blame)
+    found = index if index is not None else _index(series)
+    ranking = _ranked(problem.anomalies, list(edges), found, cfg, blame)
     services = [rank.service_name for rank in ranking]
     return msgspec.structs.replace(
         problem,
@@ -600,7 +624,9 @@ def _symptom(
     kind = _kind(one, peak, cfg)
     if kind is None:
         return None
-    return Symptom(kind=kind, series_name=one.name, baseline=median, peak=peak, z=round(z, 3))
+    return Symptom(
+        kind=kind, series_name=one.name, baseline=median, peak=peak, z=round(z, 3), unit=one.unit
+    )
 
 
 _SCALE_FLOOR: Final = 0.05
@@ -742,6 +768,7 @@ def _with_anomalies(
                     baseline=anomaly.baseline,
                     peak=anomaly.observed,
                     z=round(_bounded_score(anomaly), 3),
+                    unit=anomaly.unit,
                 ),
             ],
             observed=sorted(observed),
@@ -908,17 +935,18 @@ def _rank(
                 + ([f"traces: {trace_lines[service]}"] if service in trace_lines else []),
             )
         )
-    # Within own_cause, a saturation, error or log symptom is stronger evidence than a server
-    # latency rise with normal calls (one slow request among few moves a percentile).
-    strong = {
-        service
+    # Within own_cause, the strongest kind of own evidence first (module docstring).
+    strength = {
+        service: min(
+            (_OWN_STRENGTH[s.kind] for s in found.symptoms if s.kind in _OWN_KINDS),
+            default=len(_OWN_STRENGTH),
+        )
         for service, found in seen.items()
-        if any(s.kind in _OWN_KINDS for s in found.symptoms)
     }
     ranks.sort(
         key=lambda r: (
             _ROLE_ORDER[r.role],
-            r.role == "own_cause" and r.service_name not in strong,
+            strength.get(r.service_name, len(_OWN_STRENGTH)) if r.role == "own_cause" else 0,
             bool(r.anomalous_callees),
             -len(r.anomalous_callers),
             -r.depth,
@@ -929,17 +957,57 @@ def _rank(
     )
     if len(ranks) >= 2:
         first, second = ranks[0], ranks[1]
-        why = (
-            f"a stronger kind of evidence ({first.role.replace('_', ' ')} over "
-            f"{second.role.replace('_', ' ')})"
-            if first.role != second.role
-            else "the same kind of evidence, and it comes first by the order of the rules "
-            "(no symptomatic callee, more symptomatic callers, deeper, earlier, larger score)"
-        )
+        why = _why_ahead(first, second, strength)
         ranks[0] = msgspec.structs.replace(
             first, reason=f"{first.reason}. Ahead of {second.service_name}: {why}"
         )
     return ranks
+
+
+def _why_ahead(
+    first: ServiceRank,
+    second: ServiceRank,
+    strength: Mapping[str, int],
+) -> str:
+    """The rule that put ``first`` ahead of ``second``, in words, with what it compared.
+
+    The first sort key of :func:`_rank` on which the two differ.
+    """
+    if first.role != second.role:
+        return (
+            f"a stronger kind of evidence ({first.role.replace('_', ' ')} over "
+            f"{second.role.replace('_', ' ')})"
+        )
+    mine = strength.get(first.service_name, len(_OWN_STRENGTH))
+    theirs = strength.get(second.service_name, len(_OWN_STRENGTH))
+    if first.role == "own_cause" and mine != theirs:
+        names = {v: k for k, v in _OWN_STRENGTH.items()}
+        return (
+            f"stronger own evidence ({names.get(mine, 'server latency')} over "
+            f"{names.get(theirs, 'server latency')}: a resource at its limit, then errors, then "
+            "log bursts, then latency)"
+        )
+    if bool(first.anomalous_callees) != bool(second.anomalous_callees):
+        return (
+            f"none of its callees is unwell, while {second.service_name}'s callee "
+            f"{_names(second.anomalous_callees)} is (the fault may be further down there)"
+        )
+    if len(first.anomalous_callers) != len(second.anomalous_callers):
+        return (
+            f"more of its callers are unwell ({len(first.anomalous_callers)} against "
+            f"{len(second.anomalous_callers)}): the trouble spread up from it"
+        )
+    if first.depth != second.depth:
+        return (
+            f"deeper on the unwell call chain ({first.depth} calls from the entry against "
+            f"{second.depth})"
+        )
+    if first.first_anomaly_unix_nano != second.first_anomaly_unix_nano:
+        lead = (second.first_anomaly_unix_nano - first.first_anomaly_unix_nano) / 1e9
+        return f"its trouble began first ({lead:,.0f} s earlier)"
+    if first.max_score != second.max_score:
+        return f"a larger departure (score {first.max_score:.1f} against {second.max_score:.1f})"
+    return "the same evidence by every rule; ordered by name"
 
 
 def _role(
@@ -1018,9 +1086,10 @@ def _reason(bad_callers: list[str], bad_callees: list[str], waiting: bool) -> st
 
 
 def _describe_symptom(symptom: Symptom) -> str:
+    unit = f" {symptom.unit}" if symptom.unit and symptom.unit != "1" else ""
     return (
-        f"{symptom.series_name}: {symptom.baseline:.4g} usually, {symptom.peak:.4g} at peak "
-        f"({symptom.kind.replace('_', ' ')}, z {symptom.z:.1f})"
+        f"{symptom.series_name}: {symptom.baseline:.4g}{unit} usually, {symptom.peak:.4g}{unit} "
+        f"at peak ({symptom.kind.replace('_', ' ')}, z {symptom.z:.1f})"
     )
 
 

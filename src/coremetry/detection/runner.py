@@ -20,9 +20,19 @@ background task (:mod:`coremetry.detection.service`). It reads through
    (:func:`~coremetry.detection.problems.with_trace_blame`). The run lists its trace
    summaries once and reads each trace at most once. Only where no reference exists at all
    does it fall back to slow against typical traces of the window itself;
-5. drops problems nobody should be paged for: fewer than ``min_corroboration`` distinct
-   series among their anomalies and no origin named by their traces (one series crossing
-   its threshold among the hundreds tested is chance, not an incident);
+5. drops problems nobody should be paged for: fewer than ``min_corroboration`` independent
+   symptoms among their anomalies — distinct ``(service, signal, side)`` triples, traffic
+   changes left out — and no origin named by their traces (one series crossing its threshold among
+   the hundreds tested is chance, not an incident). Series of one signal of one service are
+   not independent: a pod's CPU usage and its CPU limit utilisation are one figure divided by
+   a constant, the quantiles of one histogram move together, memory usage and memory limit
+   utilisation likewise; and a traffic change is usually a consequence, not a symptom (as in
+   the grouping). Counting those as corroboration made most of the remaining false problems
+   on a whole fault day (two series of one pod's CPU, or one latency plus its pod's syscalls).
+   A service's client latency (waiting on its calls) and its server latency (its requests)
+   are two measurements: both rising is the mark of a caller waiting on a slow callee.
+   A utilisation that reaches ``saturation_level`` of its limit needs no second symptom: a
+   physical limit reached is not a chance crossing;
 6. adds a few sample trace ids and log lines of each problem's most likely origin.
 
 Buckets are aligned on the epoch (:func:`aligned_range`): the judged range is moved down onto
@@ -76,13 +86,15 @@ from .detector import Anomaly, DetectorConfig, Series, detect_series
 from .problems import (
     GroupingConfig,
     Problem,
+    SeriesIndex,
     TraceBlame,
     evidence_window,
     group_problems,
+    index_series,
     with_trace_blame,
 )
 from .sources import log_series, metric_series, red_series, warn_records
-from .spectrum import TraceProfile, compare_to_reference, profile_trace
+from .spectrum import TraceProfile, compare_to_reference, kind_error_rates, profile_trace
 from .templates import new_template_anomalies
 
 __all__ = [
@@ -141,10 +153,11 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
             (the default): every problem whose window holds traces, so the answer for a
             problem does not depend on where the judged range ends.
         min_corroboration: a problem is reported only when its anomalies cover at least this
-            many distinct ``(service, series name)`` pairs (quantiles of one metric are one
-            name), or its traces, compared with their reference, name an origin; 1: every
-            group of anomalies is a problem. One series crossing its threshold among the
-            hundreds a run tests is what most false problems were.
+            many independent symptoms — distinct ``(service, signal, side)`` triples, traffic
+            changes not counted (module docstring, step 5) — or its traces, compared with their
+            reference, name an origin; 1: every group of anomalies is a problem. One series
+            crossing its threshold among the hundreds a run tests is what most false
+            problems were.
     """
 
     step_ns: int = DEFAULT_STEP_NS
@@ -342,7 +355,11 @@ async def detect_in_store(
             trace_cache if trace_cache is not None else {},
         )
     if opts.min_corroboration > 1:
-        problems = [p for p in problems if _corroborated(p, opts.min_corroboration)]
+        problems = [
+            p
+            for p in problems
+            if _corroborated(p, opts.min_corroboration, opts.grouping.saturation_level)
+        ]
     if opts.samples > 0:
         problems = [await _with_samples(store, problem, step, opts.samples) for problem in problems]
     return DetectionRun(
@@ -358,15 +375,28 @@ async def detect_in_store(
     )
 
 
-def _corroborated(problem: Problem, needed: int) -> bool:
+def _corroborated(problem: Problem, needed: int, saturation_level: float) -> bool:
     """Whether a problem is corroborated (:attr:`DetectionOptions.min_corroboration`).
 
-    Enough distinct ``(service, series name)`` pairs among its anomalies, or its traces,
-    compared with their reference, name an origin (a second, independent signal).
+    Enough independent symptoms among its anomalies — distinct ``(service, signal, side)``
+    triples, traffic changes left out — or its traces, compared with their reference, name an origin
+    (a second, independent signal), or a utilisation (unit ``1``) reached
+    ``saturation_level`` of its limit (a physical limit, not a chance crossing).
     """
     if problem.trace_blame is not None and problem.trace_blame.reference:
         return True
-    return len({(a.service_name, a.name) for a in problem.anomalies}) >= needed
+    if any(
+        a.signal == "saturation"
+        and a.unit == "1"
+        and a.direction == "up"
+        and a.observed >= saturation_level
+        for a in problem.anomalies
+    ):
+        return True  # a utilisation at its limit is not a chance crossing
+    symptoms = {
+        (a.service_name, a.signal, a.side) for a in problem.anomalies if a.signal != "traffic"
+    }
+    return len(symptoms) >= needed
 
 
 async def run_detection(
@@ -391,6 +421,7 @@ async def _with_traces(
     profiles: dict[str, TraceProfile | None] = {}
     by_window: dict[tuple[int, int], TraceBlame | None] = {}
     catalogue: list[TraceSummary] | None = None  # the run's trace summaries, read once
+    series_index: SeriesIndex | None = None  # the run's series by service, built once
     starts: list[int] = []
     for index in sorted(range(len(problems)), key=lambda i: -problems[i].start_unix_nano):
         if opts.trace_problems is not None and done >= opts.trace_problems:
@@ -440,7 +471,11 @@ async def _with_traces(
             cache[key] = blame
             by_window[(window.start_unix_nano, window.end_unix_nano)] = blame
         if blame is not None:
-            ranked[index] = with_trace_blame(problem, blame, edges, series, opts.grouping)
+            if series_index is None:
+                series_index = index_series(series)
+            ranked[index] = with_trace_blame(
+                problem, blame, edges, series, opts.grouping, index=series_index
+            )
     return ranked
 
 
@@ -510,7 +545,6 @@ async def _reference_blame(
     Returns:
         ``(compared, blame)``: whether any reference was found, and the origin it names.
     """
-    traces = await _profiles(store, _spread(pool, 3 * samples), cache)
     reference_summaries: list[TraceSummary] = []
     slice_ns = max(1, history_ns // _REFERENCE_SLICES)
     starts = [t.start_time_unix_nano for t in catalogue]
@@ -522,10 +556,22 @@ async def _reference_blame(
         piece = catalogue[bisect.bisect_left(starts, low) : bisect.bisect_left(starts, high)]
         reference_summaries.extend(_spread(piece, samples))
     reference = await _profiles(store, reference_summaries, cache)
-    result = compare_to_reference(traces, reference)
-    origin = result.origin()
-    if not reference:
+    if not reference:  # nothing to compare with: the window's traces are not read for it
         return False, None
+    traces = await _profiles(store, _spread(pool, 3 * samples), cache)
+    period = catalogue[
+        bisect.bisect_left(starts, window.start_unix_nano - history_ns) : bisect.bisect_left(
+            starts, window.start_unix_nano
+        )
+    ]
+    result = compare_to_reference(
+        traces,
+        reference,
+        kind_error_rates=kind_error_rates(
+            (f"{t.root_service_name} {t.root_name}", t.error_count > 0) for t in period
+        ),
+    )
+    origin = result.origin()
     if origin is None or (result.compared == 0 and not origin.error_share):
         return True, None
     return True, TraceBlame(

@@ -30,7 +30,18 @@ can support:
 4. **Error excess.** Per service: the share of problem traces in which it originated an
    error minus that share in the reference (every kind counts; a kind unseen before has no
    reference latency but its errors still count). A fault that does not slow anything
-   (an exception, a wrong return) shows here.
+   (an exception, a wrong return) shows here. It counts only when it is *significant*: the
+   chance of seeing at least that many erring traces among the problem's, were the service
+   erring at its reference rate (the binomial tail, the reference rate taken as
+   ``(errors + 1) / (traces + 2)``, Laplace's rule, so a reference without errors is not a
+   rate of zero), is at most ``error_alpha`` (:data:`ERROR_ALPHA`). Three erring traces of
+   thirty against none of forty is what a service that errs now and then shows by chance
+   (tail 0.03); it named such a service the origin of unrelated faults on a whole fault day.
+   The few reference traces read may miss a request kind's usual errors, so where the caller
+   gives each request kind's usual error rate over the whole reference period (from trace
+   summaries: :func:`kind_error_rates`), the chance rate is at least the mean usual rate of
+   the problem traces' kinds: a window that merely holds more of a kind that always fails
+   now and then (business errors) names nobody; a kind that never failed and now fails does.
 5. **Score.** When at least two traces are slow, the latency share (the slowdown is the
    problem; a few errors among a few dozen traces are weaker evidence than where the time
    went); otherwise the error excess (a fault that does not slow anything).
@@ -39,14 +50,16 @@ can support:
    (reference vs observed milliseconds, error shares) for the problem's evidence.
 
 Parameters: ``min_reference`` (reference traces a request kind needs, default 3),
-``min_slowdown`` (default 0.1: ten per cent slower than usual) and ``min_share`` (default 0.1,
-the share of the gap the critical-path comparison used before).
+``min_slowdown`` (default 0.1: ten per cent slower than usual), ``min_share`` (default 0.1,
+the share of the gap the critical-path comparison used before) and ``error_alpha`` (default
+0.01, the usual significance level for one test among the few services of a trace).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 import msgspec
@@ -54,12 +67,15 @@ import msgspec
 from coremetry.analysis import TraceAnalysis
 
 __all__ = [
+    "ERROR_ALPHA",
     "MIN_REFERENCE",
     "MIN_SHARE",
     "SpectrumCandidate",
     "SpectrumResult",
     "TraceProfile",
+    "binomial_tail",
     "compare_to_reference",
+    "kind_error_rates",
     "profile_trace",
 ]
 
@@ -67,6 +83,8 @@ MIN_REFERENCE: Final = 3
 """Reference traces a request kind needs before its latency is compared."""
 MIN_SHARE: Final = 0.1
 """Score the best candidate needs to be named the origin."""
+ERROR_ALPHA: Final = 0.01
+"""Largest binomial tail at which a service's error excess counts (module docstring, step 4)."""
 MIN_SLOWDOWN: Final = 0.1
 """A trace is slow when it took this share longer than its kind's reference median (and
 more than three robust standard deviations above it)."""
@@ -181,12 +199,45 @@ class SpectrumResult(msgspec.Struct, frozen=True, kw_only=True):
         return None
 
 
+def kind_error_rates(kinds: Iterable[tuple[str, bool]]) -> dict[str, float]:
+    """Per request kind, its usual error rate with Laplace's rule: ``(errors + 1) / (n + 2)``.
+
+    Args:
+        kinds: one ``(kind, had an error)`` per trace of the reference period; the kind as
+            :attr:`TraceProfile.kind` (``"<root service> <root span name>"``).
+    """
+    counts: dict[str, list[int]] = {}
+    for kind, failed in kinds:
+        row = counts.setdefault(kind, [0, 0])
+        row[0] += 1
+        row[1] += failed
+    return {kind: (errors + 1) / (total + 2) for kind, (total, errors) in counts.items()}
+
+
+def binomial_tail(hits: int, trials: int, rate: float) -> float:
+    """``P(X >= hits)`` for ``X ~ Binomial(trials, rate)``: 1 for ``hits <= 0``.
+
+    Raises:
+        ValueError: ``trials`` negative or ``rate`` outside ``[0, 1]``.
+    """
+    if trials < 0 or not 0.0 <= rate <= 1.0:
+        raise ValueError("binomial_tail: trials must be >= 0 and rate in [0, 1]")
+    if hits <= 0:
+        return 1.0
+    if hits > trials:
+        return 0.0
+    below = sum(math.comb(trials, k) * rate**k * (1.0 - rate) ** (trials - k) for k in range(hits))
+    return max(0.0, 1.0 - below)
+
+
 def compare_to_reference(
     traces: Sequence[TraceProfile],
     reference: Sequence[TraceProfile],
     *,
     min_reference: int = MIN_REFERENCE,
     min_slowdown: float = MIN_SLOWDOWN,
+    error_alpha: float = ERROR_ALPHA,
+    kind_error_rates: Mapping[str, float] | None = None,
 ) -> SpectrumResult:
     """Compare a problem's traces with reference traces taken before it (module docstring).
 
@@ -195,6 +246,12 @@ def compare_to_reference(
         reference: traces from before the problem (none of ``traces``).
         min_reference: reference traces a request kind needs for its latency to be compared.
         min_slowdown: see :data:`MIN_SLOWDOWN` (not negative).
+        error_alpha: see :data:`ERROR_ALPHA`; 1 counts every error excess.
+        kind_error_rates: per request kind, the share of its traces with any error over
+            the whole reference period (from trace summaries, many more than the reference
+            traces read; :func:`kind_error_rates`); with it, the chance rate of step 4 is at
+            least the problem traces' mean usual error rate of their kinds (a kind never
+            seen: 0.5). ``None``: the reference traces' rate alone.
 
     Returns:
         The :class:`SpectrumResult`.
@@ -240,19 +297,42 @@ def compare_to_reference(
     count = len(slow)
     gap_mean = gap / count if count else 0.0
     slowed = count >= _MIN_SLOW and gap > 0
-    errors: dict[str, float] = {}
-    reference_errors: dict[str, float] = {}
+    erring: dict[str, int] = {}
+    reference_erring: dict[str, int] = {}
     for one in traces:
         for name in one.error_origins:
-            errors[name] = errors.get(name, 0.0) + 1 / len(traces)
+            erring[name] = erring.get(name, 0) + 1
     for one in reference:
         for name in one.error_origins:
-            reference_errors[name] = reference_errors.get(name, 0.0) + 1 / len(reference)
+            reference_erring[name] = reference_erring.get(name, 0) + 1
+    errors = {name: count / len(traces) for name, count in erring.items()}
+    reference_errors = {name: count / len(reference) for name, count in reference_erring.items()}
+    # Only a significant excess counts (module docstring, step 4).
+    usual_rate = (
+        sum(kind_error_rates.get(one.kind, 0.5) for one in traces) / len(traces)
+        if kind_error_rates is not None and traces
+        else None
+    )
+    significant = {
+        name
+        for name, count in erring.items()
+        if binomial_tail(
+            count,
+            len(traces),
+            max(
+                (reference_erring.get(name, 0) + 1) / (len(reference) + 2),
+                usual_rate if usual_rate is not None else 0.0,
+            ),
+        )
+        <= error_alpha
+    }
     candidates: list[SpectrumCandidate] = []
     for name in sorted(set(excess) | set(errors)):
         mean_excess = excess.get(name, 0.0) / count if count else 0.0
         latency_share = mean_excess / gap_mean if gap_mean > 0 else 0.0
-        error_excess = errors.get(name, 0.0) - reference_errors.get(name, 0.0)
+        error_excess = (
+            errors.get(name, 0.0) - reference_errors.get(name, 0.0) if name in significant else 0.0
+        )
         score = latency_share if slowed else error_excess
         if score <= 0:
             continue

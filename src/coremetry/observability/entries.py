@@ -45,7 +45,7 @@ from coremetry.store import (
 from ._reading import stored_extent
 from .anchoring import anchored_args
 from .budget import MIN_BUDGET_BYTES, JsonObject, Shaped, Trimmable, encoded_size, fit
-from .origin import latency_metric_names, latency_shifts, likely_origin
+from .origin import latency_metric_names, latency_shifts
 from .ranges import RangeArgs, resolve_range, rfc3339
 from .tools import (
     SEVERITIES,
@@ -63,6 +63,7 @@ from .tools import (
     log_row,
     service_row,
 )
+from .window_origin import window_origin
 
 __all__ = ["PROMPT_ENVELOPE_BYTES", "ObservabilityEntries"]
 
@@ -386,11 +387,12 @@ class ObservabilityEntries:
         summaries = (await self.store.services(tr, limit=MAX_LIMIT)).items
         edges = await self.store.service_edges(tr, limit=MAX_LIMIT)
         await ctx.report_progress(1, 3, "analysing slow traces")
-        origin = await likely_origin(
+        origin = await window_origin(
             self.store,
             tr,
             summaries,
             edges,
+            await self.tools.problems.load(),
             slow_traces=self.tools.origin_slow_traces,
             typical_traces=self.tools.origin_typical_traces,
         )

@@ -80,6 +80,7 @@ __all__ = [
     "latency_shifts",
     "likely_origin",
     "newest_traces",
+    "origin_evidence",
     "series_shift",
 ]
 
@@ -674,3 +675,15 @@ def _sentence(
             + (" because its requests include those calls" if raw_calls_top else "")
         )
     return "".join(parts) + "."
+
+
+async def origin_evidence(
+    store: TelemetryStore, window: TimeRange, focus: TimeRange, service: str
+) -> JsonObject:
+    """The ``evidence`` object of :func:`likely_origin` for any named ``service``.
+
+    Per-edge latency of calls into it, its ERROR-or-worse log records and its latency metrics
+    that rose in ``focus`` (module docstring, step 5); used by
+    :func:`.window_origin.window_origin` when the origin comes from a detected problem.
+    """
+    return await _evidence(store, window, focus, service)

@@ -39,6 +39,7 @@ from .budget import (
     shrink_value,
 )
 from .ranges import rfc3339
+from .window_origin import problem_origin
 
 __all__ = [
     "DETECTED_BY",
@@ -69,7 +70,8 @@ DETECTED_BY: Final = (
     "severity rates (run every detection.interval_s by coremetry serve, or by coremetry "
     "detect); its origin ranking uses the traces' critical paths where traces cover the "
     "problem, then saturation, error and latency evidence along the service graph: it is a "
-    "heuristic, so check it against get_service's likely_origin"
+    "heuristic. get_service's and triage_brief's likely_origin state the same origin for the "
+    "same window, with what the window's traces alone say beside it (trace_analysis)"
 )
 """Where problems come from, as the tools say it."""
 
@@ -121,7 +123,7 @@ def problem_row(problem: Problem) -> JsonObject:
         "start": rfc3339(problem.start_unix_nano),
         "end": rfc3339(problem.end_unix_nano),
         "detected": rfc3339(problem.detected_unix_nano),
-        "origin": problem.services[0] if problem.services else None,
+        "origin": problem_origin(problem),
         "origin_reason": shorten(reason, 300),
         "services": problem.services,
         "anomaly_count": len(problem.anomalies),

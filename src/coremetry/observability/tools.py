@@ -62,7 +62,6 @@ from .budget import (
     shorten,
     shrink_value,
 )
-from .origin import likely_origin
 from .paging import Pager
 from .problems import (
     DETECTED_BY,
@@ -88,6 +87,7 @@ from .ranges import (
 )
 from .self_time import self_intervals, service_intervals
 from .service_names import require_known_service
+from .window_origin import window_origin
 
 __all__ = [
     "SEVERITIES",
@@ -968,11 +968,12 @@ class ObservabilityTools:
         edges = await self.store.service_edges(tr, limit=100, service_name=args.service)
         deploys = await self.store.deploys(tr, limit=5, service_name=args.service)
         await ctx.report_progress(1, 2, "analysing slow traces")
-        origin = await likely_origin(
+        origin = await window_origin(
             self.store,
             tr,
             summaries,
             edges,
+            await self.problems.load(),
             service=args.service,
             slow_traces=self.origin_slow_traces,
             typical_traces=self.origin_typical_traces,
