@@ -691,6 +691,11 @@ def expected_refusal(case: Case, headers: Sequence[tuple[str, str]]) -> int | No
             effective[edit.name] = [edit]
         else:
             effective.setdefault(edit.name, []).append(edit)
+    accept = effective.get("accept", [])
+    if any(e.mode == "add" and e.status is None for e in accept):
+        # An acceptable Accept line added after a refusing one: the lines are one list
+        # (RFC 9110 §5.3), which now names an acceptable type, so no 406.
+        effective["accept"] = [e for e in accept if e.status != 406]
     statuses = {e.status for edits in effective.values() for e in edits if e.status is not None}
     # A repeated Accept stays acceptable; a dropped Accept is "anything".
     for status in order:

@@ -364,3 +364,12 @@ def test_oidc_audience_is_required_off_loopback() -> None:
 def test_oauth_values_out_of_range_are_refused(overrides: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         load_config(environ={}, overrides=overrides)
+
+
+def test_keep_alive_timeout_default_environment_and_range() -> None:
+    # Above client pools' idle expiry (httpx 5 s): the client closes an idle connection first.
+    assert load_config(environ={}).http.keep_alive_timeout_s == 75.0
+    env = {"COREMETRY_HTTP_KEEP_ALIVE_TIMEOUT_S": "120"}
+    assert load_config(environ=env).http.keep_alive_timeout_s == 120.0
+    with pytest.raises(ConfigError, match=r"http\.keep_alive_timeout_s"):
+        load_config(environ={}, overrides={"http": {"keep_alive_timeout_s": 0}})

@@ -51,7 +51,7 @@ from coremetry.auth import IdentityStore, LoginService, TicketBook
 from coremetry.auth.oauth_resource import PublicUrls, discovery_offered
 from coremetry.auth.oauth_server import OAuthServer, authorization_server_metadata
 from coremetry.config import Config
-from coremetry.http_edge import Authenticate, Headers, HttpPolicy, anonymous
+from coremetry.http_edge import Authenticate, Headers, HttpPolicy, UnreadBody, anonymous
 from coremetry.ingest.receiver import OTLP_PATHS, OtlpReceiver
 from coremetry.mcp import Server
 from coremetry.oauth_http import OAUTH_PATHS, OAuthEndpoints
@@ -207,21 +207,24 @@ class CoremetryApp:
     ) -> None:
         """Route one ASGI connection (see the module docstring)."""
         if scope["type"] == "http":
+            # Our handlers answer refusals before reading the body: finish it first, so the
+            # connection stays usable (http_edge.UnreadBody). Quart reads its bodies itself.
+            unread = UnreadBody(scope, receive, send)
             handler = self.http_routes.get(scope["path"])
             if handler is not None:
-                await handler(scope, receive, send)
+                await handler(scope, unread.receive, unread.send)
                 return
             if self.otlp_not_found is not None and scope["path"].startswith("/v1/"):
-                await self.otlp_not_found(scope, receive, send)
+                await self.otlp_not_found(scope, unread.receive, unread.send)
                 return
             if WellKnown.matches(scope["path"]):
-                await self.well_known(scope, receive, send)
+                await self.well_known(scope, unread.receive, unread.send)
                 return
             if self.rest.matches(scope["path"]):
-                await self.rest(scope, receive, send)
+                await self.rest(scope, unread.receive, unread.send)
                 return
             if self.admin_users is not None and self.admin_users.matches(scope["path"]):
-                await self.admin_users(scope, receive, send)
+                await self.admin_users(scope, unread.receive, unread.send)
                 return
         elif scope["type"] == "websocket":
             ws_handler = self.websocket_routes.get(scope["path"])

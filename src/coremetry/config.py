@@ -49,6 +49,12 @@ class HttpConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Largest accepted request body, in bytes (413 above)."""
     graceful_shutdown_s: float = 5.0
     """On SIGINT/SIGTERM: how long in-flight calls may take to finish, in seconds."""
+    keep_alive_timeout_s: float = 75.0
+    """How long an idle HTTP/1.1 connection is kept open for the client's next request, in
+    seconds. Above the idle time clients keep pooled connections (httpx 5 s, Node's fetch 4 s,
+    aiohttp 15 s) and proxies' upstream idle timeouts (60 s is common), so the client closes
+    an idle connection first: a request sent on a connection the server closes at that moment
+    fails without an answer (the keep-alive race), which clients do not retry for a POST."""
     public_url: str = ""
     """The URL clients reach the server at (``https://coremetry.example.com[/prefix]``), used
     in the OAuth discovery documents and as the OAuth resource and issuer; empty: derived per
@@ -454,6 +460,7 @@ def _check(config: Config) -> None:
         (0 <= config.http.port <= 65535, "http.port must be between 0 and 65535"),
         (config.http.max_body_bytes > 0, "http.max_body_bytes must be positive"),
         (config.http.graceful_shutdown_s >= 0, "http.graceful_shutdown_s must not be negative"),
+        (config.http.keep_alive_timeout_s > 0, "http.keep_alive_timeout_s must be positive"),
         (config.mcp.max_budget_s > 0, "mcp.max_budget_s must be positive"),
         (config.mcp.page_size > 0, "mcp.page_size must be positive"),
         (config.mcp.output_budget_bytes >= 1024, "mcp.output_budget_bytes must be at least 1024"),

@@ -10,6 +10,10 @@ B15):
   protection) -> 421 Misdirected Request when it is not in the list.
 - Bodies are capped (413), media types compared case-insensitively with parameters ignored
   (RFC 9110 §8.3.1).
+- A response sent before the request body was read (a refusal: 401, 403, 413, 415, …) first
+  reads the rest of the body and drops it (:class:`UnreadBody`), so the connection stays usable
+  for the client's next request; when the rest is too large or too slow, the response says
+  ``Connection: close`` instead, so no client sends a request on a connection being closed.
 - SSE ``data:`` lines never contain a raw CR/LF, U+0085, U+2028 or U+2029: those are escaped in
   the JSON text (``\\u2028``), so no client's line splitter can break an event.
 """
@@ -18,7 +22,14 @@ import ipaddress
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Final, Protocol
 
-from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
+import trio
+from hypercorn.typing import (
+    ASGIReceiveCallable,
+    ASGIReceiveEvent,
+    ASGISendCallable,
+    ASGISendEvent,
+    HTTPScope,
+)
 
 from coremetry.mcp import ANONYMOUS_VIEWER, codes, wire
 from coremetry.roles import Caller
@@ -298,6 +309,91 @@ async def read_body(receive: ASGIReceiveCallable, limit_bytes: int) -> bytes:
         chunks.append(chunk)
         if not event.get("more_body", False):
             return b"".join(chunks)
+
+
+UNREAD_BODY_MAX_BYTES: Final = 16 * 1024 * 1024
+"""The most bytes of an unread request body :class:`UnreadBody` reads and drops before a
+response; beyond it the response says ``Connection: close``."""
+UNREAD_BODY_MAX_S: Final = 5.0
+"""The longest :class:`UnreadBody` waits for the rest of an unread body, in seconds."""
+
+
+class UnreadBody:
+    """One HTTP exchange's ASGI ``receive``/``send``, finishing the request body before a response.
+
+    hypercorn (h11) closes the connection after a response when the request body has not been
+    read to its end — what every refusal sent before reading the body (413 on a declared
+    ``Content-Length`` over the cap, 401, 403, 415, …) leaves — and does so without
+    ``Connection: close``: a client that reads the answer and reuses the connection at once
+    (httpx's pool does) sends its next request into the close and gets "Server disconnected
+    without sending a response" or a reset, with no answer (issue 13: ``bench/fuzz.py`` and
+    ``bench/soak.py``). So when the handler starts its response before the body has ended,
+    :meth:`send` first reads the rest and drops it — at most :data:`UNREAD_BODY_MAX_BYTES`
+    bytes and :data:`UNREAD_BODY_MAX_S` seconds — and the connection is kept alive as after
+    any answered request. A body declared larger than that, or not over in time, gets its
+    response with ``Connection: close`` (RFC 9112 §9.6): the client then opens a new
+    connection for its next request. A disconnect seen while reading is handed to the handler
+    by its next :meth:`receive`.
+
+    Args:
+        scope: the request's ASGI scope (its ``content-length``, if any, is read).
+        receive: hypercorn's ``receive``.
+        send: hypercorn's ``send``.
+    """
+
+    __slots__ = ("_declared", "_disconnected", "_ended", "_receive", "_send")
+
+    def __init__(
+        self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        self._receive = receive
+        self._send = send
+        self._ended = False
+        self._disconnected = False
+        length = Headers(scope["headers"]).get("content-length")
+        self._declared = int(length) if length is not None and length.isdigit() else None
+
+    async def receive(self) -> ASGIReceiveEvent:
+        """The next ASGI event of the request (``http.disconnect`` for good once one was seen)."""
+        if self._disconnected:
+            return {"type": "http.disconnect"}
+        event = await self._receive()
+        self._note(event)
+        return event
+
+    async def send(self, message: ASGISendEvent) -> None:
+        """Send ``message``; before a response starts, finish the request body (class docstring)."""
+        if (
+            message["type"] == "http.response.start"
+            and not (self._ended or self._disconnected)
+            and not await self._finish_body()
+        ):
+            message = {
+                "type": "http.response.start",
+                "status": message["status"],
+                "headers": [*message["headers"], (b"connection", b"close")],
+                "trailers": message.get("trailers", False),
+            }
+        await self._send(message)
+
+    def _note(self, event: ASGIReceiveEvent) -> int:
+        if event["type"] == "http.disconnect":
+            self._disconnected = True
+        elif event["type"] == "http.request":
+            if not event.get("more_body", False):
+                self._ended = True
+            return len(event.get("body", b""))
+        return 0
+
+    async def _finish_body(self) -> bool:
+        """Read and drop the rest of the body; whether the connection can be kept."""
+        if self._declared is not None and self._declared > UNREAD_BODY_MAX_BYTES:
+            return False
+        dropped = 0
+        with trio.move_on_after(UNREAD_BODY_MAX_S):
+            while not self._ended and not self._disconnected and dropped <= UNREAD_BODY_MAX_BYTES:
+                dropped += self._note(await self._receive())
+        return self._ended or self._disconnected
 
 
 def jsonrpc_error_body(

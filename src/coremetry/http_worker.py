@@ -22,6 +22,16 @@ graceful drain within ``graceful_timeout``) with two differences, both about fai
    opened and closed in a loop); ``tests/transports/test_http_worker.py`` keeps a minimal
    reproduction against hypercorn's own class.
 
+3. **Idle connections: the client's pool closes them first; a request head must be quick.**
+   hypercorn closes a connection after ``keep_alive_timeout`` without a request *head*,
+   counting from its open or its last answer: one timer for both the keep-alive idle time and
+   the slow-header (slowloris) cut-off. Here the keep-alive idle time between requests is
+   ``http.keep_alive_timeout_s`` (75 s by default: above client pools' idle expiry, so a
+   request never leaves on a connection the server is closing), while a new connection, and
+   a request whose first bytes have arrived, get :data:`REQUEST_HEAD_TIMEOUT_S` to deliver a
+   complete head. Before closing an idle connection the socket is checked for bytes the
+   reader has not taken yet (a busy event loop): a request that arrived is served, not reset.
+
 Also, the ASGI app runs inside :func:`~coremetry.supervision.contained` (hypercorn would log
 "Error in ASGI Framework" through its error log, which :func:`coremetry.server.hypercorn_config`
 turns off), so an exception in a handler is logged with an incident id; hypercorn then answers
@@ -31,18 +41,22 @@ Only plain TCP binds are served (no TLS, no QUIC): Coremetry terminates TLS in f
 """
 
 import logging
+import math
 import re
+import select
 from collections.abc import Awaitable, Callable
 from functools import partial
 from http import HTTPStatus
 from typing import Final
 
+import h11
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData
+from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.statsd import StatsdLogger
-from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import (
     ASGIFramework,
@@ -57,6 +71,11 @@ from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr
 from coremetry.supervision import contained
 
 log: Final = logging.getLogger("coremetry.http")
+
+REQUEST_HEAD_TIMEOUT_S: Final = 5.0
+"""How long a new connection, or a request whose first bytes have arrived, has to deliver a
+complete request head (request line and headers), in seconds; then the connection is closed
+(hypercorn's own keep-alive default, which used to bound both)."""
 
 
 class ContainedApp:
@@ -114,8 +133,69 @@ def with_reason_phrase(data: bytes) -> bytes:
 class ContainedTCPServer(TCPServer):
     """hypercorn's connection handler with its close/send race defused (module docstring).
 
-    It also writes each HTTP/1.1 status line with its reason phrase (:func:`with_reason_phrase`).
+    It also writes each HTTP/1.1 status line with its reason phrase (:func:`with_reason_phrase`)
+    and times idle connections and request heads apart (module docstring, item 3).
     """
+
+    _fresh = True
+    """No idle period has begun yet: the connection is new."""
+    _arrived: trio.Event | None = None
+    """Set when bytes arrive during the current idle period."""
+
+    async def _read_data(self) -> None:
+        # hypercorn's TCPServer._read_data, noting arrivals for _idle_timeout.
+        while True:
+            try:
+                with trio.fail_after(self.config.read_timeout or math.inf):
+                    data = await self.stream.receive_some(MAX_RECV)
+            except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError):
+                break
+            if self._arrived is not None:
+                self._arrived.set()
+            await self.protocol.handle(RawData(bytes(data)))
+            if data == b"":
+                break
+        await self.protocol.handle(Closed())
+
+    async def _idle_timeout(self) -> None:
+        # Runs while no request is being served; cancelled when a request head is complete.
+        arrived = self._arrived = trio.Event()
+        if self._buffered():
+            arrived.set()  # the next request's first bytes came with the last answer
+        idle_s = REQUEST_HEAD_TIMEOUT_S if self._fresh else self.config.keep_alive_timeout
+        self._fresh = False
+        terminated = self.context.terminated
+        async with trio.open_nursery() as nursery:
+
+            async def until(wait: Callable[[], Awaitable[None]]) -> None:
+                await wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until, terminated.wait)
+            nursery.start_soon(until, arrived.wait)
+            nursery.cancel_scope.deadline = trio.current_time() + idle_s
+        if not terminated.is_set() and (arrived.is_set() or self._readable()):
+            # A request has begun: its head gets REQUEST_HEAD_TIMEOUT_S.
+            with trio.move_on_after(REQUEST_HEAD_TIMEOUT_S):
+                await terminated.wait()
+        with trio.CancelScope(shield=True):
+            await self._initiate_server_close()
+
+    def _buffered(self) -> bool:
+        """Whether the HTTP/1.1 parser holds bytes of a next request (read, not yet parsed)."""
+        protocol = self.protocol.protocol
+        if not isinstance(protocol, H11Protocol):
+            return False
+        connection = protocol.connection
+        return isinstance(connection, h11.Connection) and bool(connection.trailing_data[0])
+
+    def _readable(self) -> bool:
+        """Whether bytes (or the client's close) wait in the socket, not yet read."""
+        try:
+            ready, _, _ = select.select([self.stream.socket.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return bool(ready)
 
     async def protocol_send(self, event: Event) -> None:
         """Write ``event`` (see ``TCPServer``); a write racing the close is dropped."""

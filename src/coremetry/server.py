@@ -280,13 +280,19 @@ def first_start_message(token: str, url: str) -> str:
 
 
 def hypercorn_config(config: Config) -> HypercornConfig:
-    """Translate our configuration into hypercorn's (bind, limits, graceful drain)."""
+    """Translate our configuration into hypercorn's (bind, limits, keep-alive, graceful drain).
+
+    ``keep_alive_timeout`` is ``http.keep_alive_timeout_s`` (hypercorn's own default, 5 s, is
+    the idle expiry of httpx's connection pool too: a POST leaving on a pooled connection just
+    as the server closed it met "Server disconnected without sending a response").
+    """
     hc = HypercornConfig()
     host = config.http.host
     hc.bind = [f"[{host}]:{config.http.port}" if ":" in host else f"{host}:{config.http.port}"]
     hc.accesslog = None
     hc.errorlog = None
     hc.graceful_timeout = config.http.graceful_shutdown_s
+    hc.keep_alive_timeout = config.http.keep_alive_timeout_s
     hc.websocket_max_message_size = config.websocket.max_message_bytes
     return hc
 

@@ -17,11 +17,14 @@ import trio
 from _fuzz_support import (
     HANDSHAKE,
     STATELESS,
+    Case,
     Driver,
+    HeaderEdit,
     HttpDriver,
     SseDriver,
     Tally,
     WsDriver,
+    expected_refusal,
     generate_cases,
     run_cases,
     start_http_server,
@@ -71,3 +74,14 @@ async def test_fuzzed_bodies_and_headers_on_every_transport(tmp_path: Path) -> N
     assert not failures, "\n".join(failures[:20]) + "\n" + tally_report(tallies)
     assert all(t.sent == EXAMPLES for t in tallies.values()), tally_report(tallies)
     assert sum(t.server_errors for t in tallies.values()) == 0
+
+
+def test_the_oracle_reads_repeated_accept_lines_as_one_list() -> None:
+    # Found by bench/fuzz.py --seed 4: "Accept: text/html" then an added "Accept:
+    # application/json" is one list naming JSON (RFC 9110 §5.3), served, not 406.
+    refusing = HeaderEdit("accept", "text/html", "set", 406)
+    acceptable = HeaderEdit("accept", "application/json", "add", None)
+    assert expected_refusal(Case(b"{}", (refusing, acceptable)), []) is None
+    assert expected_refusal(Case(b"{}", (refusing,)), []) == 406
+    # An Accept set after the added line replaces both: refused again.
+    assert expected_refusal(Case(b"{}", (acceptable, refusing)), []) == 406

@@ -186,6 +186,7 @@ async def test_config_show_prints_the_effective_configuration_as_toml() -> None:
         "allowed_hosts": defaults.http.allowed_hosts,
         "max_body_bytes": defaults.http.max_body_bytes,
         "graceful_shutdown_s": defaults.http.graceful_shutdown_s,
+        "keep_alive_timeout_s": defaults.http.keep_alive_timeout_s,
         "public_url": defaults.http.public_url,
     }
     assert set(shown) >= {"http", "mcp", "sse", "websocket", "data_dir"}
