@@ -33,6 +33,7 @@ GET_PROBLEM_SCHEMA: Final = output_schema(GetProblemResult)
 class RankRow(msgspec.Struct):
     service: str
     role: str
+    reason: str = ""
     evidence: list[str] = []
     evidence_total: int = 0
 
@@ -273,6 +274,34 @@ async def test_a_small_problem_answers_whole(tmp_path: Path, stored: Problem) ->
     assert body.cursor is None
     assert len(body.sample_log_lines) == 3
     assert body.services == [service_name(0), service_name(1)]
+
+
+async def test_a_small_problem_states_why_its_first_service_beats_the_second_in_full(
+    tmp_path: Path,
+) -> None:
+    # The detector's reasons name the rule that put the first service ahead of the second
+    # with the figures compared: several hundred characters, which a small answer shows whole.
+    small = big_problem(services=2, per_service=2)
+    why = (
+        "own cause: a resource at its limit (container.cpu.utilization 0.98 of its limit "
+        "at peak against 0.31 usually, z 41.2), its error rate up from 0.2 % to 37 % over "
+        "the same minutes, and 27 ERROR log records (0 usually). Ahead of "
+        f"{service_name(1)}: a stronger kind of evidence (a resource at its limit over a "
+        "latency rise that its callers share), first anomalous 2 minutes earlier, and no "
+        "anomalous callee of its own to pass the blame to."
+    )
+    assert 400 < len(why) < 700
+    first = msgspec.structs.replace(small.ranking[0], reason=why)
+    small = msgspec.structs.replace(
+        small, problem_id="prb_000000000000a1a1", ranking=[first, small.ranking[1]]
+    )
+    merge_live(tmp_path / PROBLEMS_FILE, [small])
+    reply, _ = await call(tmp_path, {"problem_id": small.problem_id})
+    body = page_of(reply)
+    assert body.truncated is False
+    assert body.origin_reason == why
+    assert body.ranking is not None
+    assert body.ranking[0].reason == why
 
 
 @pytest.mark.parametrize("budget", [2048, 4096, 8192])

@@ -39,7 +39,7 @@ from .budget import (
     shrink_value,
 )
 from .ranges import rfc3339
-from .window_origin import problem_origin
+from .window_origin import REASON_CHARS, problem_origin
 
 __all__ = [
     "DETECTED_BY",
@@ -124,14 +124,16 @@ def problem_row(problem: Problem) -> JsonObject:
         "end": rfc3339(problem.end_unix_nano),
         "detected": rfc3339(problem.detected_unix_nano),
         "origin": problem_origin(problem),
-        "origin_reason": shorten(reason, 300),
+        "origin_reason": shorten(reason, REASON_CHARS),
         "services": problem.services,
         "anomaly_count": len(problem.anomalies),
         "sample_trace_ids": problem.sample_trace_ids,
     }
 
 
-def _rank_row(rank: ServiceRank, evidence_lines: int = 5, reason_chars: int = 300) -> JsonObject:
+def _rank_row(
+    rank: ServiceRank, evidence_lines: int = 5, reason_chars: int = REASON_CHARS
+) -> JsonObject:
     return {
         "service": rank.service_name,
         "role": rank.role,

@@ -43,6 +43,7 @@ from .ranges import NS_PER_S, parse_rfc3339_ns, rfc3339
 
 __all__ = [
     "RANKING_ROWS",
+    "REASON_CHARS",
     "leading_problem",
     "problem_origin",
     "window_origin",
@@ -51,6 +52,10 @@ __all__ = [
 RANKING_ROWS: Final = 3
 """Rows of the leading problem's ranking a ``likely_origin`` shows (the rest: ``get_problem``)."""
 _SLOWEST_SLACK_NS: Final = 60 * NS_PER_S
+
+REASON_CHARS: Final = 700
+"""Longest origin reason shown (characters): room for the rule that put the first service
+ahead of the second with the figures it compared; the output budget still bounds the whole."""
 
 
 def problem_origin(problem: Problem) -> str | None:
@@ -117,7 +122,7 @@ def _rank_row(rank: ServiceRank) -> JsonObject:
     return {
         "service": rank.service_name,
         "role": rank.role,
-        "reason": shorten(rank.reason, 400),
+        "reason": shorten(rank.reason, REASON_CHARS),
         "evidence": [shorten(line, 200) for line in rank.evidence[:3]],
     }
 
@@ -219,7 +224,7 @@ async def window_origin(
     body["problem_start"] = rfc3339(problem.start_unix_nano)
     body["summary"] = (
         f"{origin} is the likely origin: detected problem {problem.problem_id} ranks it first "
-        f"({shorten(first.reason, 300)}); {agreement}."
+        f"({shorten(first.reason, REASON_CHARS)}); {agreement.rstrip('.')}."
     )
     body["ranking"] = [_rank_row(rank) for rank in problem.ranking[:RANKING_ROWS]]
     if evidence:
