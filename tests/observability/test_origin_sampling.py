@@ -114,6 +114,8 @@ async def test_get_service_names_the_part_of_the_window_it_sampled(tmp_path: Pat
         assert newest["end"] == slow["end"] == rfc3339(END)
         assert answer["window"]["start"] < newest["start"], "a recent part, not the week"
         assert newest["traces"] == 200
+        # When the sample's traces began: inside the part read, ending at its newest.
+        assert newest["start"] <= newest["traces_from"] < newest["traces_to"] <= newest["end"]
         assert slow["traces"] == 20
         assert "p95" in slow["what"]
         # The slow requests (every tenth) are the slow traces it read.

@@ -149,12 +149,24 @@ class _Sampled:
     part: TimeRange
 
     def as_json(self) -> JsonObject:
-        return {
+        """The search as shown in ``likely_origin.sampled``.
+
+        ``what`` was searched, the part of the window read (``start``/``end``), how many
+        ``traces`` it kept (a limit: the newest), and when the oldest and newest of them began
+        (``traces_from``/``traces_to``: the time the sample covers, often much less than the
+        part read when the limit was reached).
+        """
+        body: JsonObject = {
             "what": self.what,
             "start": rfc3339(self.part.start_unix_nano),
             "end": rfc3339(self.part.end_unix_nano),
             "traces": len(self.traces),
         }
+        if self.traces:
+            starts = [t.start_time_unix_nano for t in self.traces]
+            body["traces_from"] = rfc3339(min(starts))
+            body["traces_to"] = rfc3339(max(starts))
+        return body
 
 
 async def newest_traces(
