@@ -316,6 +316,10 @@ UNREAD_BODY_MAX_BYTES: Final = 16 * 1024 * 1024
 response; beyond it the response says ``Connection: close``."""
 UNREAD_BODY_MAX_S: Final = 5.0
 """The longest :class:`UnreadBody` waits for the rest of an unread body, in seconds."""
+BODY_STALL_S: Final = 30.0
+"""The longest a request body may pause between two of its pieces, in seconds: a client that
+sends a request head and then stops mid-body (a slow-body attack, or a client gone silent)
+gets ``408 Request Timeout`` with ``Connection: close`` and its connection is freed."""
 
 
 class UnreadBody:
@@ -341,7 +345,7 @@ class UnreadBody:
         send: hypercorn's ``send``.
     """
 
-    __slots__ = ("_declared", "_disconnected", "_ended", "_receive", "_send")
+    __slots__ = ("_declared", "_disconnected", "_ended", "_receive", "_send", "_started")
 
     def __init__(
         self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
@@ -350,19 +354,44 @@ class UnreadBody:
         self._send = send
         self._ended = False
         self._disconnected = False
+        self._started = False
         length = Headers(scope["headers"]).get("content-length")
         self._declared = int(length) if length is not None and length.isdigit() else None
 
     async def receive(self) -> ASGIReceiveEvent:
-        """The next ASGI event of the request (``http.disconnect`` for good once one was seen)."""
+        """The next ASGI event of the request (``http.disconnect`` for good once one was seen).
+
+        While the body has not ended, a pause longer than :data:`BODY_STALL_S` answers the
+        request ``408 Request Timeout`` with ``Connection: close`` (unless a response has
+        begun) and hands the handler ``http.disconnect``: it stops as for a client gone.
+        """
         if self._disconnected:
             return {"type": "http.disconnect"}
-        event = await self._receive()
+        if self._ended:
+            event = await self._receive()
+        else:
+            with trio.move_on_after(BODY_STALL_S) as waited:
+                event = await self._receive()
+            if waited.cancelled_caught:
+                self._disconnected = True
+                if not self._started:
+                    self._started = True
+                    await send_response(
+                        self._send,
+                        408,
+                        f"Request Timeout: no part of the request body arrived for "
+                        f"{BODY_STALL_S:g} s\n".encode(),
+                        content_type=b"text/plain; charset=utf-8",
+                        headers=[(b"connection", b"close")],
+                    )
+                return {"type": "http.disconnect"}
         self._note(event)
         return event
 
     async def send(self, message: ASGISendEvent) -> None:
         """Send ``message``; before a response starts, finish the request body (class docstring)."""
+        if message["type"] == "http.response.start":
+            self._started = True
         if (
             message["type"] == "http.response.start"
             and not (self._ended or self._disconnected)

@@ -29,6 +29,7 @@ import pytest
 import trio
 from conftest import check_emitted
 
+from coremetry import http_edge
 from coremetry.config import load_config
 from coremetry.http_edge import UNREAD_BODY_MAX_BYTES
 from coremetry.server import build_mcp_server, serve
@@ -271,3 +272,32 @@ async def test_a_slow_request_head_on_a_kept_alive_connection_is_cut_off() -> No
                 assert (await client.post("/api/mcp", PING, MCP_POST)).status == 200
                 await client.stream.send_all(b"POST /api/mcp HTTP/1.1\r\nHost: ")
                 assert await client.at_end()  # closed long before the 75 s keep-alive
+
+
+# ---- a body that stops half-way --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/api/mcp", "sse"])
+async def test_a_request_body_that_stalls_is_answered_408_and_its_connection_freed(
+    monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    # Headers, then part of the declared body, then nothing (a slow-body attack, or a client
+    # gone silent without closing): the connection is not held for ever. The pause allowed is
+    # http_edge.BODY_STALL_S (30 s), shortened here so the test does not wait for it.
+    monkeypatch.setattr(http_edge, "BODY_STALL_S", 0.5)
+    with trio.fail_after(LIMIT_S):
+        async with live_server() as live, contextlib.AsyncExitStack() as stack:
+            if path == "sse":
+                path = await stack.enter_async_context(sse_session(live))
+            client = RawClient(await trio.open_tcp_stream(live.host, live.port), live.host)
+            async with client.stream:
+                await client.stream.send_all(client.head(path, 100, JSON) + b'{"jsonrpc":')
+                answer = await client.answer()
+                assert answer.status == 408, answer
+                assert b"Request Timeout" in answer.body
+                assert answer.headers.get("connection", "").lower() == "close"
+                assert await client.at_end()
+            # The server goes on serving.
+            fresh = RawClient(await trio.open_tcp_stream(live.host, live.port), live.host)
+            async with fresh.stream:
+                assert (await fresh.post("/api/mcp", PING, MCP_POST)).status == 200
