@@ -179,7 +179,10 @@ async def test_a_call_waiting_past_its_deadline_answers_timeout_with_the_identit
         assert waited["error"] == "timeout"
         assert waited["retryable"] is True
         assert waited["hint"] == IDENTITY_BUSY_HINT
-        assert "this identity already runs 1 store calls" in str(waited["detail"])
+        assert (
+            "this identity already runs 1 store call at once, its limit "
+            "(store.max_calls_per_identity)" in str(waited["detail"])
+        )
         assert "500 ms" in str(waited["detail"])
         # The expired call never reached the store, and the held one is still fine.
         assert store.started == ["alice"]
@@ -202,7 +205,9 @@ async def test_a_call_waiting_on_the_global_cap_says_the_server_is_busy(
         waited = await list_services(server, "carol", timeout_ms=300)
         assert waited["error"] == "timeout"
         assert waited["hint"] == SERVER_BUSY_HINT
-        assert "2 store calls (the limit) are running for other clients" in str(waited["detail"])
+        assert "2 store calls of other clients running, the limit for all (store.max_calls)" in str(
+            waited["detail"]
+        )
         store.release.set()
     assert sorted(store.started) == ["alice", "bob"]
 

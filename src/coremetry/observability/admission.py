@@ -92,6 +92,10 @@ class _Waiter:
         self.granted = False
 
 
+def _calls(n: int) -> str:
+    return "1 store call" if n == 1 else f"{n} store calls"
+
+
 class StoreAdmission:
     """Concurrent store calls per identity and in all, with fair turns between identities.
 
@@ -180,12 +184,13 @@ class StoreAdmission:
         if self._running.get(identity, 0) >= self.max_calls_per_identity:
             return (
                 f"admission to the telemetry store: this identity already runs "
-                f"{self.max_calls_per_identity} store calls at once (the limit)",
+                f"{_calls(self.max_calls_per_identity)} at once, its limit "
+                "(store.max_calls_per_identity)",
                 IDENTITY_BUSY_HINT,
             )
         return (
-            f"admission to the telemetry store: {self.max_calls} store calls (the limit) are "
-            "running for other clients",
+            f"admission to the telemetry store: {_calls(self.max_calls)} of other clients "
+            "running, the limit for all (store.max_calls)",
             SERVER_BUSY_HINT,
         )
 
