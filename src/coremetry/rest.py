@@ -185,7 +185,9 @@ class RestTools:
             await send_response(
                 send,
                 413,
-                _error(f"the body exceeds {self.policy.max_body_bytes} bytes"),
+                _error(
+                    f"the body exceeds {self.policy.max_body_bytes} bytes (http.max_body_bytes)"
+                ),
                 headers=cors,
             )
             return
@@ -308,11 +310,13 @@ class LoginEndpoint:
         if not is_json_content_type(headers.get("content-type")):
             await send_response(send, 415, _error("send application/json"), headers=cors)
             return
+        cap = min(self.policy.max_body_bytes, 64 * 1024)
         try:
-            body = await read_body(receive, min(self.policy.max_body_bytes, 64 * 1024))
+            body = await read_body(receive, cap)
             request = _LOGIN_DECODER.decode(body)
         except BodyTooLarge:
-            await send_response(send, 413, _error("the body is too large"), headers=cors)
+            too_large = _error(f"the body exceeds {cap} bytes (a login body is at most 64 KiB)")
+            await send_response(send, 413, too_large, headers=cors)
             return
         except ClientGone:
             return
@@ -536,11 +540,13 @@ class AdminUsers:
     async def _password(self, headers: Headers, receive: ASGIReceiveCallable) -> str:
         if not is_json_content_type(headers.get("content-type")):
             raise _AdminRefusal(415, "bad_request", "send application/json", "bad_args")
+        cap = min(self.policy.max_body_bytes, 64 * 1024)
         try:
-            body = await read_body(receive, min(self.policy.max_body_bytes, 64 * 1024))
+            body = await read_body(receive, cap)
             return _PASSWORD_DECODER.decode(body).password
         except BodyTooLarge:
-            raise _AdminRefusal(413, "bad_request", "the body is too large", "bad_args") from None
+            message = f"the body exceeds {cap} bytes (a password body is at most 64 KiB)"
+            raise _AdminRefusal(413, "bad_request", message, "bad_args") from None
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
             raise _AdminRefusal(
                 400, "bad_request", f"expected {{'password': str}}: {exc}", "bad_args"

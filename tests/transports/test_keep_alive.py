@@ -170,6 +170,8 @@ def refusal(answer: Answer, status: int) -> None:
     check_emitted(message, "2025-11-25")
     assert message["id"] is None
     assert message["error"]["code"] == -32600
+    if status == 413:  # names the cap and the setting that raises it
+        assert f"exceeds {CAP} bytes (http.max_body_bytes)" in message["error"]["message"]
 
 
 # ---- a refusal before the body leaves the connection usable ---------------------------------

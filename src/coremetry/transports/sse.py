@@ -395,7 +395,10 @@ class LegacySse:
                 f"Session not found: open a new stream with GET {SSE_PATH}",
             )
             return
-        too_large = f"Payload Too Large: the body exceeds {self.policy.max_body_bytes} bytes"
+        too_large = (
+            f"Payload Too Large: the body exceeds {self.policy.max_body_bytes} bytes "
+            "(http.max_body_bytes)"
+        )
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.policy.max_body_bytes:
             await refuse(413, codes.INVALID_REQUEST, too_large)

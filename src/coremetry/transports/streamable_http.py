@@ -267,7 +267,8 @@ class StreamableHttp:
             await refuse(
                 413,
                 codes.INVALID_REQUEST,
-                f"Payload Too Large: the body exceeds {self.policy.max_body_bytes} bytes",
+                f"Payload Too Large: the body exceeds {self.policy.max_body_bytes} bytes "
+                "(http.max_body_bytes)",
             )
             return
         try:
@@ -276,7 +277,8 @@ class StreamableHttp:
             await refuse(
                 413,
                 codes.INVALID_REQUEST,
-                f"Payload Too Large: the body exceeds {self.policy.max_body_bytes} bytes",
+                f"Payload Too Large: the body exceeds {self.policy.max_body_bytes} bytes "
+                "(http.max_body_bytes)",
             )
             return
         except ClientGone:
