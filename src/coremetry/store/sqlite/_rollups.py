@@ -68,7 +68,9 @@ once, in the schema step's transaction.
 from __future__ import annotations
 
 import sqlite3
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from itertools import chain
 from typing import Final, cast
 
 import msgspec
@@ -675,11 +677,23 @@ class _Group:
         self.first = first if self.first is None else min(self.first, first)
         self.last = last if self.last is None else max(self.last, last)
 
+    def add_rolled(self, count: int, errors: int, sketch: bytes) -> None:
+        """Add one roll-up row: its counts, and its encoded sketch merged."""
+        self.count += count
+        self.errors += errors
+        self.sketch.merge_encoded(sketch)
+
+    def add_one(self, error: int, duration_ns: int) -> None:
+        """Add one raw span or call: counted, an error if ``error``, its duration sketched."""
+        self.count += 1
+        self.errors += error
+        self.sketch.add(duration_ns)
+
 
 def services(ctx: ReadContext, time_range: TimeRange, limit: int) -> Page[ServiceSummary]:
     """RED per service from the roll-ups (see :class:`ServiceSummary`)."""
     rolled, rolled_params, raw, raw_params = _ranges(time_range, "x", "s.start_unix_nano")
-    groups: dict[str, _Group] = {}
+    groups: defaultdict[str, _Group] = defaultdict(_Group)
     if rolled is not None:
         for name, version, count, first, last, requests, errors, blob in ctx.execute(
             "SELECT r.service_name, r.version, x.span_count, x.first_start, x.last_start, "
@@ -687,9 +701,7 @@ def services(ctx: ReadContext, time_range: TimeRange, limit: int) -> Page[Servic
             f"FROM red_services x JOIN resources r ON r.id = x.resource_id WHERE {rolled}",
             rolled_params,
         ):
-            group = groups.get(cast(str, name))
-            if group is None:
-                group = groups[cast(str, name)] = _Group()
+            group = groups[cast(str, name)]
             group.count += cast(int, count)
             group.requests += cast(int, requests)
             group.errors += cast(int, errors)
@@ -704,9 +716,7 @@ def services(ctx: ReadContext, time_range: TimeRange, limit: int) -> Page[Servic
             f"s.duration_ns FROM spans s JOIN resources r ON r.id = s.resource_id WHERE {raw}",
             raw_params,
         ):
-            group = groups.get(cast(str, name))
-            if group is None:
-                group = groups[cast(str, name)] = _Group()
+            group = groups[cast(str, name)]
             group.count += 1
             group.seen(cast(int, start), cast(int, start))
             if version:
@@ -742,31 +752,23 @@ def operations(
     """RED per span name of one service from the roll-ups (see :class:`OperationSummary`)."""
     rolled, rolled_params, raw, raw_params = _ranges(time_range, "x", "s.start_unix_nano")
     mine = "IN (SELECT r.id FROM resources r WHERE r.service_name = ?)"
-    groups: dict[str, _Group] = {}
+    groups: defaultdict[str, _Group] = defaultdict(_Group)
     if rolled is not None:
         for name, count, errors, blob in ctx.execute(
             "SELECT x.name, x.span_count, x.error_count, x.sketch FROM red_operations x "
             f"WHERE x.resource_id {mine} AND {rolled}",
             [service_name, *rolled_params],
         ):
-            group = groups.get(cast(str, name))
-            if group is None:
-                group = groups[cast(str, name)] = _Group()
-            group.count += cast(int, count)
-            group.errors += cast(int, errors)
-            group.sketch.merge_encoded(cast(bytes, blob))
+            group = groups[cast(str, name)]
+            group.add_rolled(cast(int, count), cast(int, errors), cast(bytes, blob))
     if raw is not None:
         for name, error, duration in ctx.execute(
             f"SELECT s.name, s.status_code = {_ERROR}, s.duration_ns FROM spans s "
             f"WHERE s.resource_id {mine} AND {raw}",
             [service_name, *raw_params],
         ):
-            group = groups.get(cast(str, name))
-            if group is None:
-                group = groups[cast(str, name)] = _Group()
-            group.count += 1
-            group.errors += cast(int, error)
-            group.sketch.add(cast(int, duration))
+            group = groups[cast(str, name)]
+            group.add_one(cast(int, error), cast(int, duration))
     ordered = sorted(groups.items(), key=lambda item: (-item[1].count, item[0]))
     items = []
     for name, group in ordered[:limit]:
@@ -852,7 +854,7 @@ def service_edges(
     """Caller -> callee edges from the roll-ups (see :class:`ServiceEdge`)."""
     rolled, rolled_params, _, _ = _ranges(time_range, "x", "c.start_unix_nano")
     raw_ranges = plan(time_range.start_unix_nano, time_range.end_unix_nano)[0]
-    groups: dict[tuple[str, str], _Group] = {}
+    groups: defaultdict[tuple[str, str], _Group] = defaultdict(_Group)
     if rolled is not None:
         only = ""
         params = list(rolled_params)
@@ -865,30 +867,16 @@ def service_edges(
             params,
         ):
             key = (cast(str, caller), cast(str, callee))
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = _Group()
-            group.count += cast(int, count)
-            group.errors += cast(int, errors)
-            group.sketch.merge_encoded(cast(bytes, blob))
+            group = groups[key]
+            group.add_rolled(cast(int, count), cast(int, errors), cast(bytes, blob))
     rolled_ranges = [(low, high) for _, low, high in plan(*_bounds(time_range))[1]]
-    for caller, callee, _start, duration, error in _waiting_calls(ctx, rolled_ranges, service_name):
-        key = (caller, callee)
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = _Group()
-        group.count += 1
-        group.errors += int(error)
-        group.sketch.add(duration)
-    if raw_ranges:
-        for caller, callee, _start, duration, error in _raw_calls(ctx, raw_ranges, service_name):
-            key = (caller, callee)
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = _Group()
-            group.count += 1
-            group.errors += int(error)
-            group.sketch.add(duration)
+    # Calls not in the roll-ups yet: children still waiting for the deferred pass, and the
+    # raw partial minutes at the window's ends.
+    for caller, callee, _start, duration, error in chain(
+        _waiting_calls(ctx, rolled_ranges, service_name),
+        _raw_calls(ctx, raw_ranges, service_name),
+    ):
+        groups[(caller, callee)].add_one(int(error), duration)
     ordered = sorted(groups.items(), key=lambda item: (-item[1].count, item[0]))
     result = []
     for (caller, callee), group in ordered[:limit]:
@@ -918,7 +906,7 @@ def deploys(
     if service_name is not None:
         only = "AND r.service_name = ?"
         only_params = [service_name]
-    groups: dict[tuple[str, str], _Group] = {}
+    groups: defaultdict[tuple[str, str], _Group] = defaultdict(_Group)
     queries = []
     if rolled is not None:
         queries.append(
@@ -942,9 +930,7 @@ def deploys(
     for sql, params in queries:
         for name, version, first, last, count in ctx.execute(sql, params):
             key = (cast(str, name), cast(str, version))
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = _Group()
+            group = groups[key]
             group.count += cast(int, count)
             group.seen(cast(int, first), cast(int, last))
     ordered = sorted(groups.items(), key=lambda item: (-cast(int, item[1].first), item[0]))
