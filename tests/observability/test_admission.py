@@ -65,7 +65,9 @@ class HoldingStore:
         while len(self.started) < count:
             await self._arrived.wait()
 
-    async def services(self, time_range: TimeRange, *, limit: int) -> Page[ServiceSummary]:
+    async def services(
+        self, time_range: TimeRange, *, limit: int, service_name: str | None = None
+    ) -> Page[ServiceSummary]:
         ctx = current_call_context()
         assert ctx is not None, "a tool's store read runs inside its call"
         identity = ctx.caller.subject
@@ -409,9 +411,11 @@ class RecordingStore(HoldingStore):
         assert ctx is not None
         self.reads.append(id(ctx))
 
-    async def services(self, time_range: TimeRange, *, limit: int) -> Page[ServiceSummary]:
+    async def services(
+        self, time_range: TimeRange, *, limit: int, service_name: str | None = None
+    ) -> Page[ServiceSummary]:
         self._record()
-        return await super().services(time_range, limit=limit)
+        return await super().services(time_range, limit=limit, service_name=service_name)
 
     async def log_counts(
         self, time_range: TimeRange, *, step_ns: int, limit: int

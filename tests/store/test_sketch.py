@@ -11,8 +11,12 @@ from coremetry.store._sketch import (
     RELATIVE_ACCURACY,
     ZERO_KEY,
     LatencySketch,
+    SketchTable,
     bin_key,
+    decode_msgpack,
+    encode_msgpack,
     merge_encoded,
+    reencode_msgpack,
 )
 
 
@@ -92,3 +96,66 @@ def test_percentiles_in_one_pass_equal_each_percentile_alone(zeros: int) -> None
     for _ in range(100 - zeros):
         sketch.add(int(rng.lognormvariate(14, 4)))
     assert sketch.percentiles() == tuple(sketch.percentile(p) for p in (50, 95, 99))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_table_of_groups_answers_as_each_group_merged_alone(seed: int) -> None:
+    # Encoded sketches and single durations into groups, some groups left empty.
+    rng = random.Random(seed)
+    groups = rng.randrange(1, 12)
+    alone = [LatencySketch() for _ in range(groups)]
+    table = SketchTable()
+    for _ in range(rng.randrange(0, 80)):
+        group = rng.randrange(groups)
+        part = LatencySketch()
+        for _ in range(rng.randrange(0, 40)):
+            part.add(rng.choice([0, rng.randrange(1, 10**4), int(rng.lognormvariate(14, 3))]))
+        table.add_encoded(group, part.encode())
+        alone[group].merge_encoded(part.encode())
+        if rng.random() < 0.5:
+            duration = rng.choice([0, -5, rng.randrange(1, 10**12)])
+            table.add(group, duration)
+            alone[group].add(duration)
+    assert table.percentiles(groups) == [sketch.percentiles() for sketch in alone]
+
+
+def test_a_table_sums_in_passes_when_its_groups_are_many() -> None:
+    # 3,000 groups of keys 0..~2,000 do not fit one pass of the table's bounded sums.
+    table = SketchTable()
+    alone = [LatencySketch() for _ in range(3000)]
+    for group, sketch in enumerate(alone):
+        for duration in (1, 10**9 * (group + 1), 10**18):
+            sketch.add(duration)
+            table.add(group, duration)
+    assert table.percentiles(3000) == [sketch.percentiles() for sketch in alone]
+    with pytest.raises(ValueError, match=r"outside 0\.\.2998"):
+        table.percentiles(2999)
+
+
+def test_an_encoded_sketch_is_six_byte_records_and_bad_bytes_are_refused() -> None:
+    sketch = LatencySketch()
+    sketch.zeros = 2
+    sketch.bins = {0: 1, 2199: 2**33 + 5}  # a count above 32 bits: split over records
+    data = sketch.encode()
+    assert len(data) == 6 * 5  # zeros, key 0, and key 2199 over three records
+    again = LatencySketch.decode(data)
+    assert (again.zeros, again.bins) == (2, {0: 1, 2199: 2**33 + 5})
+    table = SketchTable()
+    table.add_encoded(0, data)
+    assert table.percentiles(1) == [again.percentiles()]
+    assert LatencySketch().encode() == b""
+    with pytest.raises(ValueError, match="not an encoded sketch"):
+        LatencySketch.decode(data[:-1])
+    with pytest.raises(ValueError, match="not an encoded sketch"):
+        SketchTable().add_encoded(0, b"12345")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_schema_4_sketches_reencode_to_the_same_bins(seed: int) -> None:
+    rng = random.Random(seed)
+    sketch = LatencySketch()
+    for _ in range(rng.randrange(0, 300)):
+        sketch.add(rng.choice([0, int(rng.lognormvariate(14, 3))]))
+    old = encode_msgpack(sketch)
+    assert (decode_msgpack(old).bins, decode_msgpack(old).zeros) == (sketch.bins, sketch.zeros)
+    assert reencode_msgpack(old) == sketch.encode()

@@ -1,7 +1,8 @@
 """The embedded store's RED roll-ups beyond the conformance suite.
 
 Day buckets (the suite keeps its data within a day), the build of the roll-ups when a
-version-3 database is opened, the window plan, and that the roll-up reads use their keys.
+version-3 database is opened, the sketches of a version-4 database re-encoded on open, the
+window plan, and that the roll-up reads use their keys.
 """
 
 import itertools
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from coremetry.store import Span, TelemetryBatch, TimeRange, open_sqlite_store
+from coremetry.store._sketch import LatencySketch, encode_msgpack
 from coremetry.store.sqlite import SCHEMA_VERSION
 from coremetry.store.sqlite._rollups import WIDTHS, plan
 from coremetry.store.testing._checks_rollups import _compare, _compare_logs, _logs, _spans
@@ -45,6 +47,13 @@ async def test_windows_of_whole_days_agree_with_the_raw_spans(tmp_path: Path) ->
             await _compare(store, spans, window, what)
 
 
+_KEYS = {
+    "red_services": "width, bucket, resource_id",
+    "red_operations": "width, bucket, resource_id, name",
+    "red_edges": "width, bucket, caller, callee",
+}
+
+
 def _bounds(window: TimeRange) -> tuple[int, int]:
     return window.start_unix_nano, window.end_unix_nano
 
@@ -73,6 +82,38 @@ async def test_a_version_3_database_gets_its_rollups_built_on_open(tmp_path: Pat
         # Children whose parent was never stored wait for it (and are no edge meanwhile).
         orphans = conn.execute("SELECT count(*) FROM edge_pending").fetchone()[0]
         assert orphans == sum(1 for s in spans if s.name == "orphan")
+    finally:
+        conn.close()
+
+
+async def test_a_version_4_database_gets_its_sketches_reencoded_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "telemetry.db"
+    base, spans = _days_of_spans()
+    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    async with open_sqlite_store(path, retention_days=0) as store:
+        await store.write(TelemetryBatch(spans=spans))
+        before = await store.services(window, limit=100)
+    # Make it the database version 4 wrote: sketches in MessagePack.
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for table in ("red_services", "red_operations", "red_edges"):
+            rows = []
+            keys = _KEYS[table]
+            for *key, blob in conn.execute(f"SELECT {keys}, sketch FROM {table}").fetchall():
+                old = encode_msgpack(LatencySketch.decode(blob))
+                where = " AND ".join(f"{column} = ?" for column in keys.split(", "))
+                conn.execute(f"UPDATE {table} SET sketch = ? WHERE {where}", (old, *key))
+                rows.append(key)
+            assert rows, table
+        conn.execute("PRAGMA user_version = 4")
+    finally:
+        conn.close()
+    async with open_sqlite_store(path, retention_days=0) as store:
+        assert await store.services(window, limit=100) == before
+        await _compare(store, spans, window, "the re-encoded store")
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     finally:
         conn.close()
 

@@ -313,10 +313,12 @@ class AdmittedStore:
         """See :meth:`TelemetryStore.write` (not admitted: ingest, not a tool call)."""
         return await self.store.write(batch)
 
-    async def services(self, time_range: TimeRange, *, limit: int) -> Page[ServiceSummary]:
+    async def services(
+        self, time_range: TimeRange, *, limit: int, service_name: str | None = None
+    ) -> Page[ServiceSummary]:
         """See :meth:`TelemetryStore.services`."""
         async with self._admitted():
-            return await self.store.services(time_range, limit=limit)
+            return await self.store.services(time_range, limit=limit, service_name=service_name)
 
     async def operations(
         self, service_name: str, time_range: TimeRange, *, limit: int

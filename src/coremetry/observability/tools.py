@@ -1574,8 +1574,9 @@ class ObservabilityTools:
         operations: dict[str, dict[str, JsonObject]] = {}
         read: list[ServiceSummary | OperationSummary] = []
         for side, tr in windows.items():
-            summaries = await self._all_services(tr)
-            red = next((s for s in summaries if s.service_name == args.service), None)
+            # This service's RED alone (not every service's, to keep one).
+            summaries = (await self.store.services(tr, limit=1, service_name=args.service)).items
+            red = summaries[0] if summaries else None
             read += [red] if red is not None else []
             sides[side] = {
                 "version": (before if side == "before" else after).version,

@@ -474,11 +474,16 @@ class TelemetryStore(Protocol):
         """
         ...
 
-    async def services(self, time_range: TimeRange, *, limit: int) -> Page[ServiceSummary]:
+    async def services(
+        self, time_range: TimeRange, *, limit: int, service_name: str | None = None
+    ) -> Page[ServiceSummary]:
         """RED summaries of every service with spans in the range.
 
         Order: ``request_count`` descending, then ``service_name``. Single page (no cursor);
-        ``total`` is the number of services.
+        ``total`` is the number of services. ``service_name``: only that service's summary
+        (``service.name``, exact match): a page of it alone, ``total`` 1, or empty with
+        ``total`` 0 when it has no spans in the range; the same summary as in the unfiltered
+        page, read at the cost of that service's data only.
         """
         ...
 

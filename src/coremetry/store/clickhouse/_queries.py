@@ -262,18 +262,23 @@ class Reader:
 
     # -- services and operations ----------------------------------------------------------
 
-    async def services(self, time_range: TimeRange, limit: int) -> Page[ServiceSummary]:
+    async def services(
+        self, time_range: TimeRange, limit: int, service_name: str | None = None
+    ) -> Page[ServiceSummary]:
         """RED per service from its entry spans (see :class:`ServiceSummary`).
 
         From the roll-ups when there are (plus the raw spans of the window's partial
-        minutes), else from the raw spans.
+        minutes), else from the raw spans. ``service_name``: that service's only.
         """
         if self.rollup is not None:
-            return await self._rolled_services(time_range, limit)
-        return await self._raw_services(time_range, limit)
+            return await self._rolled_services(time_range, limit, service_name)
+        return await self._raw_services(time_range, limit, service_name)
 
-    async def _raw_services(self, time_range: TimeRange, limit: int) -> Page[ServiceSummary]:
+    async def _raw_services(
+        self, time_range: TimeRange, limit: int, service_name: str | None
+    ) -> Page[ServiceSummary]:
         """RED per service from the raw spans (exact percentiles)."""
+        only, only_params = _only_service(service_name)
         rows = await self.run.query(
             f"""
             SELECT service, span_count, request_count, error_count, {_percentiles("ds")},
@@ -288,14 +293,14 @@ class Reader:
                 FROM (
                     SELECT ServiceName, Timestamp, {DURATION} AS d, {ENTRY} AS entry,
                            {ERROR} AS failed, ResourceAttributes['service.version'] AS version
-                    FROM {self.traces} WHERE {SPAN_TIME}
+                    FROM {self.traces} WHERE {SPAN_TIME} {only}
                 )
                 GROUP BY ServiceName
             )
             ORDER BY request_count DESC, service
             LIMIT {{limit:UInt32}}
             """,
-            {**_range(time_range), "limit": limit},
+            {**_range(time_range), "limit": limit, **only_params},
         )
         items = [
             ServiceSummary(
@@ -933,8 +938,11 @@ class Reader:
             )
         return params, rolled, (" OR ".join(raw) or None)
 
-    async def _rolled_services(self, time_range: TimeRange, limit: int) -> Page[ServiceSummary]:
+    async def _rolled_services(
+        self, time_range: TimeRange, limit: int, service_name: str | None
+    ) -> Page[ServiceSummary]:
         params, rolled, raw = self._split(time_range)
+        only, only_params = _only_service(service_name)
         parts = []
         if rolled is not None:
             parts.append(
@@ -944,7 +952,7 @@ class Reader:
                        toUnixTimestamp64Nano(max(Last)) AS last,
                        groupUniqArrayIf(Version, Version != '') AS versions,
                        sumMapMerge(Bins) AS m, Entry AS entry
-                FROM {self.rollup} WHERE {rolled}
+                FROM {self.rollup} WHERE ({rolled}) {only}
                 GROUP BY ServiceName, Entry
                 """
             )
@@ -959,7 +967,7 @@ class Reader:
                                         ResourceAttributes['service.version'] != '') AS versions,
                        sumMapIf([{sketch_key_sql("Duration")}], [toUInt64(1)], {ENTRY}) AS m,
                        toUInt8(1) AS entry
-                FROM {self.traces} WHERE {raw}
+                FROM {self.traces} WHERE ({raw}) {only}
                 GROUP BY ServiceName
                 """
             )
@@ -973,7 +981,7 @@ class Reader:
             ORDER BY request_count DESC, service
             LIMIT {{limit:UInt32}}
             """,
-            {**params, "limit": limit},
+            {**params, "limit": limit, **only_params},
         )
         items = []
         for row in rows:
@@ -1474,6 +1482,13 @@ def _term_sql(i: int, term: Term, params: dict[str, Param], tk: str = "tk") -> t
 
 
 _MINUTE: Final = 60 * SECOND
+
+
+def _only_service(service_name: str | None) -> tuple[str, dict[str, Param]]:
+    """The condition (and parameter) that keeps one service's rows, or none."""
+    if service_name is None:
+        return "", {}
+    return "AND ServiceName = {only_service:String}", {"only_service": service_name}
 
 
 def _sketch_of(bins: object) -> LatencySketch:

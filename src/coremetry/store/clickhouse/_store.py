@@ -469,12 +469,14 @@ class ClickHouseStore:
         self._check_open()
         return await self._reader.statistics()
 
-    async def services(self, time_range: TimeRange, *, limit: int) -> Page[ServiceSummary]:
+    async def services(
+        self, time_range: TimeRange, *, limit: int, service_name: str | None = None
+    ) -> Page[ServiceSummary]:
         """See :meth:`TelemetryStore.services`."""
         self._check_open()
         check_range(time_range)
         check_limit(limit)
-        return await self._reader.services(time_range, limit)
+        return await self._reader.services(time_range, limit, service_name)
 
     async def operations(
         self, service_name: str, time_range: TimeRange, *, limit: int

@@ -20,9 +20,10 @@ filters:
   ``error_count``, ``duration_sum``, ``sketch`` (the child spans' durations).
 
 A ``sketch`` is a :class:`~coremetry.store._sketch.LatencySketch` (DDSketch bins, 1 %
-relative accuracy), encoded. Every span updates the rows of its minute, hour and day, so a
-window is read as whole days, hours and minutes (:func:`plan`): a 7-day window is at most
-6 days + 46 hours + 118 minutes of rows per group, an hour at most 60 minute rows.
+relative accuracy), encoded (6-byte ``(key, count)`` records since schema 5). Every span
+updates the rows of its minute, hour and day, so a window is read as whole days, hours and
+minutes (:func:`plan`): a 7-day window is at most 6 days + 46 hours + 118 minutes of rows per
+group, an hour at most 60 minute rows.
 
 **Maintenance** (:func:`apply_written`): in the write's own transaction, from the rows the
 write stored (ids above the previous largest: duplicates never count twice). Edges need the
@@ -40,11 +41,14 @@ waiting children whose parent is stored now (few: those written since the last p
 rolled-up calls. A child whose parent never comes is never an edge (as in the raw join) and
 waits until retention drops it with its child.
 
-**Reads** merge the roll-up rows of the window's whole minutes in Python (per group: counts
-add, sketches merge — memory is the answer's groups times a sketch, whatever the window) and
-read the raw spans of the partial minutes at the window's two ends (at most two minutes of
-spans), so every count is exact and every percentile within the sketch's 1 % of the raw
-nearest-rank one (``percentile_relative_error`` on each result).
+**Reads** add up the roll-up rows of the window's whole buckets per group (counts in Python;
+the sketches in bulk, :class:`~coremetry.store._sketch.SketchTable`: every row's encoded
+sketch concatenated and summed per group and bin by numpy, since a week is thousands of
+sketches of up to hundreds of bins — memory is the rows' sketches read, then the answer's
+groups times the bins) and read the raw spans of the partial minutes at the window's two ends
+(at most two minutes of spans), so every count is exact and every percentile within the
+sketch's 1 % of the raw nearest-rank one (``percentile_relative_error`` on each result).
+``services`` reads one service's rows only when given its name (``compare_deploys``).
 
 **Retention** (:func:`drop_before`, :func:`rebuild_straddling`): rows whose bucket ends at or
 before the cutoff go with the spans; the bucket of each width that straddles the cutoff is
@@ -62,20 +66,29 @@ made of whole minutes (one bucket over the window, or minute-aligned buckets), t
 of partial minutes beside them; other steps read the raw records.
 
 **Migration**: :func:`build_rollups` rolls up the spans and logs an older database holds,
-once, in the schema step's transaction.
+once, in the schema step's transaction (step 4, writing schema 4's sketch encoding);
+:func:`reencode_sketches` (step 5) re-encodes the sketches as fixed-width records.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
-from typing import Final, cast
+from typing import Final, TypeVar, cast
 
 import msgspec
 
-from coremetry.store._sketch import RELATIVE_ACCURACY, LatencySketch, bin_key, merge_encoded
+from coremetry.store._sketch import (
+    RELATIVE_ACCURACY,
+    LatencySketch,
+    SketchTable,
+    bin_key,
+    decode_msgpack,
+    encode_msgpack,
+    merge_encoded,
+    reencode_msgpack,
+)
 from coremetry.store.interface import (
     DeployRecord,
     LogCountPoint,
@@ -102,6 +115,7 @@ __all__ = [
     "operations",
     "plan",
     "rebuild_straddling",
+    "reencode_sketches",
     "register_functions",
     "resolve_pending",
     "service_edges",
@@ -210,8 +224,16 @@ class _Batch:
             acc.dsum += duration
             acc.sketch.add_key(bin_key(duration))
 
-    def write(self, conn: sqlite3.Connection, widths: Sequence[int] = WIDTHS) -> None:
-        """Upsert the accumulators into every width's buckets (merging with stored rows)."""
+    def write(
+        self, conn: sqlite3.Connection, widths: Sequence[int] = WIDTHS, *, schema4: bool = False
+    ) -> None:
+        """Upsert the accumulators into every width's buckets (merging with stored rows).
+
+        ``schema4``: sketches in schema 4's MessagePack encoding, merged by
+        ``coremetry_sketch_merge_msgpack`` (the schema step to version 4 only).
+        """
+        upserts = _UPSERT_SCHEMA4 if schema4 else _UPSERT
+        encode = encode_msgpack if schema4 else LatencySketch.encode
         for table, groups in (
             ("services", self.services),
             ("operations", self.operations),
@@ -222,8 +244,8 @@ class _Batch:
             rows: list[tuple[SqlParam, ...]] = []
             for width in widths:
                 per = _coarsen(cast("dict[_Key, _Acc]", groups), width)
-                rows += [_row(table, width, key, acc) for key, acc in per.items()]
-            conn.executemany(_UPSERT[table], rows)
+                rows += [_row(table, width, key, acc, encode) for key, acc in per.items()]
+            conn.executemany(upserts[table], rows)
 
 
 def _coarsen(groups: dict[_Key, _Acc], width: int) -> dict[_Key, _Acc]:
@@ -242,8 +264,10 @@ def _coarsen(groups: dict[_Key, _Acc], width: int) -> dict[_Key, _Acc]:
     return merged
 
 
-def _row(table: str, width: int, key: _Key, acc: _Acc) -> tuple[SqlParam, ...]:
-    blob = acc.sketch.encode()
+def _row(
+    table: str, width: int, key: _Key, acc: _Acc, encode: Callable[[LatencySketch], bytes]
+) -> tuple[SqlParam, ...]:
+    blob = encode(acc.sketch)
     if table == "services":
         return (
             width,
@@ -292,6 +316,19 @@ _UPSERT: Final = {
         "sketch = coremetry_sketch_merge(sketch, excluded.sketch)"
     ),
 }
+
+
+_UPSERT_SCHEMA4: Final = {
+    table: sql.replace("coremetry_sketch_merge(", "coremetry_sketch_merge_msgpack(")
+    for table, sql in _UPSERT.items()
+}
+"""The upserts of :func:`build_rollups`: schema 4's sketch encoding and its merge."""
+
+
+def _sketch_merge_msgpack(a: bytes, b: bytes) -> bytes:
+    merged = decode_msgpack(a)
+    merged.merge(decode_msgpack(b))
+    return encode_msgpack(merged)
 
 
 def _sketch_merge(a: bytes, b: bytes) -> bytes:
@@ -466,9 +503,14 @@ def build_rollups(conn: sqlite3.Connection) -> None:
     """Roll up every stored span (blocking; the schema step to version 4 runs it once).
 
     Chunks of :data:`_BUILD_CHUNK` span rows, so memory stays bounded whatever the store's
-    size. Children whose parent is not stored go to ``edge_pending``.
+    size. Children whose parent is not stored go to ``edge_pending``. The sketches are
+    written in schema 4's encoding (MessagePack), as that version's code reads them; the step
+    to version 5 (:func:`reencode_sketches`) converts them, so every step leaves the database
+    as its version describes it.
     """
-    register_functions(conn)
+    conn.create_function(
+        "coremetry_sketch_merge_msgpack", 2, _sketch_merge_msgpack, deterministic=True
+    )
     top = int(conn.execute("SELECT coalesce(max(id), 0) FROM spans").fetchone()[0])
     for low in range(0, top, _BUILD_CHUNK):
         high = low + _BUILD_CHUNK
@@ -486,8 +528,22 @@ def build_rollups(conn: sqlite3.Connection) -> None:
             )
         )
         conn.execute(_PEND_ORPHANS + " AND c.id <= ?", (low, high))
-        batch.write(conn)
+        batch.write(conn, schema4=True)
     apply_logs(conn, 0)
+
+
+def reencode_sketches(conn: sqlite3.Connection) -> None:
+    """Re-encode every stored sketch from schema 4's MessagePack to today's records (blocking).
+
+    The schema step to version 5 runs it once, in its transaction: one ``UPDATE`` per roll-up
+    table through the SQL function ``coremetry_sketch_from_msgpack``
+    (:func:`~coremetry.store._sketch.reencode_msgpack`). Counts, keys and so every figure read
+    are unchanged; only the bytes differ (fixed 6-byte records, read in bulk by
+    :class:`~coremetry.store._sketch.SketchTable`).
+    """
+    conn.create_function("coremetry_sketch_from_msgpack", 1, reencode_msgpack, deterministic=True)
+    for table in ("red_services", "red_operations", "red_edges"):
+        conn.execute(f"UPDATE {table} SET sketch = coremetry_sketch_from_msgpack(sketch)")
 
 
 # -- retention --------------------------------------------------------------------------------
@@ -659,18 +715,25 @@ def _ranges(
     )
 
 
+_K = TypeVar("_K")
+
+
 class _Group:
-    """A read-side group: counts added, sketch merged, versions collected."""
+    """A read-side group: counts added, versions collected, durations into the read's table.
 
-    __slots__ = ("count", "errors", "first", "last", "requests", "sketch", "versions")
+    ``index`` is the group's row in the read's :class:`SketchTable` (shared by its groups).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("count", "errors", "first", "index", "last", "requests", "table", "versions")
+
+    def __init__(self, index: int, table: SketchTable) -> None:
+        self.index = index
+        self.table = table
         self.count = 0
         self.requests = 0
         self.errors = 0
         self.first: int | None = None
         self.last: int | None = None
-        self.sketch = LatencySketch()
         self.versions: set[str] = set()
 
     def seen(self, first: int, last: int) -> None:
@@ -678,28 +741,51 @@ class _Group:
         self.last = last if self.last is None else max(self.last, last)
 
     def add_rolled(self, count: int, errors: int, sketch: bytes) -> None:
-        """Add one roll-up row: its counts, and its encoded sketch merged."""
+        """Add one roll-up row: its counts, and its encoded sketch to the group's."""
         self.count += count
         self.errors += errors
-        self.sketch.merge_encoded(sketch)
+        self.table.add_encoded(self.index, sketch)
 
     def add_one(self, error: int, duration_ns: int) -> None:
         """Add one raw span or call: counted, an error if ``error``, its duration sketched."""
         self.count += 1
         self.errors += error
-        self.sketch.add(duration_ns)
+        self.table.add(self.index, duration_ns)
 
 
-def services(ctx: ReadContext, time_range: TimeRange, limit: int) -> Page[ServiceSummary]:
-    """RED per service from the roll-ups (see :class:`ServiceSummary`)."""
+class _Groups(dict[_K, _Group]):
+    """A read's groups by key, created on first use, with their :class:`SketchTable`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = SketchTable()
+
+    def __missing__(self, key: _K) -> _Group:
+        group = self[key] = _Group(len(self), self.table)
+        return group
+
+    def percentiles(self) -> list[tuple[int | None, int | None, int | None]]:
+        """``(p50, p95, p99)`` per group, by :attr:`_Group.index`."""
+        return self.table.percentiles(len(self))
+
+
+def services(
+    ctx: ReadContext, time_range: TimeRange, limit: int, service_name: str | None = None
+) -> Page[ServiceSummary]:
+    """RED per service from the roll-ups (see :class:`ServiceSummary`); one if ``service_name``."""
     rolled, rolled_params, raw, raw_params = _ranges(time_range, "x", "s.start_unix_nano")
-    groups: defaultdict[str, _Group] = defaultdict(_Group)
+    only = ""
+    only_params: list[SqlParam] = []
+    if service_name is not None:
+        only = "AND r.service_name = ?"
+        only_params = [service_name]
+    groups: _Groups[str] = _Groups()
     if rolled is not None:
         for name, version, count, first, last, requests, errors, blob in ctx.execute(
             "SELECT r.service_name, r.version, x.span_count, x.first_start, x.last_start, "
             "x.request_count, x.error_count, x.sketch "
-            f"FROM red_services x JOIN resources r ON r.id = x.resource_id WHERE {rolled}",
-            rolled_params,
+            f"FROM red_services x JOIN resources r ON r.id = x.resource_id WHERE {rolled} {only}",
+            [*rolled_params, *only_params],
         ):
             group = groups[cast(str, name)]
             group.count += cast(int, count)
@@ -708,13 +794,14 @@ def services(ctx: ReadContext, time_range: TimeRange, limit: int) -> Page[Servic
             group.seen(cast(int, first), cast(int, last))
             if version:
                 group.versions.add(cast(str, version))
-            group.sketch.merge_encoded(cast(bytes, blob))
+            group.table.add_encoded(group.index, cast(bytes, blob))
     if raw is not None:
         for name, version, start, entry, error, duration in ctx.execute(
             "SELECT r.service_name, r.version, s.start_unix_nano, "
             f"s.kind IN (2, 5) OR s.parent_span_id IS NULL, s.status_code = {_ERROR}, "
-            f"s.duration_ns FROM spans s JOIN resources r ON r.id = s.resource_id WHERE {raw}",
-            raw_params,
+            f"s.duration_ns FROM spans s JOIN resources r ON r.id = s.resource_id WHERE {raw} "
+            f"{only}",
+            [*raw_params, *only_params],
         ):
             group = groups[cast(str, name)]
             group.count += 1
@@ -724,11 +811,12 @@ def services(ctx: ReadContext, time_range: TimeRange, limit: int) -> Page[Servic
             if entry:
                 group.requests += 1
                 group.errors += cast(int, error)
-                group.sketch.add(cast(int, duration))
+                group.table.add(group.index, cast(int, duration))
     ordered = sorted(groups.items(), key=lambda item: (-item[1].requests, item[0]))
+    found = groups.percentiles()
     items = []
     for name, group in ordered[:limit]:
-        p50, p95, p99 = group.sketch.percentiles()
+        p50, p95, p99 = found[group.index]
         items.append(
             ServiceSummary(
                 service_name=name,
@@ -752,7 +840,7 @@ def operations(
     """RED per span name of one service from the roll-ups (see :class:`OperationSummary`)."""
     rolled, rolled_params, raw, raw_params = _ranges(time_range, "x", "s.start_unix_nano")
     mine = "IN (SELECT r.id FROM resources r WHERE r.service_name = ?)"
-    groups: defaultdict[str, _Group] = defaultdict(_Group)
+    groups: _Groups[str] = _Groups()
     if rolled is not None:
         for name, count, errors, blob in ctx.execute(
             "SELECT x.name, x.span_count, x.error_count, x.sketch FROM red_operations x "
@@ -770,9 +858,10 @@ def operations(
             group = groups[cast(str, name)]
             group.add_one(cast(int, error), cast(int, duration))
     ordered = sorted(groups.items(), key=lambda item: (-item[1].count, item[0]))
+    found = groups.percentiles()
     items = []
     for name, group in ordered[:limit]:
-        p50, p95, p99 = group.sketch.percentiles()
+        p50, p95, p99 = found[group.index]
         items.append(
             OperationSummary(
                 service_name=service_name,
@@ -854,7 +943,7 @@ def service_edges(
     """Caller -> callee edges from the roll-ups (see :class:`ServiceEdge`)."""
     rolled, rolled_params, _, _ = _ranges(time_range, "x", "c.start_unix_nano")
     raw_ranges = plan(time_range.start_unix_nano, time_range.end_unix_nano)[0]
-    groups: defaultdict[tuple[str, str], _Group] = defaultdict(_Group)
+    groups: _Groups[tuple[str, str]] = _Groups()
     if rolled is not None:
         only = ""
         params = list(rolled_params)
@@ -878,9 +967,10 @@ def service_edges(
     ):
         groups[(caller, callee)].add_one(int(error), duration)
     ordered = sorted(groups.items(), key=lambda item: (-item[1].count, item[0]))
+    found = groups.percentiles()
     result = []
     for (caller, callee), group in ordered[:limit]:
-        p50, p95, p99 = group.sketch.percentiles()
+        p50, p95, p99 = found[group.index]
         result.append(
             ServiceEdge(
                 caller=caller,
@@ -906,7 +996,7 @@ def deploys(
     if service_name is not None:
         only = "AND r.service_name = ?"
         only_params = [service_name]
-    groups: defaultdict[tuple[str, str], _Group] = defaultdict(_Group)
+    groups: _Groups[tuple[str, str]] = _Groups()
     queries = []
     if rolled is not None:
         queries.append(

@@ -6,7 +6,7 @@ transaction, so a crash mid-migration leaves the previous version intact. Openin
 runs every step above its version; a database *newer* than :data:`SCHEMA_VERSION` (written by
 a later Coremetry) is refused, never downgraded.
 
-Tables (version 4):
+Tables (version 5):
 
 - ``resources``: one row per distinct resource (``service.name`` + resource attributes),
   interned so that spans, log records and metric series store a small integer instead of the
@@ -33,8 +33,8 @@ Tables (version 4):
   buckets as JSON in ``histogram``.
 
 - ``red_services`` / ``red_operations`` / ``red_edges`` / ``edge_pending`` / ``red_logs``
-  (version 4): the RED roll-ups (and log counts) the writer keeps in the records'
-  transaction, described in :mod:`._rollups`.
+  (version 4; sketches re-encoded in 5): the RED roll-ups (and log counts) the writer keeps
+  in the records' transaction, described in :mod:`._rollups`.
 
 Every query of :mod:`coremetry.store.sqlite` has an index; the comment on each index names the
 queries that use it.
@@ -46,7 +46,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from ._rollups import build_rollups
+from ._rollups import build_rollups, reencode_sketches
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SchemaTooNew", "migrate", "schema_version"]
 
@@ -257,18 +257,25 @@ _V4: Final[tuple[str | Callable[[sqlite3.Connection], None], ...]] = (
     build_rollups,
 )
 
+_V5: Final[tuple[str | Callable[[sqlite3.Connection], None], ...]] = (
+    # The roll-ups' sketches as fixed-width records read in bulk (see coremetry.store._sketch).
+    reencode_sketches,
+)
+
 MIGRATIONS: Final[tuple[Sequence[str | Callable[[sqlite3.Connection], None]], ...]] = (
     _V1,
     _V2,
     _V3,
     _V4,
+    _V5,
 )
 """Step ``i`` takes the schema from version ``i`` to ``i + 1``: 1 the tables and indexes, 2 the
 full-text index over log bodies (built from the logs already stored), 3 what
 ``bench/store_queries.py`` showed missing: the log id ranges per minute (text search over a
 range), an index of error spans, per-resource indexes instead of per-service-name ones (deploys;
 cheaper writes), and the histogram width of each metric series; 4 the RED roll-ups
-(:mod:`._rollups`), built from the spans already stored."""
+(:mod:`._rollups`), built from the spans already stored; 5 the roll-ups' sketches re-encoded
+as fixed-width records (:mod:`coremetry.store._sketch`), which a read merges in bulk."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 """The version this code writes and reads."""

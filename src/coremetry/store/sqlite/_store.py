@@ -306,11 +306,13 @@ class SqliteStore:
             size_bytes=size,
         )
 
-    async def services(self, time_range: TimeRange, *, limit: int) -> Page[ServiceSummary]:
+    async def services(
+        self, time_range: TimeRange, *, limit: int, service_name: str | None = None
+    ) -> Page[ServiceSummary]:
         """See :meth:`TelemetryStore.services`."""
         check_range(time_range)
         check_limit(limit)
-        return await self._read(lambda ctx: _rollups.services(ctx, time_range, limit))
+        return await self._read(lambda ctx: _rollups.services(ctx, time_range, limit, service_name))
 
     async def operations(
         self, service_name: str, time_range: TimeRange, *, limit: int

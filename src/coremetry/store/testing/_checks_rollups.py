@@ -243,6 +243,13 @@ async def _compare(
         [s.percentile_relative_error for s in page.items],
         f"services over {what}",
     )
+    for summary in page.items:
+        alone = await store.services(window, limit=1, service_name=summary.service_name)
+        _equal(
+            (alone.items, alone.total),
+            ([summary], 1),
+            f"services(service_name={summary.service_name!r}) over {what}",
+        )
     for service in ("gateway", "orders", "ledger"):
         ops = await store.operations(service, window, limit=MAX_LIMIT)
         _equal_red(

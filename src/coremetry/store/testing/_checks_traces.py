@@ -172,7 +172,10 @@ async def check_clock_skew(make_store: MakeStore) -> None:
 
 
 async def check_services(make_store: MakeStore) -> None:
-    """RED per service from entry spans, ordered by requests; ranges; limits; odd names."""
+    """RED per service from entry spans, ordered by requests; ranges; limits; odd names.
+
+    ``service_name`` gives each service's summary alone, as the whole list has it.
+    """
     data = make_dataset()
     async with make_store() as store:
         await store.write(TelemetryBatch(spans=data.spans))
@@ -226,6 +229,15 @@ async def check_services(make_store: MakeStore) -> None:
                 f"services({time_range})",
             )
             _equal(page.total, len(expected), "services total")
+            for summary in page.items:
+                alone = await store.services(
+                    time_range, limit=MAX_LIMIT, service_name=summary.service_name
+                )
+                _equal(
+                    (alone.items, alone.total),
+                    ([summary], 1),
+                    f"services({time_range}, service_name={summary.service_name!r})",
+                )
             limited = await store.services(time_range, limit=2)
             _equal([s.service_name for s in limited.items], [e[0] for e in expected[:2]], "limit")
             _equal(limited.total, len(expected), "services total with a limit")
@@ -237,6 +249,8 @@ async def check_services(make_store: MakeStore) -> None:
             )
         nothing = await store.services(TimeRange(start_unix_nano=1, end_unix_nano=2), limit=10)
         _equal((nothing.items, nothing.total), ([], 0), "services of an empty range")
+        unknown = await store.services(data.window, limit=10, service_name="no-such-service")
+        _equal((unknown.items, unknown.total), ([], 0), "services of an unknown service_name")
 
 
 async def check_operations(make_store: MakeStore) -> None:
