@@ -695,24 +695,62 @@ def plan(start: int, end: int) -> tuple[list[tuple[int, int]], list[tuple[int, i
     return raw, rolled
 
 
+_OF_SERVICE: Final = "x.resource_id IN (SELECT id FROM resources WHERE service_name = ?)"
+"""A roll-up row (alias ``x``) of one service's resources, for :func:`_ranges`' ``each_bucket``."""
+
+
 def _ranges(
-    time_range: TimeRange, alias: str, start_column: str
+    time_range: TimeRange,
+    alias: str,
+    start_column: str,
+    *,
+    each_bucket: tuple[str, list[SqlParam]] | None = None,
 ) -> tuple[str | None, list[SqlParam], str | None, list[SqlParam]]:
-    """SQL conditions (and parameters) for the roll-up rows and the raw spans of a window."""
+    """SQL conditions (and parameters) for the roll-up rows and the raw spans of a window.
+
+    ``each_bucket``: a condition on the resource (and its parameters) for a read of one
+    service's rows: the roll-up buckets are then listed one by one (``bucket IN (...)``, at
+    most ~170 for any window: see :func:`plan`) with the condition inside each width's term,
+    so that SQLite seeks each (width, bucket, resource) of the primary key instead of
+    scanning every resource's rows of the window's buckets (a week's hour and day rows of
+    ``red_operations`` are megabytes: 43 ms against 0.7 ms for one service on the 5 M store).
+    """
     raw, rolled = plan(time_range.start_unix_nano, time_range.end_unix_nano)
+    if each_bucket is not None:
+        also, also_params = each_bucket
+        listed = [(width, list(range(low, high, width * _NS))) for width, low, high in rolled]
+        rolled_sql = (
+            " OR ".join(
+                f"({alias}.width = ? AND {alias}.bucket IN ({', '.join('?' * len(buckets))}) "
+                f"AND {also})"
+                for _, buckets in listed
+            )
+            or None
+        )
+        return (
+            f"({rolled_sql})" if rolled_sql else None,
+            [v for width, buckets in listed for v in (width, *buckets, *also_params)],
+            *_raw_condition(raw, start_column),
+        )
     rolled_sql = (
         " OR ".join(
             f"({alias}.width = ? AND {alias}.bucket >= ? AND {alias}.bucket < ?)" for _ in rolled
         )
         or None
     )
-    raw_sql = " OR ".join(f"({start_column} >= ? AND {start_column} < ?)" for _ in raw) or None
     return (
         f"({rolled_sql})" if rolled_sql else None,
         [v for r in rolled for v in r],
-        f"({raw_sql})" if raw_sql else None,
-        [v for r in raw for v in r],
+        *_raw_condition(raw, start_column),
     )
+
+
+def _raw_condition(
+    raw: list[tuple[int, int]], start_column: str
+) -> tuple[str | None, list[SqlParam]]:
+    """The condition (and parameters) for the raw spans of ``raw``'s ranges (``None``: none)."""
+    raw_sql = " OR ".join(f"({start_column} >= ? AND {start_column} < ?)" for _ in raw)
+    return (f"({raw_sql})" if raw_sql else None, [v for r in raw for v in r])
 
 
 _K = TypeVar("_K")
@@ -773,19 +811,23 @@ def services(
     ctx: ReadContext, time_range: TimeRange, limit: int, service_name: str | None = None
 ) -> Page[ServiceSummary]:
     """RED per service from the roll-ups (see :class:`ServiceSummary`); one if ``service_name``."""
-    rolled, rolled_params, raw, raw_params = _ranges(time_range, "x", "s.start_unix_nano")
     only = ""
     only_params: list[SqlParam] = []
+    each_bucket = None
     if service_name is not None:
         only = "AND r.service_name = ?"
         only_params = [service_name]
+        each_bucket = (_OF_SERVICE, only_params)
+    rolled, rolled_params, raw, raw_params = _ranges(
+        time_range, "x", "s.start_unix_nano", each_bucket=each_bucket
+    )
     groups: _Groups[str] = _Groups()
     if rolled is not None:
         for name, version, count, first, last, requests, errors, blob in ctx.execute(
             "SELECT r.service_name, r.version, x.span_count, x.first_start, x.last_start, "
             "x.request_count, x.error_count, x.sketch "
-            f"FROM red_services x JOIN resources r ON r.id = x.resource_id WHERE {rolled} {only}",
-            [*rolled_params, *only_params],
+            f"FROM red_services x JOIN resources r ON r.id = x.resource_id WHERE {rolled}",
+            rolled_params,
         ):
             group = groups[cast(str, name)]
             group.count += cast(int, count)
@@ -838,14 +880,16 @@ def operations(
     ctx: ReadContext, service_name: str, time_range: TimeRange, limit: int
 ) -> Page[OperationSummary]:
     """RED per span name of one service from the roll-ups (see :class:`OperationSummary`)."""
-    rolled, rolled_params, raw, raw_params = _ranges(time_range, "x", "s.start_unix_nano")
+    rolled, rolled_params, raw, raw_params = _ranges(
+        time_range, "x", "s.start_unix_nano", each_bucket=(_OF_SERVICE, [service_name])
+    )
     mine = "IN (SELECT r.id FROM resources r WHERE r.service_name = ?)"
     groups: _Groups[str] = _Groups()
     if rolled is not None:
         for name, count, errors, blob in ctx.execute(
-            "SELECT x.name, x.span_count, x.error_count, x.sketch FROM red_operations x "
-            f"WHERE x.resource_id {mine} AND {rolled}",
-            [service_name, *rolled_params],
+            f"SELECT x.name, x.span_count, x.error_count, x.sketch FROM red_operations x "
+            f"WHERE {rolled}",
+            rolled_params,
         ):
             group = groups[cast(str, name)]
             group.add_rolled(cast(int, count), cast(int, errors), cast(bytes, blob))
