@@ -316,6 +316,21 @@ class SketchTable:
         self._blob_groups.append(group)
         self._blob_sizes.append(size)
 
+    def add_encoded_many(self, groups: Sequence[int], blobs: Sequence[bytes]) -> None:
+        """:meth:`add_encoded` of ``blobs[i]`` to ``groups[i]`` for each ``i`` (one call).
+
+        Raises:
+            ValueError: a blob is not an encoded sketch, or the lengths differ.
+        """
+        if len(groups) != len(blobs):
+            raise ValueError(f"{len(groups)} groups for {len(blobs)} encoded sketches")
+        lengths = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs))
+        if lengths.size and bool((lengths % _RECORD.size).any()):
+            raise ValueError("not an encoded sketch: a blob is not whole 6-byte records")
+        self._blobs += blobs
+        self._blob_groups += groups
+        self._blob_sizes += (lengths // _RECORD.size).tolist()
+
     def add(self, group: int, duration_ns: int) -> None:
         """Add one duration (nanoseconds; below 1 counts as zero) to ``group``."""
         key = bin_key(duration_ns)
@@ -371,15 +386,21 @@ class SketchTable:
 def _ranks_into(
     found: list[_Percentiles], first: int, running: npt.NDArray[np.float64], low: int
 ) -> None:
-    """Fill ``found[first + row]`` from each row's cumulative counts per key (from ``low``)."""
-    for row, line in enumerate(running):
-        total = int(line[-1])
+    """Fill ``found[first + row]`` from each row's cumulative counts per key (from ``low``).
+
+    Nearest rank as :meth:`LatencySketch.percentiles`: ``max(1, ceil(total * p / 100))``
+    (the same float division as Python's), the first key whose running count reaches it.
+    """
+    totals = running[:, -1]
+    columns = []
+    for p in (50, 95, 99):
+        ranks = np.maximum(1.0, np.ceil(totals * p / 100))
+        columns.append((running >= ranks[:, None]).argmax(axis=1).tolist())
+    for row, (total, c50, c95, c99) in enumerate(zip(totals.tolist(), *columns, strict=True)):
         if total == 0:
             continue
-        ranks = [max(1, math.ceil(total * p / 100)) for p in (50, 95, 99)]
-        columns = np.searchsorted(line, np.array(ranks, dtype=np.float64), side="left")
         values = []
-        for column in columns.tolist():
+        for column in (c50, c95, c99):
             key = column + low
             values.append(0 if key == _ZERO_RECORD_KEY else max(1, round(_MAPPING.value(key))))
         found[first + row] = (values[0], values[1], values[2])

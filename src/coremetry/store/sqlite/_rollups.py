@@ -78,6 +78,7 @@ from itertools import chain
 from typing import Final, TypeVar, cast
 
 import msgspec
+import numpy as np
 
 from coremetry.store._sketch import (
     RELATIVE_ACCURACY,
@@ -806,6 +807,38 @@ class _Groups(dict[_K, _Group]):
         """``(p50, p95, p99)`` per group, by :attr:`_Group.index`."""
         return self.table.percentiles(len(self))
 
+    def add_rolled_rows(
+        self,
+        keys: Sequence[_K],
+        counts: Sequence[int],
+        errors: Sequence[int],
+        blobs: Sequence[bytes],
+    ) -> list[int]:
+        """:meth:`_Group.add_rolled` of many roll-up rows (column by column); their groups.
+
+        The counts are summed per group by numpy and the sketches handed to the table in one
+        call: a week is thousands of rows, each an update of Python objects otherwise.
+        """
+        index = [self[key].index for key in keys]
+        for group, count, error in zip(
+            self.values(), self.sums(index, counts), self.sums(index, errors), strict=True
+        ):
+            group.count += count
+            group.errors += error
+        self.table.add_encoded_many(index, blobs)
+        return index
+
+    def sums(self, index: Sequence[int], values: Sequence[int]) -> list[int]:
+        """``values`` summed per group (``index[i]`` is the group of ``values[i]``)."""
+        if not index:
+            return [0] * len(self)
+        found = np.bincount(
+            np.array(index, dtype=np.int64),
+            weights=np.array(values, dtype=np.float64),
+            minlength=len(self),
+        )
+        return [int(v) for v in found.tolist()]
+
 
 def services(
     ctx: ReadContext, time_range: TimeRange, limit: int, service_name: str | None = None
@@ -823,20 +856,38 @@ def services(
     )
     groups: _Groups[str] = _Groups()
     if rolled is not None:
-        for name, version, count, first, last, requests, errors, blob in ctx.execute(
+        rows = ctx.execute(
             "SELECT r.service_name, r.version, x.span_count, x.first_start, x.last_start, "
             "x.request_count, x.error_count, x.sketch "
             f"FROM red_services x JOIN resources r ON r.id = x.resource_id WHERE {rolled}",
             rolled_params,
-        ):
-            group = groups[cast(str, name)]
-            group.count += cast(int, count)
-            group.requests += cast(int, requests)
-            group.errors += cast(int, errors)
-            group.seen(cast(int, first), cast(int, last))
-            if version:
-                group.versions.add(cast(str, version))
-            group.table.add_encoded(group.index, cast(bytes, blob))
+        )
+        if rows:
+            names, versions, counts, firsts, lasts, requests, errors, blobs = zip(
+                *rows, strict=True
+            )
+            index = groups.add_rolled_rows(
+                cast("tuple[str, ...]", names),
+                cast("tuple[int, ...]", counts),
+                cast("tuple[int, ...]", errors),
+                cast("tuple[bytes, ...]", blobs),
+            )
+            for group, added in zip(
+                groups.values(), groups.sums(index, cast("tuple[int, ...]", requests)), strict=True
+            ):
+                group.requests += added
+            owners = np.array(index, dtype=np.int64)
+            low = np.full(len(groups), _TIME_END, dtype=np.int64)
+            high = np.full(len(groups), -_TIME_END, dtype=np.int64)
+            np.minimum.at(low, owners, np.array(firsts, dtype=np.int64))
+            np.maximum.at(high, owners, np.array(lasts, dtype=np.int64))
+            for group, first, last in zip(
+                groups.values(), low.tolist(), high.tolist(), strict=True
+            ):
+                group.seen(first, last)
+            for name, version in set(zip(names, versions, strict=True)):
+                if version:
+                    groups[cast(str, name)].versions.add(cast(str, version))
     if raw is not None:
         for name, version, start, entry, error, duration in ctx.execute(
             "SELECT r.service_name, r.version, s.start_unix_nano, "
@@ -886,13 +937,19 @@ def operations(
     mine = "IN (SELECT r.id FROM resources r WHERE r.service_name = ?)"
     groups: _Groups[str] = _Groups()
     if rolled is not None:
-        for name, count, errors, blob in ctx.execute(
+        rows = ctx.execute(
             f"SELECT x.name, x.span_count, x.error_count, x.sketch FROM red_operations x "
             f"WHERE {rolled}",
             rolled_params,
-        ):
-            group = groups[cast(str, name)]
-            group.add_rolled(cast(int, count), cast(int, errors), cast(bytes, blob))
+        )
+        if rows:
+            names, counts, errors, blobs = zip(*rows, strict=True)
+            groups.add_rolled_rows(
+                cast("tuple[str, ...]", names),
+                cast("tuple[int, ...]", counts),
+                cast("tuple[int, ...]", errors),
+                cast("tuple[bytes, ...]", blobs),
+            )
     if raw is not None:
         for name, error, duration in ctx.execute(
             f"SELECT s.name, s.status_code = {_ERROR}, s.duration_ns FROM spans s "
@@ -994,14 +1051,25 @@ def service_edges(
         if service_name is not None:
             only = "AND (x.caller = ? OR x.callee = ?)"
             params += [service_name, service_name]
-        for caller, callee, count, errors, blob in ctx.execute(
+        rows = ctx.execute(
             "SELECT x.caller, x.callee, x.call_count, x.error_count, x.sketch FROM red_edges x "
             f"WHERE {rolled} {only}",
             params,
-        ):
-            key = (cast(str, caller), cast(str, callee))
-            group = groups[key]
-            group.add_rolled(cast(int, count), cast(int, errors), cast(bytes, blob))
+        )
+        if rows:
+            callers, callees, counts, errors, blobs = zip(*rows, strict=True)
+            groups.add_rolled_rows(
+                list(
+                    zip(
+                        cast("tuple[str, ...]", callers),
+                        cast("tuple[str, ...]", callees),
+                        strict=True,
+                    )
+                ),
+                cast("tuple[int, ...]", counts),
+                cast("tuple[int, ...]", errors),
+                cast("tuple[bytes, ...]", blobs),
+            )
     rolled_ranges = [(low, high) for _, low, high in plan(*_bounds(time_range))[1]]
     # Calls not in the roll-ups yet: children still waiting for the deferred pass, and the
     # raw partial minutes at the window's ends.
