@@ -29,9 +29,11 @@ Schema 4 stored MessagePack (``[zeros, key_0, count_0, key_1 - key_0, ...]``);
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Sequence
+from itertools import chain
 from typing import Final
 
 import msgspec
@@ -165,15 +167,12 @@ class LatencySketch:
 
     def encode(self) -> bytes:
         """The compact binary form (see the module docstring)."""
-        pack = _RECORD.pack
-        parts = []
-        for key, count in ((_ZERO_RECORD_KEY, self.zeros), *sorted(self.bins.items())):
-            while count > _MAX_RECORD_COUNT:
-                parts.append(pack(key, _MAX_RECORD_COUNT))
-                count -= _MAX_RECORD_COUNT
-            if count:
-                parts.append(pack(key, count))
-        return b"".join(parts)
+        items = sorted(self.bins.items())
+        if self.zeros:
+            items.insert(0, (_ZERO_RECORD_KEY, self.zeros))
+        if items and max(count for _, count in items) > _MAX_RECORD_COUNT:
+            return _encode_split(items)
+        return _packer(len(items)).pack(*chain.from_iterable(items))
 
     def percentile(self, p: float) -> int | None:
         """The nearest-rank ``p``-th percentile (``0 < p <= 100``) in ns; ``None`` if empty.
@@ -219,19 +218,53 @@ class LatencySketch:
         return (found[0], found[1], found[2])
 
 
+@functools.lru_cache(maxsize=1024)
+def _packer(records: int) -> struct.Struct:
+    """The ``struct`` layout of ``records`` records (compiled once per length)."""
+    return struct.Struct("<" + "hI" * records)
+
+
+def _encode_split(items: list[tuple[int, int]]) -> bytes:
+    """Records of ``(key, count)`` items, a count above 32 bits split over several."""
+    pack = _RECORD.pack
+    parts = []
+    for key, count in items:
+        while count > _MAX_RECORD_COUNT:
+            parts.append(pack(key, _MAX_RECORD_COUNT))
+            count -= _MAX_RECORD_COUNT
+        if count:
+            parts.append(pack(key, count))
+    return b"".join(parts)
+
+
 def merge_encoded(a: bytes, b: bytes) -> bytes:
-    """The encoding of the merge of two encoded sketches.
+    """The encoding of the merge of two encoded sketches (the write path's upsert).
+
+    Both sketches' records are summed per key by numpy (a stored day's sketch has hundreds
+    of bins, merged with each write's few); the same bytes as decoding, merging and
+    :meth:`LatencySketch.encode`.
 
     Raises:
         ValueError: ``a`` or ``b`` is not an encoded sketch.
     """
+    for data in (a, b):
+        if len(data) % _RECORD.size:
+            raise ValueError(f"not an encoded sketch: {len(data)} bytes, not 6-byte records")
     if not b:
-        if len(a) % _RECORD.size:
-            raise ValueError(f"not an encoded sketch: {len(a)} bytes, not 6-byte records")
         return a
-    sketch = LatencySketch.decode(a)
-    sketch.merge_encoded(b)
-    return sketch.encode()
+    if not a:
+        return b
+    both = np.concatenate(
+        (np.frombuffer(a, dtype=_RECORD_DTYPE), np.frombuffer(b, dtype=_RECORD_DTYPE))
+    )
+    keys, where = np.unique(both["key"], return_inverse=True)
+    sums = np.bincount(where, weights=both["count"], minlength=keys.size)
+    if float(sums.max()) > _MAX_RECORD_COUNT:
+        return _encode_split(list(zip(keys.tolist(), (int(v) for v in sums.tolist()), strict=True)))
+    out = np.empty(keys.size, dtype=_RECORD_DTYPE)
+    out["key"] = keys
+    out["count"] = sums
+    return out.tobytes()
 
 
 _ENCODE_MSGPACK: Final = msgspec.msgpack.Encoder().encode
