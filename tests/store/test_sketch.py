@@ -144,6 +144,10 @@ def test_an_encoded_sketch_is_six_byte_records_and_bad_bytes_are_refused() -> No
     table.add_encoded(0, data)
     assert table.percentiles(1) == [again.percentiles()]
     assert LatencySketch().encode() == b""
+    one = LatencySketch()
+    one.add_bins([2199, 5], [1, 1])
+    merged = LatencySketch.decode(merge_encoded(data, one.encode()))
+    assert (merged.zeros, merged.bins) == (2, {0: 1, 5: 1, 2199: 2**33 + 6})
     with pytest.raises(ValueError, match="not an encoded sketch"):
         LatencySketch.decode(data[:-1])
     with pytest.raises(ValueError, match="not an encoded sketch"):
@@ -159,3 +163,16 @@ def test_schema_4_sketches_reencode_to_the_same_bins(seed: int) -> None:
     old = encode_msgpack(sketch)
     assert (decode_msgpack(old).bins, decode_msgpack(old).zeros) == (sketch.bins, sketch.zeros)
     assert reencode_msgpack(old) == sketch.encode()
+
+
+@pytest.mark.parametrize("sizes", [(3000, 5), (5, 3000), (400, 400)])
+def test_large_encoded_sketches_merge_as_small_ones(sizes: tuple[int, int]) -> None:
+    # Hundreds of bins (a stored day's sketch) take the bulk path; the answer is the same.
+    rng = random.Random(sum(sizes))
+    a, b = LatencySketch(), LatencySketch()
+    for sketch, size in zip((a, b), sizes, strict=True):
+        for _ in range(size):
+            sketch.add(rng.choice([0, int(rng.lognormvariate(14, 3))]))
+    merged = merge_encoded(a.encode(), b.encode())
+    a.merge(b)
+    assert merged == a.encode()

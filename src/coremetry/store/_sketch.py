@@ -237,23 +237,13 @@ def _encode_split(items: list[tuple[int, int]]) -> bytes:
     return b"".join(parts)
 
 
-def merge_encoded(a: bytes, b: bytes) -> bytes:
-    """The encoding of the merge of two encoded sketches (the write path's upsert).
+_NUMPY_MERGE_BYTES: Final = 64 * 6
+"""Above this many bytes of records, :func:`merge_encoded` sums them with numpy (below, the
+fixed cost of a few numpy calls is more than a dictionary's)."""
 
-    Both sketches' records are summed per key by numpy (a stored day's sketch has hundreds
-    of bins, merged with each write's few); the same bytes as decoding, merging and
-    :meth:`LatencySketch.encode`.
 
-    Raises:
-        ValueError: ``a`` or ``b`` is not an encoded sketch.
-    """
-    for data in (a, b):
-        if len(data) % _RECORD.size:
-            raise ValueError(f"not an encoded sketch: {len(data)} bytes, not 6-byte records")
-    if not b:
-        return a
-    if not a:
-        return b
+def _merge_numpy(a: bytes, b: bytes) -> bytes:
+    """:func:`merge_encoded` of two non-empty encodings, the records summed per key by numpy."""
     both = np.concatenate(
         (np.frombuffer(a, dtype=_RECORD_DTYPE), np.frombuffer(b, dtype=_RECORD_DTYPE))
     )
@@ -265,6 +255,40 @@ def merge_encoded(a: bytes, b: bytes) -> bytes:
     out["key"] = keys
     out["count"] = sums
     return out.tobytes()
+
+
+def merge_encoded(a: bytes, b: bytes) -> bytes:
+    """The encoding of the merge of two encoded sketches (the write path's upsert).
+
+    The same bytes as decoding both, merging and :meth:`LatencySketch.encode`. Small ones:
+    ``a`` (the stored sketch) becomes a dictionary in one C call, ``b`` (a write's few bins)
+    is added to it, and the result is packed by one compiled ``struct``; larger ones (a day's
+    sketch has hundreds of bins) are summed per key by numpy.
+
+    Raises:
+        ValueError: ``a`` or ``b`` is not an encoded sketch.
+    """
+    for data in (a, b):
+        if len(data) % _RECORD.size:
+            raise ValueError(f"not an encoded sketch: {len(data)} bytes, not 6-byte records")
+    if not b:
+        return a
+    if not a:
+        return b
+    if len(a) + len(b) > _NUMPY_MERGE_BYTES:
+        return _merge_numpy(a, b)
+    bins = dict(_RECORD.iter_unpack(a))
+    if len(bins) * _RECORD.size != len(a):
+        bins = {}  # a key over several records (a count above 32 bits): add them up
+        for key, count in _RECORD.iter_unpack(a):
+            bins[key] = bins.get(key, 0) + count
+    get = bins.get
+    for key, count in _RECORD.iter_unpack(b):
+        bins[key] = get(key, 0) + count
+    items = sorted(bins.items())
+    if max(bins.values()) > _MAX_RECORD_COUNT:
+        return _encode_split(items)
+    return _packer(len(items)).pack(*chain.from_iterable(items))
 
 
 _ENCODE_MSGPACK: Final = msgspec.msgpack.Encoder().encode
