@@ -779,12 +779,6 @@ class _Group:
         self.first = first if self.first is None else min(self.first, first)
         self.last = last if self.last is None else max(self.last, last)
 
-    def add_rolled(self, count: int, errors: int, sketch: bytes) -> None:
-        """Add one roll-up row: its counts, and its encoded sketch to the group's."""
-        self.count += count
-        self.errors += errors
-        self.table.add_encoded(self.index, sketch)
-
     def add_one(self, error: int, duration_ns: int) -> None:
         """Add one raw span or call: counted, an error if ``error``, its duration sketched."""
         self.count += 1
@@ -814,7 +808,7 @@ class _Groups(dict[_K, _Group]):
         errors: Sequence[int],
         blobs: Sequence[bytes],
     ) -> list[int]:
-        """:meth:`_Group.add_rolled` of many roll-up rows (column by column); their groups.
+        """Add roll-up rows (column by column) to their groups; returns each row's group.
 
         The counts are summed per group by numpy and the sketches handed to the table in one
         call: a week is thousands of rows, each an update of Python objects otherwise.
