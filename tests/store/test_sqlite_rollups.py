@@ -54,6 +54,25 @@ _KEYS = {
 }
 
 
+async def test_one_services_rows_over_decades_are_read_as_ranges(tmp_path: Path) -> None:
+    # A window of 90 years lists more buckets than SQLite takes parameters: read as ranges.
+    base, spans = _days_of_spans()
+    async with open_sqlite_store(tmp_path / "t.db", retention_days=0) as store:
+        await store.write(TelemetryBatch(spans=spans))
+        week = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+        decades = TimeRange(start_unix_nano=MINUTE, end_unix_nano=base + 90 * 365 * DAY)
+        for name in ("gateway", "orders"):
+            assert await store.operations(name, decades, limit=100) == await store.operations(
+                name, week, limit=100
+            )
+            found = await store.services(decades, limit=10, service_name=name)
+            assert [s.request_count for s in found.items] == [
+                s.request_count
+                for s in (await store.services(week, limit=10)).items
+                if s.service_name == name
+            ]
+
+
 def _bounds(window: TimeRange) -> tuple[int, int]:
     return window.start_unix_nano, window.end_unix_nano
 
