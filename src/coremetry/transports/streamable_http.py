@@ -519,9 +519,16 @@ class _Supervisor:
     trio system task, started on first use in each trio run) spawns a watcher for those still
     running after ``grace_s``. A disconnect during the first ``grace_s`` of a call is noticed
     when the grace ends — the call is cancelled then; nothing is written to a closed response.
+
+    The grace is counted in wall time, and under load a call that costs a millisecond of CPU
+    waits its turn behind every other request on the core: at 64 concurrent keep-alive clients
+    on one core a quick call spends 50-90 ms in the run queue. A grace of 20 ms then spawned a
+    watcher for nearly every call — the cost this supervisor exists to avoid (1,253 against
+    840 µs of CPU per request, ``bench/http_echo.py``, c=64). One second is past the queueing
+    of any load the server can answer; a client gone sooner stops its call when the second ends.
     """
 
-    def __init__(self, grace_s: float = 0.02) -> None:
+    def __init__(self, grace_s: float = 1.0) -> None:
         self.grace_s = grace_s
         self._queue: deque[_Watched] = deque()
         self._wakeup = trio.Event()
