@@ -515,12 +515,19 @@ class _Watched:
     def __init__(self, call: _Call, due: float) -> None:
         self.call: _Call | None = call
         self.due = due
+        self.scope: trio.CancelScope | None = None
+        """The watcher's scope, made when a watcher is spawned (most calls never get one)."""
+
+    def watch(self) -> trio.CancelScope:
+        """The scope a watcher runs in (cancelled by :meth:`finish`)."""
         self.scope = trio.CancelScope()
+        return self.scope
 
     def finish(self) -> None:
         """The call answered: stop watching it (and its keep-alive); let go of the call."""
         self.call = None
-        self.scope.cancel()
+        if self.scope is not None:
+            self.scope.cancel()
 
 
 class _Supervisor:
@@ -576,7 +583,7 @@ class _Supervisor:
                     await trio.sleep(delay)
                     continue
                 self._queue.popleft()
-                nursery.start_soon(_watch_contained, entry.scope, call)
+                nursery.start_soon(_watch_contained, entry.watch(), call)
 
 
 async def _watch_contained(scope: trio.CancelScope, call: _Call) -> None:
