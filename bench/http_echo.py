@@ -50,6 +50,7 @@ from msgspec import UNSET, Raw, Struct, UnsetType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import cpu_seconds, positive
+from http_secured_server import make_token
 
 BENCH_DIR: Final = Path(__file__).resolve().parent
 MCP_PATH: Final = "/api/mcp"
@@ -59,8 +60,10 @@ REQUEST_ID: Final = 7
 HANDSHAKE_VERSION: Final = "2025-11-25"
 STATELESS_VERSION: Final = "2026-07-28"
 
-TARGET_FLOOR_RATIO: Final = 0.8
+TARGET_FLOOR_RATIO: Final = 0.9
 """Ours must reach at least this fraction of the floor's req/s (at the target concurrencies)."""
+TARGET_SECURED_RATIO: Final = 0.8
+"""Ours with auth + gate + audit (``--secured``) must reach this fraction of the floor's req/s."""
 TARGET_FLOOR_CONCURRENCY: Final = (16, 64)
 TARGET_SDK_P99_RATIO: Final = 0.6
 """Our p99 must be at most this fraction of the SDK's (at the target concurrency)."""
@@ -128,13 +131,15 @@ ERAS: Final = (
 )
 
 
-def lua_script(era: Era) -> str:
+def lua_script(era: Era, extra_headers: tuple[tuple[str, str], ...] = ()) -> str:
     """The wrk script: a fixed POST (built once by wrk, no per-request Lua)."""
     body = era.body.decode()
     if "]==]" in body:
         raise ValueError("the body cannot be a Lua long string")
     lines = ['wrk.method = "POST"', f"wrk.body = [==[{body}]==]"]
-    lines += [f'wrk.headers["{name}"] = "{value}"' for name, value in era.headers]
+    lines += [
+        f'wrk.headers["{name}"] = "{value}"' for name, value in (*era.headers, *extra_headers)
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -148,13 +153,21 @@ class ServerSpec:
     key: str
     label: str
     argv: tuple[str, ...]
-    kind: str  # "floor", "ours" or "sdk"
+    kind: str  # "floor", "ours", "secured" or "sdk"
+    headers: tuple[tuple[str, str], ...] = ()
+    """Headers this server needs on every request besides the era's (the bearer token)."""
 
 
-def server_specs(sdk_servers: list[str], ours_command: list[str] | None = None) -> list[ServerSpec]:
-    """Floor, ours, then the SDK on each requested HTTP server (the first is the reference).
+def server_specs(
+    sdk_servers: list[str],
+    ours_command: list[str] | None = None,
+    secured: tuple[Path, str] | None = None,
+) -> list[ServerSpec]:
+    """Floor, ours, ours secured (with ``secured``), then the SDK on each requested HTTP server
+    (the first SDK server is the p99 reference).
 
-    ``ours_command`` replaces the command that starts ours (the port is appended to it).
+    ``ours_command`` replaces the command that starts ours (the port is appended to it);
+    ``secured`` is ``(data dir, service token)`` for ``http_secured_server.py``.
     """
     python = sys.executable
     specs = [
@@ -173,6 +186,23 @@ def server_specs(sdk_servers: list[str], ours_command: list[str] | None = None) 
             "ours",
         ),
     ]
+    if secured is not None:
+        data_dir, token = secured
+        specs.append(
+            ServerSpec(
+                "secured",
+                "coremetry + token, gate, audit",
+                (
+                    python,
+                    str(BENCH_DIR / "http_secured_server.py"),
+                    "--data-dir",
+                    str(data_dir),
+                    "--port",
+                ),
+                "secured",
+                (("Authorization", f"Bearer {token}"),),
+            )
+        )
     for name in sdk_servers:
         worker = "hypercorn-asyncio" if name == "hypercorn" else name
         specs.append(
@@ -237,7 +267,9 @@ class HttpReply:
     body: bytes
 
 
-async def http_post(port: int, era: Era) -> HttpReply:
+async def http_post(
+    port: int, era: Era, extra_headers: tuple[tuple[str, str], ...] = ()
+) -> HttpReply:
     """POST the era's request on a fresh connection and read the whole reply (h11).
 
     Raises:
@@ -245,10 +277,10 @@ async def http_post(port: int, era: Era) -> HttpReply:
         trio.TooSlowError: no complete reply within ``REQUEST_TIMEOUT_S``.
     """
     with trio.fail_after(REQUEST_TIMEOUT_S):
-        return await _http_post(port, era)
+        return await _http_post(port, era, extra_headers)
 
 
-async def _http_post(port: int, era: Era) -> HttpReply:
+async def _http_post(port: int, era: Era, extra_headers: tuple[tuple[str, str], ...]) -> HttpReply:
     stream = await trio.open_tcp_stream(HOST, port)
     async with stream:
         conn = h11.Connection(our_role=h11.CLIENT)
@@ -257,6 +289,7 @@ async def _http_post(port: int, era: Era) -> HttpReply:
             ("Content-Length", str(len(era.body))),
             ("Connection", "close"),
             *era.headers,
+            *extra_headers,
         ]
         out = conn.send(h11.Request(method="POST", target=MCP_PATH, headers=headers)) or b""
         out += conn.send(h11.Data(data=era.body)) or b""
@@ -334,7 +367,7 @@ async def wait_ready(server: RunningServer, era: Era) -> HttpReply:
                 f"{server.spec.label} exited with {server.process.returncode}:\n{server.log_tail()}"
             )
         try:
-            return await http_post(server.port, era)
+            return await http_post(server.port, era, server.spec.headers)
         except trio.TooSlowError:
             raise RuntimeError(
                 f"{server.spec.label} did not answer within {REQUEST_TIMEOUT_S:.0f} s:\n"
@@ -463,6 +496,8 @@ class Settings:
     sdk_servers: list[str]
     json_path: Path | None
     ours_command: list[str] | None = None
+    secured: bool = False
+    """Also run ours with auth + gate + audit (``http_secured_server.py``)."""
 
 
 @dataclass
@@ -560,23 +595,27 @@ def _progress(point: Point) -> str:
 
 
 async def measure(
-    servers: list[RunningServer], settings: Settings, scripts: dict[str, Path], outcome: Outcome
+    servers: list[RunningServer],
+    settings: Settings,
+    scripts: dict[tuple[str, str], Path],
+    outcome: Outcome,
 ) -> None:
     """Warm each server up per era, then time every point (servers interleaved, best of R)."""
     load = LoadSettings(
         settings.client_cpu, settings.duration_s, timeout_s=max(10.0, settings.duration_s)
     )
     for era in ERAS:
-        script = scripts[era.key]
         active = [s for s in servers if era.key not in s.unsupported]
         print(f"era {era.key}: warm-up {settings.warmup_s:g} s per server at c=16")
         for server in active:
             if settings.warmup_s > 0:
+                script = scripts[era.key, server.spec.key]
                 await run_wrk(load, server.port, script, 16, settings.warmup_s)
         best: dict[tuple[str, int], Point] = {}
         for connections in settings.connections:
             for _ in range(settings.repeat):
                 for server in active:
+                    script = scripts[era.key, server.spec.key]
                     point = await measure_point(server, era, load, script, connections)
                     print(_progress(point))
                     if point.non_2xx:
@@ -598,13 +637,19 @@ async def measure(
 async def run(settings: Settings) -> Outcome:
     """Start the servers, check them, measure, re-check, stop them."""
     outcome = Outcome()
-    specs = server_specs(settings.sdk_servers, settings.ours_command)
     with tempfile.TemporaryDirectory(prefix="coremetry-http-bench-") as tmp:
         tmp_dir = Path(tmp)
-        scripts: dict[str, Path] = {}
+        secured: tuple[Path, str] | None = None
+        if settings.secured:
+            data_dir = tmp_dir / "secured-data"
+            secured = (data_dir, make_token(data_dir))
+        specs = server_specs(settings.sdk_servers, settings.ours_command, secured)
+        scripts: dict[tuple[str, str], Path] = {}
         for era in ERAS:
-            scripts[era.key] = tmp_dir / f"{era.key}.lua"
-            scripts[era.key].write_text(lua_script(era), encoding="utf-8")
+            for spec in specs:
+                path = tmp_dir / f"{era.key}-{spec.key}.lua"
+                path.write_text(lua_script(era, spec.headers), encoding="utf-8")
+                scripts[era.key, spec.key] = path
         servers: list[RunningServer] = []
         try:
             for spec in specs:
@@ -646,7 +691,11 @@ def _find(points: list[Point], server: str, era: str, connections: int) -> Point
 
 def report(settings: Settings, outcome: Outcome) -> list[str]:
     """Print one table per era and the target lines; return the target verdicts."""
-    specs = server_specs(settings.sdk_servers, settings.ours_command)
+    specs = server_specs(
+        settings.sdk_servers,
+        settings.ours_command,
+        (Path(), "") if settings.secured else None,
+    )
     labels = {s.key: s.label for s in specs}
     sdk_ref = f"sdk-{settings.sdk_servers[0]}" if settings.sdk_servers else None
     width = max(len(label) for label in labels.values())
@@ -713,6 +762,26 @@ def report(settings: Settings, outcome: Outcome) -> list[str]:
                 else ""
             )
             verdicts.append(f"{what}: {ratio:.2f}x: {verdict}{by_cpu}")
+    if settings.secured:
+        for era in ERAS:
+            for connections in TARGET_FLOOR_CONCURRENCY:
+                secured = _find(outcome.points, "secured", era.key, connections)
+                floor = _find(outcome.points, "floor", era.key, connections)
+                what = (
+                    f"target: coremetry + token, gate, audit >= {TARGET_SECURED_RATIO:.1f}x "
+                    f"floor req/s, {era.key}, c={connections}"
+                )
+                if secured is None or floor is None or floor.rps <= 0:
+                    verdicts.append(f"{what}: n/a (not measured)")
+                    continue
+                ratio = secured.rps / floor.rps
+                verdict = "PASS" if ratio >= TARGET_SECURED_RATIO else "FAIL"
+                by_cpu = (
+                    f"; by CPU per request {floor.cpu_us_per_req / secured.cpu_us_per_req:.2f}x"
+                    if secured.cpu_us_per_req > 0
+                    else ""
+                )
+                verdicts.append(f"{what}: {ratio:.2f}x: {verdict}{by_cpu}")
     for era in ERAS:
         what = (
             f"target: coremetry p99 <= {TARGET_SDK_P99_RATIO:.1f}x SDK p99, "
@@ -753,6 +822,7 @@ def write_json(path: Path, settings: Settings, outcome: Outcome, verdicts: list[
             "client_cpu": settings.client_cpu,
             "sdk_servers": settings.sdk_servers,
             "ours_command": settings.ours_command,
+            "secured": settings.secured,
         },
         "python": platform.python_version(),
         "versions": {name: version(name) for name in ("hypercorn", "trio", "msgspec", "mcp")},
@@ -832,6 +902,12 @@ def parse_args(argv: list[str] | None) -> Settings:
         help="start ours with this command instead (shell-quoted; the port is appended), e.g. "
         "to measure a patched build: --ours-command 'python my_server.py --port'",
     )
+    parser.add_argument(
+        "--secured",
+        action="store_true",
+        help="also run ours with a service token, the call gate and the audit log "
+        "(bench/http_secured_server.py); its target is 0.8x the floor",
+    )
     args = parser.parse_args(argv)
     return Settings(
         duration_s=args.duration,
@@ -843,6 +919,7 @@ def parse_args(argv: list[str] | None) -> Settings:
         sdk_servers=args.sdk_servers,
         json_path=args.json,
         ours_command=shlex.split(args.ours_command) if args.ours_command else None,
+        secured=bool(args.secured),
     )
 
 

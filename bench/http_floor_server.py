@@ -2,8 +2,10 @@
 
 Run: ``python bench/http_floor_server.py --port P``.
 
-Served exactly as ``coremetry serve`` serves its app (``hypercorn.trio.serve`` with
-``coremetry.server.hypercorn_config``: access log off, same limits), but the app does the least
+Served as ``coremetry serve`` serves its app (hypercorn's trio worker, ``hypercorn.trio.serve``
+here where ours runs its contained copy of it, with ``coremetry.server.hypercorn_config``: access
+log off, same limits; the same garbage-collector setting,
+``coremetry.http_worker.tune_garbage_collector``), but the app does the least
 any MCP server on hypercorn + trio + msgspec must do per request: read the body, decode the
 JSON-RPC request with msgspec into small Structs, and answer 200 with a canned
 ``CallToolResult`` carrying the request's id. No header checks, no routing, no auth, no cancel
@@ -22,6 +24,7 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 from msgspec import UNSET, Raw, Struct, UnsetType
 
 from coremetry.config import load_config
+from coremetry.http_worker import tune_garbage_collector
 from coremetry.server import hypercorn_config
 
 ECHO_TEXT: Final = "hello, coremetry"
@@ -123,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     config = load_config(overrides={"http": {"host": str(args.host), "port": int(args.port)}})
+    # The same garbage-collector setting as ``coremetry serve`` (the floor of *our* stack).
+    tune_garbage_collector()
     try:
         trio.run(serve, app, hypercorn_config(config))
     except KeyboardInterrupt:

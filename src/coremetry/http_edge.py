@@ -18,6 +18,7 @@ B15):
   the JSON text (``\\u2028``), so no client's line splitter can break an event.
 """
 
+import functools
 import ipaddress
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Final, Protocol
@@ -244,6 +245,12 @@ def media_types(header: str | None) -> list[tuple[str, float]]:
     """Parse an ``Accept``-style header into ``(type, q)`` pairs, lower-cased."""
     if not header:
         return []
+    return list(_media_types(header))
+
+
+@functools.lru_cache(maxsize=256)
+def _media_types(header: str) -> tuple[tuple[str, float], ...]:
+    # Clients send the same few Accept values on every request: parse each once (bounded).
     parsed: list[tuple[str, float]] = []
     for part in header.split(","):
         pieces = [p.strip() for p in part.split(";")]
@@ -258,7 +265,7 @@ def media_types(header: str | None) -> list[tuple[str, float]]:
                 except ValueError:
                     q = 0.0
         parsed.append((pieces[0].lower(), q))
-    return parsed
+    return tuple(parsed)
 
 
 def accepts(header: str | None, media_type: str) -> bool:
@@ -266,7 +273,7 @@ def accepts(header: str | None, media_type: str) -> bool:
     if header is None or not header.strip():
         return True
     major = media_type.split("/", 1)[0]
-    for kind, q in media_types(header):
+    for kind, q in _media_types(header):
         if q > 0 and kind in (media_type, f"{major}/*", "*/*"):
             return True
     return False
@@ -355,8 +362,10 @@ class UnreadBody:
         self._ended = False
         self._disconnected = False
         self._started = False
-        length = Headers(scope["headers"]).get("content-length")
-        self._declared = int(length) if length is not None and length.isdigit() else None
+        self._declared: int | None = None
+        for name, value in scope["headers"]:  # only Content-Length: no Headers dict per request
+            if name.lower() == b"content-length":
+                self._declared = int(value) if value.isdigit() else None
 
     async def receive(self) -> ASGIReceiveEvent:
         """The next ASGI event of the request (``http.disconnect`` for good once one was seen).

@@ -12,7 +12,9 @@ The others drive the real server: a failure inside one connection is logged and 
 alone ends.
 """
 
+import gc
 import logging
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -32,7 +34,12 @@ from hypercorn.typing import (
     Scope,
 )
 
-from coremetry.http_worker import ContainedApp, ContainedTCPServer, serve_http
+from coremetry.http_worker import (
+    GC_YOUNG_THRESHOLD,
+    ContainedApp,
+    ContainedTCPServer,
+    serve_http,
+)
 
 ROUNDS = 200
 """Rounds of the race; the overlap happened in about half of them (92 to 105 of 200, three runs)."""
@@ -204,3 +211,29 @@ async def test_bytes_pipelined_behind_an_upgrade_end_only_that_connection() -> N
                         while await stream.receive_some():
                             pass
             assert (await get(host, port, "/fine")).endswith(b"\r\n\r\nok")
+
+
+async def test_a_serving_worker_freezes_its_startup_objects_and_still_collects_cycles() -> None:
+    """Once the worker serves, the collector skips what existed at start-up and runs less often
+    (``tune_garbage_collector``); a garbage cycle made while serving is still collected."""
+
+    class Node:
+        partner: "Node | None" = None
+
+    threshold = gc.get_threshold()
+    gc.unfreeze()
+    try:
+        with trio.fail_after(LIMIT_S):
+            async with serving(BrokenApp()) as (host, port):
+                assert gc.get_freeze_count() > 0
+                assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD
+                assert (await get(host, port, "/fine")).endswith(b"\r\n\r\nok")
+                first, second = Node(), Node()
+                first.partner, second.partner = second, first
+                gone = weakref.ref(first)
+                del first, second
+                gc.collect()
+                assert gone() is None
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)

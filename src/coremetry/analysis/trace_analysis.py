@@ -94,6 +94,8 @@ class SpanNode:
     self_time_ns: int = 0
     orphan: bool = False
     child_calls: list[tuple[int, int]] = field(default_factory=list)
+    _callee: str | None = field(default=None, init=False, repr=False)
+    _callee_known: bool = field(default=False, init=False, repr=False)
 
     @property
     def duration_ns(self) -> int:
@@ -114,8 +116,16 @@ class SpanNode:
         """The service this span waits on when it is a call into another service, else None.
 
         See "Waiting on a callee" in the module docstring; with several remote children the
-        longest one names the callee.
+        longest one names the callee. Computed once, on first use: :func:`analyse_trace` asks
+        only after the clock-skew adjustment (which moves children, and so may change the
+        longest), and the analysis asks again for every sibling of every span.
         """
+        if not self._callee_known:
+            self._callee = self._find_callee()
+            self._callee_known = True
+        return self._callee
+
+    def _find_callee(self) -> str | None:
         remote = [c for c in self.children if c.service != self.service]
         if not remote:
             return None

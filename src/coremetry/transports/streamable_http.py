@@ -484,29 +484,50 @@ class _ResponseStream:
             await self._send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-class _Watched:
-    """One call in flight, as the :class:`_Supervisor` sees it."""
+class _Call:
+    """What a watcher needs of one call in flight: the call, its ``receive`` and its stream."""
 
-    __slots__ = ("due", "finished", "pending", "receive", "scope", "stream")
+    __slots__ = ("pending", "receive", "stream")
 
     def __init__(
         self,
         pending: PendingCall | PendingBatch,
         receive: ASGIReceiveCallable,
         stream: _ResponseStream,
-        due: float,
     ) -> None:
         self.pending = pending
         self.receive = receive
         self.stream = stream
+
+
+class _Watched:
+    """One call in flight, as the :class:`_Supervisor` sees it.
+
+    The supervisor's queue keeps an entry until its grace has passed, answered or not: at
+    thousands of calls a second that is thousands of entries. An answered entry drops its
+    :class:`_Call` (the call, its context and closures), so the queue holds only small
+    husks; the cyclic garbage collector, which traverses every container that outlives a
+    collection, would otherwise walk a second's worth of finished calls again and again.
+    """
+
+    __slots__ = ("call", "due", "scope")
+
+    def __init__(self, call: _Call, due: float) -> None:
+        self.call: _Call | None = call
         self.due = due
-        self.finished = False
+        self.scope: trio.CancelScope | None = None
+        """The watcher's scope, made when a watcher is spawned (most calls never get one)."""
+
+    def watch(self) -> trio.CancelScope:
+        """The scope a watcher runs in (cancelled by :meth:`finish`)."""
         self.scope = trio.CancelScope()
+        return self.scope
 
     def finish(self) -> None:
-        """The call answered: stop watching it (and its keep-alive)."""
-        self.finished = True
-        self.scope.cancel()
+        """The call answered: stop watching it (and its keep-alive); let go of the call."""
+        self.call = None
+        if self.scope is not None:
+            self.scope.cancel()
 
 
 class _Supervisor:
@@ -519,9 +540,16 @@ class _Supervisor:
     trio system task, started on first use in each trio run) spawns a watcher for those still
     running after ``grace_s``. A disconnect during the first ``grace_s`` of a call is noticed
     when the grace ends — the call is cancelled then; nothing is written to a closed response.
+
+    The grace is counted in wall time, and under load a call that costs a millisecond of CPU
+    waits its turn behind every other request on the core: at 64 concurrent keep-alive clients
+    on one core a quick call spends 50-90 ms in the run queue. A grace of 20 ms then spawned a
+    watcher for nearly every call — the cost this supervisor exists to avoid (1,253 against
+    840 µs of CPU per request, ``bench/http_echo.py``, c=64). One second is past the queueing
+    of any load the server can answer; a client gone sooner stops its call when the second ends.
     """
 
-    def __init__(self, grace_s: float = 0.02) -> None:
+    def __init__(self, grace_s: float = 1.0) -> None:
         self.grace_s = grace_s
         self._queue: deque[_Watched] = deque()
         self._wakeup = trio.Event()
@@ -546,7 +574,8 @@ class _Supervisor:
                     await self._wakeup.wait()
                     continue
                 entry = self._queue[0]
-                if entry.finished:
+                call = entry.call
+                if call is None:
                     self._queue.popleft()
                     continue
                 delay = entry.due - trio.current_time()
@@ -554,10 +583,10 @@ class _Supervisor:
                     await trio.sleep(delay)
                     continue
                 self._queue.popleft()
-                nursery.start_soon(_watch_contained, entry)
+                nursery.start_soon(_watch_contained, entry.watch(), call)
 
 
-async def _watch_contained(entry: _Watched) -> None:
+async def _watch_contained(scope: trio.CancelScope, call: _Call) -> None:
     """:func:`_watch`, contained: a failing watcher is logged and its call cancelled.
 
     The supervisor is a trio *system* task: an exception escaping one ends the whole run
@@ -565,24 +594,27 @@ async def _watch_contained(entry: _Watched) -> None:
     client leave, so its call is cancelled; nothing else is touched.
     """
     with contained("Streamable HTTP call watcher", log) as incident:
-        await _watch(entry)
+        await _watch(scope, call)
     if incident.id is not None:
-        entry.stream.closed = True
-        entry.pending.cancel()
+        call.stream.closed = True
+        call.pending.cancel()
 
 
-async def _watch(entry: _Watched) -> None:
-    """Cancel the call when its client disconnects; keep its SSE answer alive meanwhile."""
-    stream = entry.stream
-    with entry.scope:
+async def _watch(scope: trio.CancelScope, call: _Call) -> None:
+    """Cancel the call when its client disconnects; keep its SSE answer alive meanwhile.
+
+    ``scope`` is the entry's: cancelled when the call answers.
+    """
+    stream = call.stream
+    with scope:
         async with trio.open_nursery() as nursery:
             if stream.keepalive_s > 0 and math.isfinite(stream.keepalive_s):
                 nursery.start_soon(stream.keepalive)
             while True:
-                event = await entry.receive()
+                event = await call.receive()
                 if event["type"] == "http.disconnect":
                     stream.closed = True
-                    entry.pending.cancel()
+                    call.pending.cancel()
                     nursery.cancel_scope.cancel()
                     return
 
@@ -604,7 +636,7 @@ async def _run_until_disconnect(
     Returns:
         The call's reply, or ``None`` when a disconnect cancelled it.
     """
-    entry = _Watched(pending, receive, stream, trio.current_time() + supervisor.grace_s)
+    entry = _Watched(_Call(pending, receive, stream), trio.current_time() + supervisor.grace_s)
     supervisor.register(entry)
     try:
         return await pending.run()
