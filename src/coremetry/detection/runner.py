@@ -16,7 +16,8 @@ background task (:mod:`coremetry.detection.service`). It reads through
    first onset to its end, at most ten minutes) with *reference* traces of the same kinds of
    request from the ``history_ns`` before it (:mod:`~coremetry.detection.spectrum`: which
    service's critical-path time grew against its own usual, or which service began
-   originating errors), and ranks again with that
+   originating errors; the window's slow traces are told from the summaries of all its
+   traces and a sample of them is read besides the even sample), and ranks again with that
    (:func:`~coremetry.detection.problems.with_trace_blame`). The run lists its trace
    summaries once and reads each trace at most once. Only where no reference exists at all
    does it fall back to slow against typical traces of the window itself;
@@ -153,7 +154,7 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
         trace_samples: traces read per slice for the comparison with a reference: up to
             ``3 * trace_samples`` of the problem's window (spread over it) and
             ``trace_samples`` from each of five slices of the ``history_ns`` before it, and
-            up to ``2 * trace_samples`` of the window's traces whose summaries are slow
+            up to ``trace_samples`` of the window's traces whose summaries are slow
             against the reference period (for the latency comparison only:
             :func:`~coremetry.detection.spectrum.slow_by_summary`) (0: traces are not
             compared). Without a reference, slow and typical traces read per root service of
@@ -581,7 +582,7 @@ async def _reference_blame(
             ((_kind(t), t.duration_ns) for t in period),
         )
     ]
-    slow = await _profiles(store, _spread(slow_pool, 2 * samples), cache)
+    slow = await _profiles(store, _spread(slow_pool, samples), cache)
     result = compare_to_reference(
         traces,
         reference,
