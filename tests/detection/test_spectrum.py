@@ -259,6 +259,8 @@ def test_a_caller_late_on_every_call_is_blamed_not_its_callees() -> None:
     assert origin.service_name == "orders"
     assert result.waiting_callers == ["orders"]
     assert origin.excess_ms == pytest.approx(200.0, rel=0.01)
+    assert origin.late_callees == ["cache", "db-proxy"]
+    assert "counting its longer waits on cache, db-proxy" in origin.describe()
     # without the per-edge reading each callee would explain half the slowdown
     shares = {c.service_name: c.score for c in result.candidates}
     assert shares.get("cache", 0.0) < 0.05

@@ -179,6 +179,8 @@ class SpectrumCandidate(msgspec.Struct, frozen=True, kw_only=True):
         observed_ms: its mean critical-path milliseconds per slow trace.
         error_share: share of the problem's traces in which it originated an error.
         reference_error_share: the same share in the reference.
+        late_callees: callees whose grown wait counts as this service's own (module
+            docstring, step 3, "whose wait"), sorted; empty for most.
     """
 
     service_name: str
@@ -188,6 +190,7 @@ class SpectrumCandidate(msgspec.Struct, frozen=True, kw_only=True):
     observed_ms: float
     error_share: float
     reference_error_share: float
+    late_callees: list[str] = msgspec.field(default_factory=list)
 
     def describe(self) -> str:
         """One line: the figures with units."""
@@ -195,6 +198,11 @@ class SpectrumCandidate(msgspec.Struct, frozen=True, kw_only=True):
             f"critical path {self.observed_ms:,.1f} ms per request vs {self.reference_ms:,.1f} "
             f"ms before ({self.excess_ms:+,.1f} ms)"
         )
+        if self.late_callees:
+            text += (
+                f", counting its longer waits on {', '.join(self.late_callees)} (every call "
+                "it makes waited longer: its own CPU or network)"
+            )
         if self.error_share or self.reference_error_share:
             text += (
                 f"; originated errors in {self.error_share:.0%} of requests vs "
@@ -378,6 +386,7 @@ def compare_to_reference(
     excess: dict[str, float] = {}
     edge_excess: dict[tuple[str, str], list[float]] = {}  # (caller, callee) -> [now, before]
     moved: list[str] = []
+    late: dict[str, list[str]] = {}
     observed: dict[str, float] = {}
     usual: dict[str, float] = {}
     for one in slow:
@@ -413,6 +422,7 @@ def compare_to_reference(
                 table[callee] = table.get(callee, 0.0) - common
                 table[caller] = table.get(caller, 0.0) + common
         moved.append(caller)
+        late[caller] = sorted(callee for callee, _, _ in grown)
     count = len(slow)
     gap_mean = gap / count if count else 0.0
     slowed = count >= _MIN_SLOW and gap > 0
@@ -464,6 +474,7 @@ def compare_to_reference(
                 observed_ms=round(observed.get(name, 0.0) / count / 1e6, 3) if count else 0.0,
                 error_share=round(errors.get(name, 0.0), 4),
                 reference_error_share=round(reference_errors.get(name, 0.0), 4),
+                late_callees=late.get(name, []),
             )
         )
     candidates.sort(key=lambda c: (-c.score, -c.excess_ms, c.service_name))
