@@ -508,12 +508,18 @@ def _first_opened(problems: Sequence[Problem], fault: Fault, step: int) -> Probl
     return min(opened, key=lambda p: (p.detected_unix_nano, p.problem_id), default=None)
 
 
-def fault_free(faults: Sequence[Fault], low: int, high: int) -> list[tuple[int, int]]:
-    """Intervals of ``[low, high)`` at least 30 min after every earlier fault, before the next."""
+def fault_free(
+    faults: Sequence[Fault], low: int, high: int, step: int = 0
+) -> list[tuple[int, int]]:
+    """Intervals of ``[low, high)`` at least 30 min after every earlier fault, before the next.
+
+    Each interval ends where the next fault's scoring begins (its bucket's start, ``step``
+    before it, as :func:`_first_opened`): a problem credited to a fault is not also false.
+    """
     spans: list[tuple[int, int]] = []
     start = low
-    for t in [*sorted(f.time_unix_nano for f in faults), high]:
-        end = min(t, high)
+    for t in [*sorted(f.time_unix_nano for f in faults), high + step]:
+        end = min(t - step, high)
         if end > start:
             spans.append((start, end))
         start = max(start, t + FREE_AFTER_NS)
@@ -571,7 +577,7 @@ async def day_run(db: Path, faults: list[Fault]) -> DayFigures:
         step = run.step_ns
         whole_rows = score_run(run.problems, faults, step)
         free = fault_free(
-            faults, run.time_range.start_unix_nano + 10 * step, run.time_range.end_unix_nano
+            faults, run.time_range.start_unix_nano + 10 * step, run.time_range.end_unix_nano, step
         )
         false = [p for p in run.problems if any(a <= p.detected_unix_nano < b for a, b in free)]
         live_rows: list[FaultRow] = []

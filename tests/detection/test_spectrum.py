@@ -11,6 +11,7 @@ from coremetry.detection.spectrum import (
     compare_to_reference,
     kind_error_rates,
     profile_trace,
+    slow_by_summary,
 )
 from coremetry.store import Span, SpanKind, StatusCode
 
@@ -197,3 +198,124 @@ def test_a_request_kind_that_usually_fails_now_and_then_names_nobody() -> None:
     named = compare_to_reference(window, reference, kind_error_rates=never).origin()
     assert named is not None
     assert named.service_name == "orders"
+
+
+def fan_out(number: int, *, late_calls_ms: float = 0.0, late_cache_ms: float = 0.0) -> TraceProfile:
+    """gateway -> orders -> {db-proxy, cache}, one call after the other.
+
+    ``late_calls_ms``: each of orders' two calls waits that much longer before its callee's
+    span starts (orders starved of CPU sends and reads every call late);
+    ``late_cache_ms``: only the call into the cache waits longer (the cache's network).
+    """
+    trace_id = f"{number + 1:032x}"
+    start = T0 + number * 1_000 * MS
+    db_call = 5.0 + late_calls_ms
+    cache_call = 5.0 + late_calls_ms + late_cache_ms
+    orders_ms = 10.0 + db_call + cache_call
+    total_ms = 20.0 + orders_ms
+
+    def span(sid: int, parent: int, service: str, kind: SpanKind, at: float, ms: float) -> Span:
+        return Span(
+            trace_id=trace_id,
+            span_id=f"{sid:016x}",
+            parent_span_id=f"{parent:016x}" if parent else "",
+            service_name=service,
+            name=f"{service} op",
+            kind=kind,
+            start_time_unix_nano=start + int(at * MS),
+            end_time_unix_nano=start + int((at + ms) * MS),
+        )
+
+    first = 20.0 + 10.0
+    second = first + db_call
+    spans = [
+        span(1, 0, "gateway", SpanKind.SERVER, 0.0, total_ms),
+        span(2, 1, "gateway", SpanKind.CLIENT, 20.0, orders_ms),
+        span(3, 2, "orders", SpanKind.SERVER, 20.0, orders_ms),
+        span(4, 3, "orders", SpanKind.CLIENT, first, db_call),
+        # the callee's own span: 5 ms, at the end of the call (the wait came before it)
+        span(5, 4, "db-proxy", SpanKind.SERVER, first + db_call - 5.0, 5.0),
+        span(6, 3, "orders", SpanKind.CLIENT, second, cache_call),
+        span(7, 6, "cache", SpanKind.SERVER, second + cache_call - 5.0, 5.0),
+    ]
+    return profile_trace(analyse_trace(spans))
+
+
+def test_profile_keeps_each_callers_wait_per_callee() -> None:
+    one = fan_out(1, late_calls_ms=40.0)
+    assert one.waits_ns["orders"]["db-proxy"] == pytest.approx(40.0 * MS, rel=0.01)
+    assert one.waits_ns["orders"]["cache"] == pytest.approx(40.0 * MS, rel=0.01)
+    # the wait is still counted for the callee in its critical-path time
+    assert one.critical_ns["cache"] == pytest.approx(45.0 * MS, rel=0.01)
+
+
+def test_a_caller_late_on_every_call_is_blamed_not_its_callees() -> None:
+    # orders' CPU contention: both of its calls wait 100 ms longer; neither callee changed.
+    reference = [fan_out(i) for i in range(10)]
+    window = [fan_out(100 + i, late_calls_ms=100.0) for i in range(10)]
+    result = compare_to_reference(window, reference)
+    origin = result.origin()
+    assert origin is not None
+    assert origin.service_name == "orders"
+    assert result.waiting_callers == ["orders"]
+    assert origin.excess_ms == pytest.approx(200.0, rel=0.01)
+    assert origin.late_callees == ["cache", "db-proxy"]
+    assert "counting its longer waits on cache, db-proxy" in origin.describe()
+    # without the per-edge reading each callee would explain half the slowdown
+    shares = {c.service_name: c.score for c in result.candidates}
+    assert shares.get("cache", 0.0) < 0.05
+    assert shares.get("db-proxy", 0.0) < 0.05
+
+
+def test_one_slow_callee_keeps_its_wait_and_a_slower_one_keeps_the_rest() -> None:
+    # Only the cache's network is slow: one edge grew, so the wait stays the cache's.
+    reference = [fan_out(i) for i in range(10)]
+    window = [fan_out(100 + i, late_cache_ms=150.0) for i in range(10)]
+    result = compare_to_reference(window, reference)
+    origin = result.origin()
+    assert origin is not None
+    assert origin.service_name == "cache"
+    assert result.waiting_callers == []
+    # Both edges grew, the cache's by far more: the common 50 ms per call go to orders,
+    # the cache keeps its own 300 ms and stays the origin.
+    window = [fan_out(200 + i, late_calls_ms=50.0, late_cache_ms=300.0) for i in range(10)]
+    result = compare_to_reference(window, reference)
+    origin = result.origin()
+    assert origin is not None
+    assert origin.service_name == "cache"
+    assert origin.excess_ms == pytest.approx(300.0, rel=0.02)
+    assert result.waiting_callers == ["orders"]
+
+
+def test_slow_by_summary_judges_each_kind_against_its_reference() -> None:
+    reference = [("GET /a", 100 * MS + i * MS) for i in range(20)]
+    reference += [("GET /b", 1_000 * MS + i * MS) for i in range(20)]
+    reference += [("GET /rare", 10 * MS), ("GET /rare", 11 * MS)]
+    window = [
+        ("GET /a", 105 * MS),  # usual
+        ("GET /a", 400 * MS),  # slow for /a
+        ("GET /b", 400 * MS),  # fast for /b
+        ("GET /b", 2_000 * MS),  # slow for /b
+        ("GET /rare", 500 * MS),  # too few reference traces to judge
+        ("GET /new", 900 * MS),  # never seen
+    ]
+    assert slow_by_summary(window, reference) == [1, 3]
+    assert slow_by_summary(window, reference, min_reference=2) == [1, 3, 4]
+    with pytest.raises(ValueError, match="min_reference"):
+        slow_by_summary(window, reference, min_reference=0)
+
+
+def test_slow_traces_read_besides_the_even_sample_decide_the_latency() -> None:
+    # The even sample of the window holds no slow trace (the fault slows few requests);
+    # the slow ones picked from the summaries show the db proxy, and do not count for errors.
+    reference = [profile(i) for i in range(10)]
+    even = [profile(100 + i) for i in range(20)]
+    slow = [profile(200 + i, slow_db_ms=300.0, error_in="orders") for i in range(4)]
+    assert compare_to_reference(even, reference).origin() is None
+    result = compare_to_reference(even, reference, slow_sample=[*slow, even[0]])
+    origin = result.origin()
+    assert origin is not None
+    assert origin.service_name == "db-proxy"
+    assert result.slow == 4
+    assert result.traces == 20
+    assert all(c.error_share == 0.0 for c in result.candidates)

@@ -16,7 +16,8 @@ background task (:mod:`coremetry.detection.service`). It reads through
    first onset to its end, at most ten minutes) with *reference* traces of the same kinds of
    request from the ``history_ns`` before it (:mod:`~coremetry.detection.spectrum`: which
    service's critical-path time grew against its own usual, or which service began
-   originating errors), and ranks again with that
+   originating errors; the window's slow traces are told from the summaries of all its
+   traces and a sample of them is read besides the even sample), and ranks again with that
    (:func:`~coremetry.detection.problems.with_trace_blame`). The run lists its trace
    summaries once and reads each trace at most once. Only where no reference exists at all
    does it fall back to slow against typical traces of the window itself;
@@ -94,7 +95,13 @@ from .problems import (
     with_trace_blame,
 )
 from .sources import log_series, metric_series, red_series, warn_records
-from .spectrum import TraceProfile, compare_to_reference, kind_error_rates, profile_trace
+from .spectrum import (
+    TraceProfile,
+    compare_to_reference,
+    kind_error_rates,
+    profile_trace,
+    slow_by_summary,
+)
 from .templates import new_template_anomalies
 
 __all__ = [
@@ -146,9 +153,12 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
         samples: how many sample trace ids and log lines each problem gets (0: none).
         trace_samples: traces read per slice for the comparison with a reference: up to
             ``3 * trace_samples`` of the problem's window (spread over it) and
-            ``trace_samples`` from each of five slices of the ``history_ns`` before it
-            (0: traces are not compared). Without a reference, slow and typical traces read
-            per root service of the window.
+            ``trace_samples`` from each of five slices of the ``history_ns`` before it, and
+            up to ``trace_samples`` of the window's traces whose summaries are slow
+            against the reference period (for the latency comparison only:
+            :func:`~coremetry.detection.spectrum.slow_by_summary`) (0: traces are not
+            compared). Without a reference, slow and typical traces read per root service of
+            the window.
         trace_problems: problems (newest first) whose traces are compared, at most; ``None``
             (the default): every problem whose window holds traces, so the answer for a
             problem does not depend on where the judged range ends.
@@ -564,12 +574,20 @@ async def _reference_blame(
             starts, window.start_unix_nano
         )
     ]
+    # The window's slow traces, told from the summaries of all of them (spectrum, step 3).
+    slow_pool = [
+        pool[i]
+        for i in slow_by_summary(
+            [(_kind(t), t.duration_ns) for t in pool],
+            ((_kind(t), t.duration_ns) for t in period),
+        )
+    ]
+    slow = await _profiles(store, _spread(slow_pool, samples), cache)
     result = compare_to_reference(
         traces,
         reference,
-        kind_error_rates=kind_error_rates(
-            (f"{t.root_service_name} {t.root_name}", t.error_count > 0) for t in period
-        ),
+        kind_error_rates=kind_error_rates((_kind(t), t.error_count > 0) for t in period),
+        slow_sample=slow,
     )
     origin = result.origin()
     if origin is None or (result.compared == 0 and not origin.error_share):
@@ -584,6 +602,11 @@ async def _reference_blame(
         score=origin.score,
         candidates=[f"{c.service_name}: {c.describe()}" for c in result.candidates[:5]],
     )
+
+
+def _kind(summary: TraceSummary) -> str:
+    """A trace's request kind from its summary (:attr:`TraceProfile.kind`)."""
+    return f"{summary.root_service_name} {summary.root_name}"
 
 
 async def _trace_blame(

@@ -27,6 +27,26 @@ can support:
    kind's median (the *gap*) and, per service, how much more critical-path time the service
    held than its median there (the *excess*), averaged over the slow traces. The excesses
    add up to the gap, so ``excess / gap`` is the share of the slowdown a service explains.
+   *Which* traces are read matters when a fault slows only the few requests that pass
+   through one service: an even sample of thirty out of a window's hundred and fifty held no
+   slow trace at all for two network delays of a whole fault day, and one or two for two
+   more. So, as MicroRank first tells anomalous traces from normal ones over *every* trace
+   and only then looks inside, the caller picks the window's slow traces from the summaries
+   of all of them — duration against the same threshold, computed over the summaries of the
+   whole reference period (:func:`slow_by_summary`) — and reads a sample of those besides the
+   even sample (``slow_sample``); they count for the latency comparison only.
+   *Whose wait.* A caller's wait on a call, outside the callee's spans, counts for the
+   callee (the callee's network or queueing, as its callers see it). But a caller starved of
+   CPU, or with its own network slowed, sends and reads every call late: its waits on *all*
+   its callees grow at once, and each callee then looks slow. So the waits are kept per
+   ``(caller, callee)`` edge (:attr:`TraceProfile.waits_ns`), against their reference medians
+   too, and when a caller's waits on two or more distinct callees each grew by at least
+   ``min_share`` of the slowdown, the part of that growth they have in common (the smallest
+   of them, from each) is the caller's own; a callee slower still keeps the rest. The common
+   factor of several slow edges is the service they share, as spectrum analysis reads a
+   service common to the anomalous traces (TraceRCA). A slow callee shows on every caller's
+   edge into it, and not on its callers' other edges; a slow caller shows on all its edges
+   out, by about as much.
 4. **Error excess.** Per service: the share of problem traces in which it originated an
    error minus that share in the reference (every kind counts; a kind unseen before has no
    reference latency but its errors still count). A fault that does not slow anything
@@ -77,6 +97,7 @@ __all__ = [
     "compare_to_reference",
     "kind_error_rates",
     "profile_trace",
+    "slow_by_summary",
 ]
 
 MIN_REFERENCE: Final = 3
@@ -103,6 +124,9 @@ class TraceProfile(msgspec.Struct, frozen=True, kw_only=True):
         duration_ns: its duration, nanoseconds.
         critical_ns: per service, critical-path nanoseconds (own work plus callers' wait on it).
         error_origins: services that originated an error in it (sorted).
+        waits_ns: per caller, per callee, the critical-path nanoseconds the caller spent
+            waiting on calls into the callee outside the callee's spans (counted in the
+            callee's ``critical_ns``; module docstring, step 3, "whose wait").
     """
 
     trace_id: str
@@ -111,14 +135,19 @@ class TraceProfile(msgspec.Struct, frozen=True, kw_only=True):
     duration_ns: int
     critical_ns: dict[str, int]
     error_origins: list[str] = msgspec.field(default_factory=list)
+    waits_ns: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
 
 
 def profile_trace(analysis: TraceAnalysis) -> TraceProfile:
     """Reduce an analysed trace to its :class:`TraceProfile` (module docstring, step 1)."""
     critical: dict[str, int] = {}
+    waits: dict[str, dict[str, int]] = {}
     for segment in analysis.critical_path:
         name = segment.attributed_service
         critical[name] = critical.get(name, 0) + segment.duration_ns
+        if segment.waiting:
+            row = waits.setdefault(segment.node.service, {})
+            row[name] = row.get(name, 0) + segment.duration_ns
     origins: set[str] = set()
     for node in analysis.nodes:
         if not node.is_error:
@@ -133,6 +162,7 @@ def profile_trace(analysis: TraceAnalysis) -> TraceProfile:
         duration_ns=analysis.duration_ns,
         critical_ns=critical,
         error_origins=sorted(origins),
+        waits_ns=waits,
     )
 
 
@@ -149,6 +179,8 @@ class SpectrumCandidate(msgspec.Struct, frozen=True, kw_only=True):
         observed_ms: its mean critical-path milliseconds per slow trace.
         error_share: share of the problem's traces in which it originated an error.
         reference_error_share: the same share in the reference.
+        late_callees: callees whose grown wait counts as this service's own (module
+            docstring, step 3, "whose wait"), sorted; empty for most.
     """
 
     service_name: str
@@ -158,6 +190,7 @@ class SpectrumCandidate(msgspec.Struct, frozen=True, kw_only=True):
     observed_ms: float
     error_share: float
     reference_error_share: float
+    late_callees: list[str] = msgspec.field(default_factory=list)
 
     def describe(self) -> str:
         """One line: the figures with units."""
@@ -165,6 +198,11 @@ class SpectrumCandidate(msgspec.Struct, frozen=True, kw_only=True):
             f"critical path {self.observed_ms:,.1f} ms per request vs {self.reference_ms:,.1f} "
             f"ms before ({self.excess_ms:+,.1f} ms)"
         )
+        if self.late_callees:
+            text += (
+                f", counting its longer waits on {', '.join(self.late_callees)} (every call "
+                "it makes waited longer: its own CPU or network)"
+            )
         if self.error_share or self.reference_error_share:
             text += (
                 f"; originated errors in {self.error_share:.0%} of requests vs "
@@ -183,6 +221,8 @@ class SpectrumResult(msgspec.Struct, frozen=True, kw_only=True):
         slow: of those, the slow ones (module docstring, step 3).
         traces: problem traces read.
         reference: reference traces read.
+        waiting_callers: callers whose grown waits on two or more callees were counted as
+            their own time, not their callees' (module docstring, step 3, "whose wait").
     """
 
     candidates: list[SpectrumCandidate]
@@ -191,6 +231,7 @@ class SpectrumResult(msgspec.Struct, frozen=True, kw_only=True):
     slow: int
     traces: int
     reference: int
+    waiting_callers: list[str] = msgspec.field(default_factory=list)
 
     def origin(self, min_share: float = MIN_SHARE) -> SpectrumCandidate | None:
         """The best candidate when its score reaches ``min_share``, else ``None``."""
@@ -212,6 +253,46 @@ def kind_error_rates(kinds: Iterable[tuple[str, bool]]) -> dict[str, float]:
         row[0] += 1
         row[1] += failed
     return {kind: (errors + 1) / (total + 2) for kind, (total, errors) in counts.items()}
+
+
+def slow_by_summary(
+    window: Sequence[tuple[str, int]],
+    reference: Iterable[tuple[str, int]],
+    *,
+    min_reference: int = MIN_REFERENCE,
+    min_slowdown: float = MIN_SLOWDOWN,
+) -> list[int]:
+    """Which of a window's traces are slow, judged from their summaries (module docstring, step 3).
+
+    Args:
+        window: one ``(kind, duration ns)`` per trace of the window (the kind as
+            :attr:`TraceProfile.kind`).
+        reference: the same for every trace of the reference period.
+        min_reference: reference traces a kind needs (fewer: none of its traces is slow).
+        min_slowdown: see :data:`MIN_SLOWDOWN` (not negative).
+
+    Returns:
+        The indices into ``window`` of the traces longer than their kind's reference median
+        by ``min_slowdown`` of it and by three robust standard deviations, in order.
+
+    Raises:
+        ValueError: ``min_reference`` below 1 or ``min_slowdown`` negative.
+    """
+    if min_reference < 1 or min_slowdown < 0:
+        raise ValueError("slow_by_summary: min_reference must be >= 1, min_slowdown >= 0")
+    durations: dict[str, list[int]] = {}
+    for kind, duration in reference:
+        durations.setdefault(kind, []).append(duration)
+    limits: dict[str, float] = {}
+    for kind, values in durations.items():
+        if len(values) < min_reference:
+            continue
+        middle = statistics.median(values)
+        spread = statistics.median(abs(d - middle) for d in values) * _MAD_TO_SIGMA
+        limits[kind] = max(middle * (1 + min_slowdown), middle + _SLOW_Z * spread)
+    return [
+        i for i, (kind, duration) in enumerate(window) if kind in limits and duration > limits[kind]
+    ]
 
 
 def binomial_tail(hits: int, trials: int, rate: float) -> float:
@@ -237,7 +318,9 @@ def compare_to_reference(
     min_reference: int = MIN_REFERENCE,
     min_slowdown: float = MIN_SLOWDOWN,
     error_alpha: float = ERROR_ALPHA,
+    min_share: float = MIN_SHARE,
     kind_error_rates: Mapping[str, float] | None = None,
+    slow_sample: Sequence[TraceProfile] = (),
 ) -> SpectrumResult:
     """Compare a problem's traces with reference traces taken before it (module docstring).
 
@@ -247,11 +330,18 @@ def compare_to_reference(
         min_reference: reference traces a request kind needs for its latency to be compared.
         min_slowdown: see :data:`MIN_SLOWDOWN` (not negative).
         error_alpha: see :data:`ERROR_ALPHA`; 1 counts every error excess.
+        min_share: see :data:`MIN_SHARE`; here also the share of the slowdown a caller's
+            grown wait on each of two or more callees needs for that wait to be its own
+            (module docstring, step 3, "whose wait").
         kind_error_rates: per request kind, the share of its traces with any error over
             the whole reference period (from trace summaries, many more than the reference
             traces read; :func:`kind_error_rates`); with it, the chance rate of step 4 is at
             least the problem traces' mean usual error rate of their kinds (a kind never
             seen: 0.5). ``None``: the reference traces' rate alone.
+        slow_sample: more traces of the window, chosen because their summaries were slow
+            (module docstring, step 3): they join ``traces`` for the latency comparison only
+            (a trace in both counts once); the error shares stay those of ``traces``, an
+            unbiased sample of the window.
 
     Returns:
         The :class:`SpectrumResult`.
@@ -265,6 +355,7 @@ def compare_to_reference(
     for one in reference:
         by_kind.setdefault(one.kind, []).append(one)
     medians: dict[str, tuple[float, float, dict[str, float]]] = {}
+    edge_medians: dict[str, dict[tuple[str, str], float]] = {}
     for kind, members in by_kind.items():
         if len(members) < min_reference:
             continue
@@ -277,12 +368,25 @@ def compare_to_reference(
             max(middle * (1 + min_slowdown), middle + _SLOW_Z * spread),
             {n: statistics.median(one.critical_ns.get(n, 0) for one in members) for n in names},
         )
+        pairs = {(c, e) for one in members for c, row in one.waits_ns.items() for e in row}
+        edge_medians[kind] = {
+            (c, e): statistics.median(one.waits_ns.get(c, {}).get(e, 0) for one in members)
+            for c, e in pairs
+        }
     compared = [one for one in traces if one.kind in medians]
+    ids = {one.trace_id for one in traces}
+    latency_pool = [
+        *compared,
+        *(one for one in slow_sample if one.kind in medians and one.trace_id not in ids),
+    ]
     # The problem's slow requests: slower than their kind has been (MicroRank's anomalous
     # traces); the comparison of where the time went is made on those.
-    slow = [one for one in compared if one.duration_ns > medians[one.kind][1]]
+    slow = [one for one in latency_pool if one.duration_ns > medians[one.kind][1]]
     gap = 0.0
     excess: dict[str, float] = {}
+    edge_excess: dict[tuple[str, str], list[float]] = {}  # (caller, callee) -> [now, before]
+    moved: list[str] = []
+    late: dict[str, list[str]] = {}
     observed: dict[str, float] = {}
     usual: dict[str, float] = {}
     for one in slow:
@@ -294,6 +398,31 @@ def compare_to_reference(
             excess[name] = excess.get(name, 0.0) + now - before
             observed[name] = observed.get(name, 0.0) + now
             usual[name] = usual.get(name, 0.0) + before
+        usual_waits = edge_medians[one.kind]
+        pairs = {(c, e) for c, row in one.waits_ns.items() for e in row} | set(usual_waits)
+        for caller, callee in pairs:
+            edge = edge_excess.setdefault((caller, callee), [0.0, 0.0])
+            edge[0] += one.waits_ns.get(caller, {}).get(callee, 0)
+            edge[1] += usual_waits.get((caller, callee), 0.0)
+    # Whose wait (step 3): a caller whose waits on several callees all grew is the common
+    # factor — its own CPU or network slows every call it makes — not each of its callees.
+    for caller in sorted({c for c, _ in edge_excess}):
+        grown = [
+            (callee, now, before)
+            for (c, callee), (now, before) in sorted(edge_excess.items())
+            if c == caller and now - before >= min_share * gap > 0
+        ]
+        if len(grown) < 2:
+            continue
+        # Only the part the grown edges have in common is the caller's: a callee slower
+        # still (its own network too) keeps the rest.
+        common = min(now - before for _, now, before in grown)
+        for callee, _, _ in grown:
+            for table in (excess, observed):
+                table[callee] = table.get(callee, 0.0) - common
+                table[caller] = table.get(caller, 0.0) + common
+        moved.append(caller)
+        late[caller] = sorted(callee for callee, _, _ in grown)
     count = len(slow)
     gap_mean = gap / count if count else 0.0
     slowed = count >= _MIN_SLOW and gap > 0
@@ -345,6 +474,7 @@ def compare_to_reference(
                 observed_ms=round(observed.get(name, 0.0) / count / 1e6, 3) if count else 0.0,
                 error_share=round(errors.get(name, 0.0), 4),
                 reference_error_share=round(reference_errors.get(name, 0.0), 4),
+                late_callees=late.get(name, []),
             )
         )
     candidates.sort(key=lambda c: (-c.score, -c.excess_ms, c.service_name))
@@ -355,4 +485,5 @@ def compare_to_reference(
         slow=count,
         traces=len(traces),
         reference=len(reference),
+        waiting_callers=moved,
     )
