@@ -92,14 +92,14 @@ async def test_without_rollups_the_raw_reads_conform(check: ConformanceCheck) ->
         await check.run(_store_without_rollups)
 
 
-def _calls(at: int, count: int) -> tuple[list[Span], list[Span]]:
+def _calls(at: int, count: int, first_trace: int = 1) -> tuple[list[Span], list[Span]]:
     """``count`` calls gateway -> orders at ``at`` (one per trace): (parents, children).
 
     Child ``i`` lasts ``i + 1`` ms; every fourth fails.
     """
     parents, children = [], []
     for i in range(count):
-        trace = f"{i + 1:032x}"
+        trace = f"{first_trace + i:032x}"
         parents.append(
             Span(
                 trace_id=trace,
@@ -172,6 +172,21 @@ async def test_service_edges_rolls_settled_minutes_up_once_and_reads_them() -> N
     assert edge.percentile_relative_error == 0.01
     assert edge.p50_duration_ns is not None
     assert abs(edge.p50_duration_ns - 50_000_000) <= 500_000
+
+
+async def test_a_window_of_days_is_rolled_up_a_day_at_a_time() -> None:
+    now = time.time_ns()
+    old_parents, old_children = _calls(now - 40 * 3600 * SECOND, 30)
+    parents, children = _calls(now - 3 * 3600 * SECOND, 20, first_trace=1000)
+    window = TimeRange(start_unix_nano=now - 48 * 3600 * SECOND, end_unix_nano=now)
+    async with open_fresh_store(ENGINE) as store:
+        await store.write(TelemetryBatch(spans=old_parents + old_children + parents + children))
+        (edge,) = await store.service_edges(window, limit=10)
+        calls, marks = await _edge_tables(store)
+    assert (edge.call_count, edge.error_count) == (50, 8 + 5)
+    # 47 hours of settled minutes, give or take the partial first minute: several statements.
+    assert calls == 50
+    assert 47 * 60 - 1 <= marks <= 47 * 60 + 1
 
 
 async def test_recent_minutes_are_read_raw_and_not_rolled_up() -> None:

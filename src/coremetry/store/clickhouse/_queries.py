@@ -905,9 +905,10 @@ class Reader:
     async def _roll_edges(self, first: int, end: int) -> None:
         """Roll up the minutes in ``[first, end)`` (ns, whole minutes) not rolled up yet.
 
-        One ``INSERT ... SELECT`` of their calls from the raw spans, then one of their marks
-        (in that order: a failure between the two leaves rows without a mark, and the next
-        roll writes the same rows again, which reads take once).
+        Per day of them at most (:data:`_ROLL_MINUTES`, so the join's memory stays a day's),
+        one ``INSERT ... SELECT`` of their calls from the raw spans, then one of their marks.
+        Cancelling is safe at any point: rows without a mark (a roll cut short) are written
+        again, whole, by the next roll, and reads take each key's latest row.
         """
         async with self.edge_lock:
             rows = await self.run.query(
@@ -917,41 +918,43 @@ class Reader:
             )
             have = {cast(int, row[0]) for row in rows}
             missing = [m for m in range(first // SECOND, end // SECOND, 60) if m not in have]
-            if not missing:
-                return
-            low, high = missing[0] * SECOND, (missing[-1] + 60) * SECOND
-            params: dict[str, Param] = {
-                "c0": low,
-                "c1": high,
-                "missing": missing,
-                "parent_start": max(0, low - PARENT_WINDOW_NS),
-                "parent_end": min(MAX_NS, high + PARENT_WINDOW_NS),
-            }
-            children = (
-                "Timestamp >= fromUnixTimestamp64Nano({c0:Int64}) "
-                "AND Timestamp < fromUnixTimestamp64Nano({c1:Int64}) "
-                "AND has({missing:Array(UInt32)}, toUInt32(toDateTime(toStartOfMinute(Timestamp))))"
+            for at in range(0, len(missing), _ROLL_MINUTES):
+                await self._roll_minutes(missing[at : at + _ROLL_MINUTES])
+
+    async def _roll_minutes(self, minutes: list[int]) -> None:
+        """Roll up ``minutes`` (unix seconds, ascending): their rows, then their marks."""
+        low, high = minutes[0] * SECOND, (minutes[-1] + 60) * SECOND
+        params: dict[str, Param] = {
+            "c0": low,
+            "c1": high,
+            "minutes": minutes,
+            "parent_start": max(0, low - PARENT_WINDOW_NS),
+            "parent_end": min(MAX_NS, high + PARENT_WINDOW_NS),
+        }
+        children = (
+            "Timestamp >= fromUnixTimestamp64Nano({c0:Int64}) "
+            "AND Timestamp < fromUnixTimestamp64Nano({c1:Int64}) "
+            "AND has({minutes:Array(UInt32)}, toUInt32(toDateTime(toStartOfMinute(Timestamp))))"
+        )
+        await self.run.command(
+            f"""
+            INSERT INTO {self.edges}
+                (Minute, Caller, Callee, Calls, Errors, Keys, Counts, RolledAt)
+            SELECT minute, caller, callee, calls, errors, m.1, m.2, now64(9)
+            FROM (
+                SELECT minute, caller, callee, count() AS calls,
+                       countIf(failed) AS errors, sumMap([bin], [toUInt64(1)]) AS m
+                FROM ({self._calls_sql(children, "")})
+                GROUP BY minute, caller, callee
             )
-            with trio.CancelScope(shield=True):
-                await self.run.command(
-                    f"""
-                    INSERT INTO {self.edges}
-                        (Minute, Caller, Callee, Calls, Errors, Keys, Counts, RolledAt)
-                    SELECT minute, caller, callee, calls, errors, m.1, m.2, now64(9)
-                    FROM (
-                        SELECT minute, caller, callee, count() AS calls,
-                               countIf(failed) AS errors, sumMap([bin], [toUInt64(1)]) AS m
-                        FROM ({self._calls_sql(children, "")})
-                        GROUP BY minute, caller, callee
-                    )
-                    """,
-                    params,
-                )
-                await self.run.command(
-                    f"INSERT INTO {self.edges_done} (Minute, RolledAt) "
-                    "SELECT toDateTime(arrayJoin({missing:Array(UInt32)})), now64(9)",
-                    {"missing": missing},
-                )
+            """,
+            params,
+        )
+        await self.run.command(
+            f"INSERT INTO {self.edges_done} (Minute, RolledAt) "
+            "SELECT toDateTime(arrayJoin({minutes:Array(UInt32)})), now64(9)",
+            {"minutes": minutes},
+        )
 
     async def _rolled_edges(
         self, time_range: TimeRange, limit: int, service_name: str | None
@@ -1674,6 +1677,8 @@ def _term_sql(i: int, term: Term, params: dict[str, Param], tk: str = "tk") -> t
 
 
 _MINUTE: Final = 60 * SECOND
+_ROLL_MINUTES: Final = 1440
+"""The most minutes one edge roll-up statement covers (a day)."""
 
 
 def _sketch_of(bins: object) -> LatencySketch:

@@ -42,6 +42,9 @@ is missing or not of the exporter's shape; ``get_trace`` then reads by the ``Tra
 filter alone. ``create_tables`` creates the lookup table and its materialized view only with
 the traces table (a view added over stored spans would give straddling traces short bounds).
 Our own inserts into ``otel_traces`` fill the lookup through that view, as the exporter's do.
+``create_tables`` also creates the edge roll-up (``otel_traces_edges_1m`` and ``..._done``,
+:func:`._schema.edge_rollup_ddl`) when it is missing, beside existing tables too: it is
+filled by the reads (settled minutes rolled up from the stored spans), not by a view.
 
 Problems, anomalies, users, tokens and the audit log are not telemetry: they stay in the
 embedded files of the data dir whichever backend holds the telemetry.
