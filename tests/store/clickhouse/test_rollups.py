@@ -163,8 +163,9 @@ async def test_service_edges_rolls_settled_minutes_up_once_and_reads_them() -> N
         25,
     )
     assert again == edge
-    # Every settled whole minute of the window is marked; the 100 calls are in the roll-up.
-    first = window.start_unix_nano // (60 * SECOND)
+    # Every settled whole minute of the window from the oldest span on is marked (not the 10
+    # minutes before it: nothing is stored there); the 100 calls are rolled up.
+    first = at // (60 * SECOND)
     settled = [(t - EDGE_SETTLE_NS) // (60 * SECOND) - first for t in (now, after)]
     assert rolled[0] == 100
     assert settled[0] <= rolled[1] <= settled[1]
@@ -184,9 +185,24 @@ async def test_a_window_of_days_is_rolled_up_a_day_at_a_time() -> None:
         (edge,) = await store.service_edges(window, limit=10)
         calls, marks = await _edge_tables(store)
     assert (edge.call_count, edge.error_count) == (50, 8 + 5)
-    # 47 hours of settled minutes, give or take the partial first minute: several statements.
+    # From the old calls' day (at least 39 hours ago) to an hour ago: several statements.
     assert calls == 50
-    assert 47 * 60 - 1 <= marks <= 47 * 60 + 1
+    assert 39 * 60 <= marks <= 47 * 60 + 1
+
+
+async def test_a_window_of_years_rolls_up_only_the_stored_days() -> None:
+    now = time.time_ns()
+    parents, children = _calls(now - 3 * 3600 * SECOND, 20)
+    window = TimeRange(start_unix_nano=now - 10 * 365 * 86400 * SECOND, end_unix_nano=now)
+    async with open_fresh_store(ENGINE) as store:
+        assert await store.service_edges(window, limit=10) == []  # nothing stored
+        assert await _edge_tables(store) == (0, 0)
+        await store.write(TelemetryBatch(spans=parents + children))
+        (edge,) = await store.service_edges(window, limit=10)
+        calls, marks = await _edge_tables(store)
+    assert (edge.call_count, edge.error_count, calls) == (20, 5, 20)
+    # From the calls' day (it began at most 27 hours ago) to an hour ago: not ten years.
+    assert 2 * 60 <= marks <= 26 * 60
 
 
 async def test_recent_minutes_are_read_raw_and_not_rolled_up() -> None:

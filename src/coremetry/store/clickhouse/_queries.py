@@ -905,17 +905,47 @@ class Reader:
     async def _roll_edges(self, first: int, end: int) -> None:
         """Roll up the minutes in ``[first, end)`` (ns, whole minutes) not rolled up yet.
 
-        Per day of them at most (:data:`_ROLL_MINUTES`, so the join's memory stays a day's),
-        one ``INSERT ... SELECT`` of their calls from the raw spans, then one of their marks.
-        Cancelling is safe at any point: rows without a mark (a roll cut short) are written
-        again, whole, by the next roll, and reads take each key's latest row.
+        Minutes before the oldest stored span are not rolled up: they hold no span, so the
+        roll-up's answer for them, nothing, is the raw one (a window reaching back years costs
+        no more than the data). The oldest span's time comes from the parts' ``min_time`` (the
+        partition key's time column, ``Timestamp`` in the exporter's ``toDate(Timestamp)``),
+        else from the spans of the window. Per day of minutes at
+        most (:data:`_ROLL_MINUTES`, so the join's memory stays a day's), one ``INSERT ...
+        SELECT`` of their calls from the raw spans, then one of their marks. Cancelling is safe
+        at any point: rows without a mark (a roll cut short) are written again, whole, by the
+        next roll, and reads take each key's latest row.
         """
         async with self.edge_lock:
-            rows = await self.run.query(
-                f"SELECT DISTINCT toUInt32(Minute) FROM {self.edges_done} "
-                "WHERE Minute >= toDateTime({m0:UInt32}) AND Minute < toDateTime({m1:UInt32})",
-                {"m0": first // SECOND, "m1": end // SECOND},
+            parts = await self.run.query(
+                "SELECT count(), toUInt32(min(min_time)) FROM system.parts "
+                "WHERE active AND database = {database:String} AND table = {table:String}",
+                {"database": self.tables.database, "table": self.tables.table("traces")},
             )
+            if not cast(int, parts[0][0]):
+                return  # no span stored
+            oldest = cast(int, parts[0][1]) * SECOND
+            if oldest == 0:  # a partition key without the time column: ask the spans
+                found = await self.run.query(
+                    f"SELECT toUnixTimestamp64Nano(minOrNull(Timestamp)) FROM {self.traces} "
+                    "WHERE Timestamp >= fromUnixTimestamp64Nano({c0:Int64}) "
+                    "AND Timestamp < fromUnixTimestamp64Nano({c1:Int64})",
+                    {"c0": first, "c1": end},
+                )
+                if found[0][0] is None:
+                    return  # no span in these minutes: nothing to roll up
+                oldest = cast(int, found[0][0])
+            first = max(first, oldest - oldest % _MINUTE)
+            if first >= end:
+                return
+            marked = (
+                f"FROM {self.edges_done} "
+                "WHERE Minute >= toDateTime({m0:UInt32}) AND Minute < toDateTime({m1:UInt32})"
+            )
+            bounds: dict[str, Param] = {"m0": first // SECOND, "m1": end // SECOND}
+            count = await self.run.query(f"SELECT uniqExact(Minute) {marked}", bounds)
+            if cast(int, count[0][0]) == (end - first) // _MINUTE:
+                return  # all rolled up (the usual case: one small read)
+            rows = await self.run.query(f"SELECT DISTINCT toUInt32(Minute) {marked}", bounds)
             have = {cast(int, row[0]) for row in rows}
             missing = [m for m in range(first // SECOND, end // SECOND, 60) if m not in have]
             for at in range(0, len(missing), _ROLL_MINUTES):
