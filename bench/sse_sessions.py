@@ -1,7 +1,8 @@
 """Legacy HTTP+SSE (2024-11-05) at scale: memory per idle session, burst rate, latency under load.
 
 Run: ``python bench/sse_sessions.py [--sessions 100,1000,5000] [--burst-sessions 3000]
-[--websocket-sessions 3000] [--json PATH]`` (needs ``taskset`` and two CPU cores; see ``bench/README.md``).
+[--websocket-sessions 3000] [--json PATH]`` (needs ``taskset`` and two CPU cores; see
+``bench/README.md``).
 
 Two identical servers (``python -m coremetry conformance-fixture --port 0``: the whole app with
 the fixture entries, loopback only, without authentication, as ``http_echo.py`` uses;
