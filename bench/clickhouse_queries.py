@@ -333,6 +333,7 @@ def queries(
             for q in TEXT_QUERIES
         ],
         "service_edges, 1 h": [partial(store.service_edges, h, limit=100) for h in hours],
+        "service_edges, 24 h": [partial(store.service_edges, day, limit=100)],
         "deploys, 24 h": [partial(store.deploys, day, limit=100)],
         "metric_series, cpu avg per pod, 24 h, 5 min": [
             partial(

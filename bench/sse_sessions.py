@@ -1,7 +1,8 @@
 """Legacy HTTP+SSE (2024-11-05) at scale: memory per idle session, burst rate, latency under load.
 
 Run: ``python bench/sse_sessions.py [--sessions 100,1000,5000] [--burst-sessions 3000]
-[--json PATH]`` (needs ``taskset`` and two CPU cores; see ``bench/README.md``).
+[--websocket-sessions 3000] [--json PATH]`` (needs ``taskset`` and two CPU cores; see
+``bench/README.md``).
 
 Two identical servers (``python -m coremetry conformance-fixture --port 0``: the whole app with
 the fixture entries, loopback only, without authentication, as ``http_echo.py`` uses;
@@ -24,6 +25,12 @@ stream) and ``notifications/initialized``. The figures, all from the same run:
   reference server (no session held), the two interleaved call by call so that noise on the
   machine hits both alike. The same probe with nothing held anywhere (an A/A row) shows the
   method's own bias.
+- **(ws)** the same over WebSocket sessions (``GET /api/mcp/ws``, subprotocol ``mcp``), on a
+  fresh server started once the SSE servers are stopped: KiB per idle session at
+  ``--websocket-sessions`` (default 3000; 0 skips it), a sequential p50 beside them, and the
+  burst (one ``tools/call echo`` text frame written on every socket; first write to last reply,
+  best of ``--burst-repeat``). RFC 6455 framing by hand on raw trio sockets as well. Printed
+  beside the SSE figures; informational, no target.
 
 Every reply is checked: a JSON-RPC 2.0 result for its id, ``protocolVersion`` 2024-11-05 for
 ``initialize``, for ``echo`` one text content equal to the text sent (unique per session and
@@ -32,6 +39,8 @@ outcome prints ``ERROR`` and makes the script exit 1. The target lines are infor
 """
 
 import argparse
+import base64
+import hashlib
 import json
 import os
 import platform
@@ -45,7 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final
@@ -390,7 +399,11 @@ class Tracker:
 
 
 class Pending:
-    """A request waiting for its reply on the stream."""
+    """A request waiting for its reply on the stream.
+
+    ``expect``: for ``echo`` the text the reply must carry, for ``initialize`` the protocol
+    version it must negotiate.
+    """
 
     __slots__ = ("done", "expect", "kind", "received_at", "tracker")
 
@@ -431,7 +444,7 @@ class Session:
     def expect(self, kind: str, tracker: Tracker | None = None) -> tuple[int, Pending, bytes]:
         """A new request of ``kind`` ("initialize" or "echo"): its id, waiter and body."""
         if kind == "initialize":
-            pending = Pending(kind, "", tracker)
+            pending = Pending(kind, PROTOCOL_VERSION, tracker)
             self.pending[0] = pending
             return 0, pending, INITIALIZE
         request_id = self._next_id
@@ -556,8 +569,8 @@ def _reply_problem(envelope: _Envelope, pending: Pending) -> str | None:
     try:
         if pending.kind == "initialize":
             init = _INIT_RESULT.decode(envelope.result)
-            if init.protocol_version != PROTOCOL_VERSION:
-                return f"negotiated {init.protocol_version}, not {PROTOCOL_VERSION}"
+            if init.protocol_version != pending.expect:
+                return f"negotiated {init.protocol_version}, not {pending.expect}"
             return None
         result = _CALL_RESULT.decode(envelope.result)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -664,8 +677,8 @@ async def open_sessions(
     return opened
 
 
-async def close_sessions(sessions: list[Session]) -> None:
-    """Close the sessions' streams and wait until their readers are done."""
+async def close_sessions(sessions: "Sequence[Session | WsSession]") -> None:
+    """Close the sessions' streams (or sockets) and wait until their readers are done."""
     for session in sessions:
         session.close()
     for session in sessions:
@@ -856,6 +869,9 @@ class Results:
     pool_connects: int = 0
     server_exit: int | None = None
     server_log: list[str] = field(default_factory=list)
+    websocket: "WsResults | None" = None
+    """The WebSocket part (``None``: skipped with ``--websocket-sessions 0``)."""
+    websocket_server_exit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -875,6 +891,7 @@ class Options:
     server_cpu: int
     client_cpu: int
     command: tuple[str, ...]
+    websocket_sessions: int = DEFAULT_BURST_SESSIONS
 
 
 async def burst(ctx: Context, sessions: list[Session]) -> BurstRun:
@@ -1031,7 +1048,440 @@ async def bench(opts: Options, argv: list[str], env: dict[str, str]) -> tuple[Re
                 results.server_log += [
                     line for line in text.splitlines() if not _LISTENING.search(line)
                 ]
+    if opts.websocket_sessions and not problems.count:
+        # After the SSE servers are gone: a fresh server alone on its core.
+        ws_results, results.websocket_server_exit, log = await bench_websocket(
+            opts, argv, env, problems
+        )
+        results.websocket = ws_results
+        results.server_log += log
     return results, problems
+
+
+# -- WebSocket sessions ----------------------------------------------------------------------
+#
+# The same burst over the WebSocket transport (``GET /api/mcp/ws``, subprotocol ``mcp``): one
+# socket per session that carries both the requests and the replies, spoken by hand like the
+# SSE side (RFC 6455 framing on raw trio sockets, no client library), on a fresh server.
+
+WS_PATH: Final = b"/api/mcp/ws"
+WS_PROTOCOL_VERSION: Final = "2025-11-25"
+"""The revision WebSocket sessions negotiate (the latest with an ``initialize`` handshake)."""
+_WS_GUID: Final = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+_OP_CONTINUATION: Final = 0x0
+_OP_TEXT: Final = 0x1
+_OP_CLOSE: Final = 0x8
+_OP_PING: Final = 0x9
+_OP_PONG: Final = 0xA
+
+
+def ws_frame(payload: bytes, opcode: int = _OP_TEXT) -> bytes:
+    """One final client frame (masked with a random key, as RFC 6455 §5.3 requires)."""
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x80 | opcode, 0x80 | n))
+    elif n < 65536:
+        head = bytes((0x80 | opcode, 0xFE)) + n.to_bytes(2, "big")
+    else:
+        head = bytes((0x80 | opcode, 0xFF)) + n.to_bytes(8, "big")
+    key = os.urandom(4)
+    mask = int.from_bytes((key * (n // 4 + 1))[:n], "big")
+    return head + key + (int.from_bytes(payload, "big") ^ mask).to_bytes(n, "big")
+
+
+class WsFrames:
+    """Incremental decoder of server frames (unmasked): ``(opcode, payload)`` of whole messages."""
+
+    __slots__ = ("_kind", "_parts", "_raw")
+
+    def __init__(self, initial: bytes = b"") -> None:
+        self._raw = bytearray(initial)
+        self._parts: list[bytes] = []
+        self._kind = 0
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """Take bytes off the socket; return the messages (and control frames) they complete."""
+        raw = self._raw
+        raw += data
+        out: list[tuple[int, bytes]] = []
+        while len(raw) >= 2:
+            first, second = raw[0], raw[1]
+            if second & 0x80:
+                raise _StreamError("the server sent a masked frame")
+            n = second & 0x7F
+            at = 2
+            if n == 126:
+                if len(raw) < 4:
+                    break
+                n, at = int.from_bytes(raw[2:4], "big"), 4
+            elif n == 127:
+                if len(raw) < 10:
+                    break
+                n, at = int.from_bytes(raw[2:10], "big"), 10
+            if len(raw) < at + n:
+                break
+            payload = bytes(raw[at : at + n])
+            del raw[: at + n]
+            opcode, final = first & 0x0F, bool(first & 0x80)
+            if opcode >= 0x8:  # control frames are never fragmented
+                out.append((opcode, payload))
+                continue
+            if opcode != _OP_CONTINUATION:
+                self._kind = opcode
+            self._parts.append(payload)
+            if final:
+                out.append((self._kind, b"".join(self._parts)))
+                self._parts = []
+        return out
+
+
+class WsSession:
+    """One client session over its own WebSocket: requests go out on it, replies come back."""
+
+    __slots__ = (
+        "_next_id",
+        "closing",
+        "endpoint",
+        "finished",
+        "index",
+        "pending",
+        "problems",
+        "scope",
+        "stream",
+    )
+
+    def __init__(self, index: int, endpoint: "WsEndpoint", problems: Problems) -> None:
+        self.index = index
+        self.endpoint = endpoint
+        self.problems = problems
+        self.stream: trio.SocketStream | None = None
+        self.pending: dict[int, Pending] = {}
+        self.scope = trio.CancelScope()
+        self.closing = False
+        self.finished = trio.Event()
+        self._next_id = 1
+
+    def expect(self, kind: str, tracker: Tracker | None = None) -> tuple[Pending, bytes]:
+        """A new request of ``kind`` ("initialize" or "echo"): its waiter and masked frame."""
+        if kind == "initialize":
+            pending = Pending(kind, WS_PROTOCOL_VERSION, tracker)
+            self.pending[0] = pending
+            return pending, ws_frame(_WS_INITIALIZE)
+        request_id = self._next_id
+        self._next_id += 1
+        text = f"w{self.index}-{request_id}"
+        pending = Pending(kind, text, tracker)
+        self.pending[request_id] = pending
+        body = _ENCODER.encode(
+            _CallRequest(id=request_id, params=_CallParams("echo", _EchoArgs(text)))
+        )
+        return pending, ws_frame(body)
+
+    async def send(self, frame: bytes) -> None:
+        """Write one frame (one sender at a time per session: the caller sees to it)."""
+        if self.stream is None:
+            raise _StreamError("the socket is not open")
+        await self.stream.send_all(frame)
+
+    def close(self) -> None:
+        """Stop reading and drop the socket (no close frame: the server sees the client go)."""
+        self.closing = True
+        self.scope.cancel()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Connect and upgrade, report ready, then read frames until closed.
+
+        Raises (before ``task_status.started``): OSError, trio.BrokenResourceError or
+        _StreamError when the handshake fails.
+        """
+        host, port = self.endpoint.host, self.endpoint.port
+        try:
+            with self.scope:
+                stream = await connect(host, port)
+                try:
+                    decoder = await self._open(stream, host, port)
+                    self.stream = stream
+                    task_status.started()
+                    await self._read(stream, decoder)
+                finally:
+                    self.stream = None
+                    await trio.aclose_forcefully(stream)
+        finally:
+            self.finished.set()
+
+    async def _open(self, stream: trio.SocketStream, host: str, port: int) -> WsFrames:
+        key = base64.b64encode(os.urandom(16))
+        await stream.send_all(
+            b"GET %s HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n"
+            b"Sec-WebSocket-Protocol: mcp\r\n\r\n" % (WS_PATH, host.encode(), port, key)
+        )
+        buf = bytearray()
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            data = await stream.receive_some(RECV_SIZE)
+            if not data:
+                raise _StreamError("socket closed before the handshake answer")
+            buf += data
+        status, headers = parse_head(bytes(buf[:end]))
+        accept = base64.b64encode(hashlib.sha1(key + _WS_GUID).digest())
+        if status != 101 or headers.get(b"sec-websocket-accept") != accept:
+            raise _StreamError(f"GET {WS_PATH.decode()}: {status}, not a WebSocket upgrade")
+        if headers.get(b"sec-websocket-protocol") != b"mcp":
+            raise _StreamError("the upgrade did not select the mcp subprotocol")
+        return WsFrames(bytes(buf[end + 4 :]))
+
+    async def _read(self, stream: trio.SocketStream, decoder: WsFrames) -> None:
+        receive = stream.receive_some
+        perf_counter = time.perf_counter
+        try:
+            data = b""
+            while True:
+                now = perf_counter()
+                for opcode, payload in decoder.feed(data):
+                    if opcode == _OP_TEXT:
+                        self._on_message(payload, now)
+                    elif opcode == _OP_CLOSE:
+                        code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else None
+                        self.problems.add(f"ws session {self.index}: server closed ({code})")
+                        return
+                    elif opcode not in (_OP_PING, _OP_PONG):
+                        self.problems.add(f"ws session {self.index}: frame opcode {opcode}")
+                data = await receive(RECV_SIZE)
+                if not data:
+                    break
+        except (OSError, trio.BrokenResourceError, _StreamError) as exc:
+            self.problems.add(f"ws session {self.index}: socket broke: {exc!r}")
+            return
+        if not self.closing:
+            self.problems.add(f"ws session {self.index}: the server dropped the socket")
+
+    def _on_message(self, data: bytes, now: float) -> None:
+        try:
+            envelope = _ENVELOPE.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self.problems.add(f"ws session {self.index}: undecodable ({exc}): {data[:200]!r}")
+            return
+        if not isinstance(envelope.method, UnsetType):
+            self.problems.notices += 1
+            return
+        pending = self.pending.pop(envelope.id, None) if isinstance(envelope.id, int) else None
+        if pending is None:
+            self.problems.add(f"ws session {self.index}: reply for no request: {data[:200]!r}")
+            return
+        problem = _reply_problem(envelope, pending)
+        if problem is not None:
+            self.problems.add(f"ws session {self.index}: {problem}: {data[:200]!r}")
+        pending.received_at = now
+        pending.done.set()
+        if pending.tracker is not None:
+            pending.tracker.hit(now)
+
+
+_WS_INITIALIZE: Final = msgspec.json.encode(
+    {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": WS_PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "sse-sessions-bench", "version": "0"},
+        },
+    }
+)
+
+
+@dataclass
+class WsEndpoint:
+    """The WebSocket server as the client sees it."""
+
+    host: str
+    port: int
+    pid: int
+
+
+@dataclass
+class WsResults:
+    """The WebSocket part's figures (a fresh server; see ``bench/README.md``)."""
+
+    rss0_kib: int = 0
+    held: int = 0
+    open_s: float = 0.0
+    rss_kib: int = 0
+    kib_per_session: float = 0.0
+    latency: Latency | None = None
+    bursts: list[BurstRun] = field(default_factory=list)
+    rss_closed_kib: int = 0
+
+
+class _Ws:
+    """What the WebSocket phases share."""
+
+    def __init__(self, endpoint: WsEndpoint, nursery: trio.Nursery, problems: Problems) -> None:
+        self.endpoint = endpoint
+        self.nursery = nursery
+        self.problems = problems
+        self.next_index = 0
+
+    def check(self) -> None:
+        """Abort the run when something went wrong."""
+        if self.problems.count:
+            raise _Abort
+
+    async def send(self, session: WsSession, frame: bytes, what: str) -> None:
+        """Write one frame to the session; a failure aborts the run."""
+        try:
+            with trio.fail_after(REPLY_TIMEOUT_S):
+                await session.send(frame)
+        except trio.TooSlowError:
+            self.problems.add(f"ws session {session.index}: {what}: could not write")
+            raise _Abort from None
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, _StreamError) as exc:
+            self.problems.add(f"ws session {session.index}: {what}: {exc!r}")
+            raise _Abort from None
+
+    async def reply(self, session: WsSession, pending: Pending, what: str) -> None:
+        """Wait for the reply to ``pending``; none within the timeout aborts the run."""
+        with trio.move_on_after(REPLY_TIMEOUT_S):
+            await pending.done.wait()
+            return
+        self.problems.add(f"ws session {session.index}: no reply to {what}")
+        raise _Abort
+
+    async def open(self, count: int, concurrency: int) -> list[WsSession]:
+        """Open and initialize ``count`` sessions, at most ``concurrency`` at a time."""
+        limiter = trio.CapacityLimiter(concurrency)
+        opened: list[WsSession] = []
+
+        async def open_one(session: WsSession) -> None:
+            async with limiter:
+                if self.problems.count:
+                    return
+                try:
+                    await self.nursery.start(session.run)
+                    pending, frame = session.expect("initialize")
+                    await self.send(session, frame, "initialize")
+                    await self.reply(session, pending, "initialize")
+                    await self.send(session, ws_frame(INITIALIZED), "notifications/initialized")
+                except _Abort:
+                    session.close()
+                    return
+                except (OSError, trio.BrokenResourceError, _StreamError) as exc:
+                    self.problems.add(f"ws session {session.index}: could not open: {exc!r}")
+                    session.close()
+                    return
+                opened.append(session)
+
+        with trio.fail_after(PHASE_TIMEOUT_S):
+            async with trio.open_nursery() as nursery:
+                for _ in range(count):
+                    nursery.start_soon(
+                        open_one, WsSession(self.next_index, self.endpoint, self.problems)
+                    )
+                    self.next_index += 1
+        self.check()
+        return opened
+
+    async def latency(self, calls: int, warmup: int) -> Latency:
+        """Sequential echo calls on a fresh session: frame written to reply read, in ms."""
+        session = (await self.open(1, 1))[0]
+        samples: list[float] = []
+        try:
+            for i in range(warmup + calls):
+                pending, frame = session.expect("echo")
+                start = time.perf_counter()
+                await self.send(session, frame, "tools/call")
+                await self.reply(session, pending, "tools/call")
+                if i >= warmup:
+                    samples.append((pending.received_at - start) * 1000.0)
+        finally:
+            await close_sessions([session])
+        return _latency(samples)
+
+    async def burst(self, sessions: list[WsSession]) -> BurstRun:
+        """One echo call written on every session; time until the last reply is read."""
+        tracker = Tracker(len(sessions))
+        calls = [(session, session.expect("echo", tracker)[1]) for session in sessions]
+        pid = self.endpoint.pid
+        await trio.lowlevel.checkpoint()
+        server_cpu0, client_cpu0 = cpu_seconds(pid), self_cpu_seconds()
+        start = time.perf_counter()
+        for session, frame in calls:  # one writer per socket: never two sends on one session
+            await self.send(session, frame, "tools/call")
+        sent = time.perf_counter()
+        with trio.move_on_after(REPLY_TIMEOUT_S):
+            await tracker.all_done.wait()
+        self.check()
+        if tracker.remaining:
+            self.problems.add(f"ws burst: {tracker.remaining} of {len(sessions)} never answered")
+            raise _Abort
+        window = time.perf_counter() - start
+        server_cpu = cpu_seconds(pid) - server_cpu0
+        client_cpu = self_cpu_seconds() - client_cpu0
+        seconds = tracker.last - start
+        return BurstRun(
+            sessions=len(sessions),
+            seconds=seconds,
+            answered_per_s=len(sessions) / seconds,
+            posts_s=sent - start,
+            server_cpu_pct=100.0 * server_cpu / window,
+            server_cpu_us_per_call=1e6 * server_cpu / len(sessions),
+            client_cpu_pct=100.0 * client_cpu / window,
+        )
+
+
+async def run_websocket(ws: _Ws, opts: Options, results: WsResults) -> None:
+    """Warm-up, ``VmRSS_0``, ``--websocket-sessions`` held, a latency probe, the bursts."""
+    say = _progress
+    pid = ws.endpoint.pid
+    say(f"WebSocket server: pid {pid}, port {ws.endpoint.port}; warm-up")
+    await ws.latency(100, 0)
+    await trio.sleep(opts.settle_s)
+    results.rss0_kib = rss_kib(pid)
+    n = opts.websocket_sessions
+    say(f"opening {n} WebSocket sessions")
+    start = time.perf_counter()
+    held = await ws.open(n, opts.open_concurrency)
+    results.held = n
+    results.open_s = time.perf_counter() - start
+    await trio.sleep(opts.settle_s)
+    results.rss_kib = rss_kib(pid)
+    results.kib_per_session = (results.rss_kib - results.rss0_kib) / n
+    say(f"latency with {n} WebSocket sessions held")
+    results.latency = await ws.latency(opts.latency_calls, opts.latency_warmup)
+    for i in range(opts.burst_repeat):
+        say(f"WebSocket burst {i + 1}/{opts.burst_repeat} on {n} sessions")
+        results.bursts.append(await ws.burst(held))
+        await trio.sleep(0.5)
+    say("closing every WebSocket session")
+    await close_sessions(held)
+    await trio.sleep(opts.settle_s)
+    results.rss_closed_kib = rss_kib(pid)
+
+
+async def bench_websocket(
+    opts: Options, argv: list[str], env: dict[str, str], problems: Problems
+) -> tuple[WsResults, int | None, list[str]]:
+    """Start a fresh server, run the WebSocket phases, stop it: figures, exit status, log."""
+    results = WsResults()
+    with tempfile.TemporaryDirectory(prefix="ws-sessions-") as tmp:
+        server = await start_server(argv, env, Path(tmp, "ws.stderr"))
+        try:
+            endpoint = WsEndpoint(server.host, server.port, server.process.pid)
+            async with trio.open_nursery() as nursery:
+                try:
+                    await run_websocket(_Ws(endpoint, nursery, problems), opts, results)
+                except _Abort:
+                    pass
+                except trio.TooSlowError:
+                    problems.add(f"a WebSocket phase took longer than {PHASE_TIMEOUT_S:.0f} s")
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            exit_status = await stop_server(server)
+            text = await trio.Path(server.log_path).read_text(errors="replace")
+    log = [line for line in text.splitlines() if not _LISTENING.search(line)]
+    return results, exit_status, log
 
 
 # -- output ----------------------------------------------------------------------------------
@@ -1121,10 +1571,49 @@ def report(opts: Options, results: Results, problems: Problems) -> int:
             f"server RSS with {n} sessions held: {results.burst_rss_before_kib / mib:.1f} MiB "
             f"before the bursts, {results.burst_rss_after_kib / mib:.1f} MiB after"
         )
+    ws = results.websocket
+    if ws is not None and ws.held:
+        print()
+        print(
+            f"(ws) the same over WebSocket sessions (GET {WS_PATH.decode()}, subprotocol mcp, "
+            f"{WS_PROTOCOL_VERSION}) on a fresh server: RSS {ws.rss0_kib / mib:.1f} MiB after "
+            f"warm-up, {ws.rss_kib / mib:.1f} MiB with {ws.held} idle sessions "
+            f"(opened in {ws.open_s:.2f} s), {ws.rss_closed_kib / mib:.1f} MiB once all closed"
+        )
+        if ws.latency is not None:
+            lat = ws.latency
+            print(
+                f"     tools/call echo, {lat.calls} sequential calls on a fresh session beside "
+                f"them, frame written to reply read: p50 {lat.p50_ms:.3f} ms, "
+                f"p90 {lat.p90_ms:.3f} ms, p99 {lat.p99_ms:.3f} ms"
+            )
+        if ws.bursts:
+            print(
+                f"     burst: one tools/call echo written on each of {ws.held} sockets; "
+                "first frame written to last reply read"
+            )
+            head = (
+                f"{'run':>4} {'seconds':>8} {'answered/s':>11} {'sends s':>8} {'srv cpu %':>10}"
+                f" {'srv µs/call':>12} {'client cpu %':>13}"
+            )
+            print(head)
+            print("-" * len(head))
+            for i, run in enumerate(ws.bursts, 1):
+                mark = "  *" if run.server_cpu_pct < CONTENDED_CPU_PCT else ""
+                print(
+                    f"{i:>4} {run.seconds:8.3f} {run.answered_per_s:11.0f} {run.posts_s:8.3f}"
+                    f" {run.server_cpu_pct:10.0f} {run.server_cpu_us_per_call:12.0f}"
+                    f" {run.client_cpu_pct:13.0f}{mark}"
+                )
     print(
         f"client: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / mib:.1f} MiB, "
         f"{results.pool_connects} POST sockets opened to the server under test; its exit "
         f"status {results.server_exit}"
+        + (
+            f"; the WebSocket server's {results.websocket_server_exit}"
+            if results.websocket is not None
+            else ""
+        )
     )
     if problems.notices:
         print(f"note: {problems.notices} server notifications/requests were seen (not replies)")
@@ -1147,6 +1636,28 @@ def report(opts: Options, results: Results, problems: Problems) -> int:
             f"{len(results.bursts)} (target >= {TARGET_BURST_PER_S:.0f}; SDK ~"
             f"{SDK_BURST_PER_S:.0f}): {verdict}"
         )
+    if ws is not None and ws.held:
+        sse_kib = (
+            f"SSE {results.stages[-1].kib_per_session:.1f} KiB at n={results.stages[-1].held}"
+            if results.stages
+            else "no SSE figure"
+        )
+        print(
+            f"(ws) server RSS per idle WebSocket session, n={ws.held}: "
+            f"{ws.kib_per_session:.1f} KiB ({sse_kib}): informational"
+        )
+        if ws.bursts:
+            ws_best = max(ws.bursts, key=lambda r: r.answered_per_s)
+            sse_rate = (
+                f"SSE {max(r.answered_per_s for r in results.bursts):.0f}/s"
+                if results.bursts
+                else "no SSE burst"
+            )
+            print(
+                f"(ws) burst at n={ws_best.sessions} over WebSocket: "
+                f"{ws_best.answered_per_s:.0f} answered/s, best of {len(ws.bursts)} "
+                f"({sse_rate}): informational"
+            )
     for stage in results.stages:
         ratio = stage.probe.ratio
         verdict = "PASS" if ratio <= LATENCY_TOLERANCE else "FAIL"
@@ -1200,6 +1711,20 @@ def write_json(path: Path, opts: Options, results: Results, problems: Problems) 
         "bursts": [asdict(b) for b in results.bursts],
         "rss_closed_kib": results.rss_closed_kib,
         "after": probe(results.after),
+        "websocket": None
+        if results.websocket is None
+        else {
+            "held": results.websocket.held,
+            "open_s": results.websocket.open_s,
+            "rss0_kib": results.websocket.rss0_kib,
+            "rss_kib": results.websocket.rss_kib,
+            "kib_per_session": results.websocket.kib_per_session,
+            "rss_closed_kib": results.websocket.rss_closed_kib,
+            "latency": None
+            if results.websocket.latency is None
+            else latency(results.websocket.latency),
+            "bursts": [asdict(b) for b in results.websocket.bursts],
+        },
         "correctness_failures": problems.count,
         "first_failures": problems.first,
     }
@@ -1235,6 +1760,12 @@ def parse_options(argv: list[str] | None) -> tuple[Options, Path | None]:
         help="sessions in the burst (0: no burst)",
     )
     parser.add_argument("--burst-repeat", type=positive, default=5, help="bursts (best counts)")
+    parser.add_argument(
+        "--websocket-sessions",
+        type=non_negative,
+        default=DEFAULT_BURST_SESSIONS,
+        help="WebSocket sessions held and burst on a fresh server after the SSE part (0: skip)",
+    )
     parser.add_argument(
         "--latency-calls", type=positive, default=500, help="sequential calls per latency probe"
     )
@@ -1283,6 +1814,7 @@ def parse_options(argv: list[str] | None) -> tuple[Options, Path | None]:
         server_cpu=args.server_cpu,
         client_cpu=args.client_cpu,
         command=tuple(shlex.split(args.server_command)),
+        websocket_sessions=args.websocket_sessions,
     )
     json_path: Path | None = args.json
     return opts, json_path
@@ -1311,7 +1843,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    most = max(max(opts.sessions), opts.burst_sessions) + 1
+    most = max(max(opts.sessions), opts.burst_sessions, opts.websocket_sessions) + 1
     fd_problem = raise_fd_limit(most + 2 * opts.post_connections + opts.open_concurrency + 256)
     if fd_problem is not None:
         print(f"ERROR: {fd_problem}", file=sys.stderr)
@@ -1321,6 +1853,7 @@ def main(argv: list[str] | None = None) -> int:
     env["COREMETRY_SSE_KEEPALIVE_INTERVAL_S"] = str(opts.keepalive_s)
     if most > DEFAULT_MAX_SESSIONS:
         env["COREMETRY_SSE_MAX_SESSIONS"] = str(most + 16)
+        env["COREMETRY_WEBSOCKET_MAX_CONNECTIONS"] = str(most + 16)
     argv_server = ["taskset", "-c", str(opts.server_cpu), *opts.command, "--port", "0"]
     results, problems = trio.run(bench, opts, argv_server, env)
     code = report(opts, results, problems)

@@ -42,8 +42,11 @@ from __future__ import annotations
 import math
 import re
 import struct
+import time
 from collections.abc import Sequence
 from typing import Final, cast
+
+import trio
 
 from coremetry.store import _query_args as _args
 from coremetry.store._histogram import MergedHistogram, histogram_value
@@ -92,6 +95,7 @@ from ._schema import LOOKUP_MAX_S, TableNames, sketch_key_sql
 from ._text import Term, text_terms
 
 __all__ = [
+    "EDGE_SETTLE_NS",
     "LOOKBACK_NS",
     "PARENT_WINDOW_NS",
     "Reader",
@@ -100,6 +104,10 @@ __all__ = [
 SECOND: Final = 1_000_000_000
 PARENT_WINDOW_NS: Final = 3600 * SECOND
 """How far outside the range a call's parent span may start (one hour)."""
+EDGE_SETTLE_NS: Final = PARENT_WINDOW_NS
+"""How long after its end a minute's calls are rolled up (``<traces>_edges_1m``); newer minutes
+are read raw. A parent span is exported when it ends, often after its children: an hour is the
+horizon the raw join gives a parent, too."""
 LOOKBACK_NS: Final = 86_400 * SECOND
 """How far before the range ``rate`` and cumulative histograms look for a predecessor (a day)."""
 _NO_GROUP: Final = 4_294_967_295
@@ -197,6 +205,9 @@ class Reader:
         trace_lookup: the exporter's trace-id lookup table is there (and of its shape).
         rollups: the RED roll-up table (:func:`._schema.rollup_ddl`) is there: ``services``,
             ``operations`` and ``deploys`` read it for a window's whole minutes.
+        edge_rollups: the edge roll-up (:func:`._schema.edge_rollup_ddl`) is there:
+            ``service_edges`` rolls up a window's settled whole minutes into it (once each) and
+            reads them from it.
     """
 
     def __init__(
@@ -206,6 +217,7 @@ class Reader:
         *,
         trace_lookup: bool = False,
         rollups: bool = False,
+        edge_rollups: bool = False,
     ) -> None:
         tables.check()
         self.tables = tables
@@ -213,6 +225,10 @@ class Reader:
         self.traces = tables.qualified("traces")
         self.trace_lookup = tables.qualified("trace_id_ts") if trace_lookup else None
         self.rollup = tables.qualified("red_1m") if rollups else None
+        self.edges = tables.qualified("edges_1m") if edge_rollups else None
+        self.edges_done = tables.qualified("edges_1m_done") if edge_rollups else None
+        self.edge_lock = trio.Lock()
+        """Held while minutes are rolled up into the edge roll-up (and by retention)."""
         self.logs = tables.qualified("logs")
         self.metric_tables: dict[MetricType, str] = {
             kind: tables.qualified(kind) for kind in _TYPE_ORDER
@@ -804,7 +820,19 @@ class Reader:
     async def service_edges(
         self, time_range: TimeRange, limit: int, service_name: str | None
     ) -> list[ServiceEdge]:
-        """Calls between services: child spans whose parent span is another service's."""
+        """Calls between services: child spans whose parent span is another service's.
+
+        From the edge roll-up when there is one (the window's settled whole minutes; the raw
+        spans of the rest), else from the raw spans.
+        """
+        if self.edges is not None:
+            return await self._rolled_edges(time_range, limit, service_name)
+        return await self._raw_edges(time_range, limit, service_name)
+
+    async def _raw_edges(
+        self, time_range: TimeRange, limit: int, service_name: str | None
+    ) -> list[ServiceEdge]:
+        """Calls between services from the raw spans (exact percentiles)."""
         params: dict[str, Param] = {
             **_range(time_range),
             "limit": limit,
@@ -853,6 +881,211 @@ class Reader:
             )
             for row in rows
         ]
+
+    def _calls_sql(self, children: str, only: str) -> str:
+        """SQL: one row per call whose child span matches ``children``.
+
+        Columns: the child's minute, the caller and callee services, whether it failed, its
+        latency-sketch bin. The parent is looked up among the spans of the children's traces
+        starting within ``[{parent_start}, {parent_end})``, as :meth:`_raw_edges` does.
+        """
+        child_spans = (
+            f"SELECT TraceId, ParentSpanId, ServiceName, Timestamp, StatusCode, Duration "
+            f"FROM {self.traces} WHERE ({children}) AND ParentSpanId != ''"
+        )
+        return f"""
+            SELECT toDateTime(toStartOfMinute(c.Timestamp)) AS minute,
+                   toString(p.ServiceName) AS caller, toString(c.ServiceName) AS callee,
+                   c.{ERROR} AS failed, {sketch_key_sql("c.Duration")} AS bin
+            FROM ({child_spans}) AS c
+            INNER JOIN (
+                SELECT TraceId, SpanId, ServiceName FROM {self.traces}
+                WHERE Timestamp >= fromUnixTimestamp64Nano({{parent_start:Int64}})
+                  AND Timestamp < fromUnixTimestamp64Nano({{parent_end:Int64}})
+                  AND TraceId IN (SELECT TraceId FROM ({child_spans}))
+            ) AS p ON c.TraceId = p.TraceId AND c.ParentSpanId = p.SpanId
+            WHERE p.ServiceName != c.ServiceName {only}
+        """
+
+    async def _roll_edges(self, first: int, end: int) -> None:
+        """Roll up the minutes in ``[first, end)`` (ns, whole minutes) not rolled up yet.
+
+        Minutes before the oldest stored span are not rolled up: they hold no span, so the
+        roll-up's answer for them, nothing, is the raw one (a window reaching back years costs
+        no more than the data). The oldest span's time comes from the parts' ``min_time`` (the
+        partition key's time column, ``Timestamp`` in the exporter's ``toDate(Timestamp)``),
+        else from the spans of the window. Per day of minutes at
+        most (:data:`_ROLL_MINUTES`, so the join's memory stays a day's), one ``INSERT ...
+        SELECT`` of their calls from the raw spans, then one of their marks. Cancelling is safe
+        at any point: rows without a mark (a roll cut short) are written again, whole, by the
+        next roll, and reads take each key's latest row.
+        """
+        async with self.edge_lock:
+            parts = await self.run.query(
+                "SELECT count(), toUInt32(min(min_time)) FROM system.parts "
+                "WHERE active AND database = {database:String} AND table = {table:String}",
+                {"database": self.tables.database, "table": self.tables.table("traces")},
+            )
+            if not cast(int, parts[0][0]):
+                return  # no span stored
+            oldest = cast(int, parts[0][1]) * SECOND
+            if oldest == 0:  # a partition key without the time column: ask the spans
+                found = await self.run.query(
+                    f"SELECT toUnixTimestamp64Nano(minOrNull(Timestamp)) FROM {self.traces} "
+                    "WHERE Timestamp >= fromUnixTimestamp64Nano({c0:Int64}) "
+                    "AND Timestamp < fromUnixTimestamp64Nano({c1:Int64})",
+                    {"c0": first, "c1": end},
+                )
+                if found[0][0] is None:
+                    return  # no span in these minutes: nothing to roll up
+                oldest = cast(int, found[0][0])
+            first = max(first, oldest - oldest % _MINUTE)
+            if first >= end:
+                return
+            marked = (
+                f"FROM {self.edges_done} "
+                "WHERE Minute >= toDateTime({m0:UInt32}) AND Minute < toDateTime({m1:UInt32})"
+            )
+            bounds: dict[str, Param] = {"m0": first // SECOND, "m1": end // SECOND}
+            count = await self.run.query(f"SELECT uniqExact(Minute) {marked}", bounds)
+            if cast(int, count[0][0]) == (end - first) // _MINUTE:
+                return  # all rolled up (the usual case: one small read)
+            rows = await self.run.query(f"SELECT DISTINCT toUInt32(Minute) {marked}", bounds)
+            have = {cast(int, row[0]) for row in rows}
+            missing = [m for m in range(first // SECOND, end // SECOND, 60) if m not in have]
+            for at in range(0, len(missing), _ROLL_MINUTES):
+                await self._roll_minutes(missing[at : at + _ROLL_MINUTES])
+
+    async def _roll_minutes(self, minutes: list[int]) -> None:
+        """Roll up ``minutes`` (unix seconds, ascending): their rows, then their marks."""
+        low, high = minutes[0] * SECOND, (minutes[-1] + 60) * SECOND
+        params: dict[str, Param] = {
+            "c0": low,
+            "c1": high,
+            "minutes": minutes,
+            "parent_start": max(0, low - PARENT_WINDOW_NS),
+            "parent_end": min(MAX_NS, high + PARENT_WINDOW_NS),
+        }
+        children = (
+            "Timestamp >= fromUnixTimestamp64Nano({c0:Int64}) "
+            "AND Timestamp < fromUnixTimestamp64Nano({c1:Int64}) "
+            "AND has({minutes:Array(UInt32)}, toUInt32(toDateTime(toStartOfMinute(Timestamp))))"
+        )
+        await self.run.command(
+            f"""
+            INSERT INTO {self.edges}
+                (Minute, Caller, Callee, Calls, Errors, Keys, Counts, RolledAt)
+            SELECT minute, caller, callee, calls, errors, m.1, m.2, now64(9)
+            FROM (
+                SELECT minute, caller, callee, count() AS calls,
+                       countIf(failed) AS errors, sumMap([bin], [toUInt64(1)]) AS m
+                FROM ({self._calls_sql(children, "")})
+                GROUP BY minute, caller, callee
+            )
+            """,
+            params,
+        )
+        await self.run.command(
+            f"INSERT INTO {self.edges_done} (Minute, RolledAt) "
+            "SELECT toDateTime(arrayJoin({minutes:Array(UInt32)})), now64(9)",
+            {"minutes": minutes},
+        )
+
+    async def _rolled_edges(
+        self, time_range: TimeRange, limit: int, service_name: str | None
+    ) -> list[ServiceEdge]:
+        """Edges from the roll-up's settled whole minutes plus the raw spans of the rest.
+
+        The window's whole minutes that ended :data:`EDGE_SETTLE_NS` ago or earlier are rolled
+        up first when they are not yet (:meth:`_roll_edges`); the partial minutes at its ends
+        and the unsettled minutes are joined raw. Counts are exact; percentiles come from the
+        merged latency sketches (within ``RELATIVE_ACCURACY``).
+        """
+        start = max(0, time_range.start_unix_nano)
+        end = max(0, time_range.end_unix_nano)
+        first = min(-(-start // _MINUTE) * _MINUTE, MAX_NS)
+        settled = max(0, time.time_ns() - EDGE_SETTLE_NS)
+        rolled_end = min(end - end % _MINUTE, settled - settled % _MINUTE)
+        params: dict[str, Param] = {
+            "limit": limit,
+            "parent_start": max(0, start - PARENT_WINDOW_NS),
+            "parent_end": min(MAX_NS, end + PARENT_WINDOW_NS),
+        }
+        raw: list[tuple[int, int]] = []
+        if first >= rolled_end:
+            raw.append((start, end))
+        else:
+            await self._roll_edges(first, rolled_end)
+            raw += [(start, first), (rolled_end, end)]
+        only_rolled = only_raw = ""
+        if service_name is not None:
+            only_rolled = "AND (Caller = {service:String} OR Callee = {service:String})"
+            only_raw = "AND (p.ServiceName = {service:String} OR c.ServiceName = {service:String})"
+            params["service"] = service_name
+        parts = []
+        if first < rolled_end:
+            params.update(m0=first // SECOND, m1=rolled_end // SECOND)
+            parts.append(
+                f"""
+                SELECT caller, callee, r.1 AS calls, r.2 AS errors, r.3 AS k, r.4 AS n
+                FROM (
+                    SELECT toString(Caller) AS caller, toString(Callee) AS callee,
+                           argMax((Calls, Errors, Keys, Counts), RolledAt) AS r
+                    FROM {self.edges}
+                    WHERE Minute >= toDateTime({{m0:UInt32}})
+                      AND Minute < toDateTime({{m1:UInt32}}) {only_rolled}
+                    GROUP BY Minute, Caller, Callee
+                )
+                """
+            )
+        conditions = []
+        for i, (low, high) in enumerate(r for r in raw if r[0] < r[1]):
+            params.update({f"r{i}": low, f"s{i}": high})
+            conditions.append(
+                f"(Timestamp >= fromUnixTimestamp64Nano({{r{i}:Int64}}) "
+                f"AND Timestamp < fromUnixTimestamp64Nano({{s{i}:Int64}}))"
+            )
+        if conditions:
+            parts.append(
+                f"""
+                SELECT caller, callee, calls, errors, m.1 AS k, m.2 AS n
+                FROM (
+                    SELECT caller, callee, toUInt64(count()) AS calls,
+                           toUInt64(countIf(failed)) AS errors,
+                           sumMap([bin], [toUInt64(1)]) AS m
+                    FROM ({self._calls_sql(" OR ".join(conditions), only_raw)})
+                    GROUP BY caller, callee
+                )
+                """
+            )
+        if not parts:
+            return []
+        rows = await self.run.query(
+            f"""
+            SELECT caller, callee, sum(calls) AS call_count, sum(errors), sumMap(k, n)
+            FROM ({" UNION ALL ".join(parts)})
+            GROUP BY caller, callee
+            ORDER BY call_count DESC, caller, callee
+            LIMIT {{limit:UInt32}}
+            """,
+            params,
+        )
+        edges = []
+        for row in rows:
+            p50, p95, p99 = _sketch_of(row[4]).percentiles()
+            edges.append(
+                ServiceEdge(
+                    caller=cast(str, row[0]),
+                    callee=cast(str, row[1]),
+                    call_count=cast(int, row[2]),
+                    error_count=cast(int, row[3]),
+                    p50_duration_ns=p50,
+                    p95_duration_ns=p95,
+                    p99_duration_ns=p99,
+                    percentile_relative_error=RELATIVE_ACCURACY,
+                )
+            )
+        return edges
 
     async def deploys(
         self, time_range: TimeRange, limit: int, service_name: str | None
@@ -1482,6 +1715,8 @@ def _term_sql(i: int, term: Term, params: dict[str, Param], tk: str = "tk") -> t
 
 
 _MINUTE: Final = 60 * SECOND
+_ROLL_MINUTES: Final = 1440
+"""The most minutes one edge roll-up statement covers (a day)."""
 
 
 def _only_service(service_name: str | None) -> tuple[str, dict[str, Param]]:

@@ -42,10 +42,14 @@ import msgspec
 from coremetry.store._sketch import KEY_MULTIPLIER, ZERO_KEY
 
 __all__ = [
+    "EDGE_COLUMNS",
+    "EDGE_DONE_COLUMNS",
     "IDENTIFIER",
     "LOOKUP_MAX_S",
     "REQUIRED_COLUMNS",
     "TableNames",
+    "edge_rollup_ddl",
+    "edge_rollup_problem",
     "exporter_ddl",
     "missing_columns",
     "quote_identifier",
@@ -94,17 +98,26 @@ class TableNames(msgspec.Struct, frozen=True, kw_only=True):
         quote_identifier(self.traces, "clickhouse.traces_table_name")
         quote_identifier(self.traces + "_trace_id_ts_mv", "clickhouse.traces_table_name")
         quote_identifier(self.traces + "_red_1m_mv", "clickhouse.traces_table_name")
+        quote_identifier(self.traces + "_edges_1m_done", "clickhouse.traces_table_name")
         quote_identifier(self.logs, "clickhouse.logs_table_name")
         quote_identifier(self.metrics + "_histogram", "clickhouse.metrics_table_name")
 
     def table(self, kind: str) -> str:
         """The bare name of ``kind``.
 
-        Kinds: traces, logs, gauge, sum, histogram, trace_id_ts[_mv], red_1m[_mv].
+        Kinds: traces, logs, gauge, sum, histogram, trace_id_ts[_mv], red_1m[_mv],
+        edges_1m[_done].
         """
         if kind == "traces":
             return self.traces
-        if kind in ("trace_id_ts", "trace_id_ts_mv", "red_1m", "red_1m_mv"):
+        if kind in (
+            "trace_id_ts",
+            "trace_id_ts_mv",
+            "red_1m",
+            "red_1m_mv",
+            "edges_1m",
+            "edges_1m_done",
+        ):
             return f"{self.traces}_{kind}"
         if kind == "logs":
             return self.logs
@@ -539,4 +552,79 @@ def rollup_problem(names: TableNames, found: dict[str, str] | None) -> str | Non
         shown = _STATE_VERSION.sub("AggregateFunction(", actual or "")
         if actual is None or _normalized(shown) != _normalized(expected):
             return f"column {table}.{column} is {actual or 'missing'}, expected {expected}"
+    return None
+
+
+EDGE_COLUMNS: Final[dict[str, str]] = {
+    "Minute": "DateTime",
+    "Caller": "LowCardinality(String)",
+    "Callee": "LowCardinality(String)",
+    "Calls": "UInt64",
+    "Errors": "UInt64",
+    "Keys": "Array(Int32)",
+    "Counts": "Array(UInt64)",
+    "RolledAt": "DateTime64(9)",
+}
+"""The edge roll-up's columns (``<traces>_edges_1m``), as :func:`edge_rollup_ddl` creates them."""
+
+EDGE_DONE_COLUMNS: Final[dict[str, str]] = {"Minute": "DateTime", "RolledAt": "DateTime64(9)"}
+"""The rolled-minute marks' columns (``<traces>_edges_1m_done``)."""
+
+
+def edge_rollup_ddl(names: TableNames) -> list[str]:
+    """The edge roll-up ``<traces>_edges_1m`` and its rolled-minute marks ``..._done``.
+
+    Per minute (of the *child* span's start), caller service and callee service — a call is a
+    span whose parent span (same trace) belongs to another service, the embedded store's
+    ``red_edges`` definition — the calls, their errors (the child's status ERROR) and the child
+    durations' latency-sketch bins (``Keys`` -> ``Counts``, :func:`sketch_key_sql`). Not a
+    materialized view: a view sees only the inserted block, and a call's parent and child
+    usually come in different inserts. The reader rolls up whole minutes once they have settled
+    (:data:`~._queries.EDGE_SETTLE_NS` after their end) from the raw spans, and marks each
+    rolled minute in ``..._done`` (a minute with no call has a mark and no row). Both are
+    ``ReplacingMergeTree``: rolling a minute twice (two servers at once, or a retry after a
+    failure between the two inserts) writes the same rows again, and reads take one row per
+    key (the latest ``RolledAt``). Unlike the RED view, they can be added to stored spans.
+
+    Raises:
+        ValueError: a name is not a plain identifier.
+    """
+    names.check()
+    columns = ",\n    ".join(f"{name} {kind}" for name, kind in EDGE_COLUMNS.items())
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {names.qualified("edges_1m")} (
+    {columns}
+) ENGINE = ReplacingMergeTree(RolledAt)
+PARTITION BY toDate(Minute)
+ORDER BY (Minute, Caller, Callee)""",
+        f"""CREATE TABLE IF NOT EXISTS {names.qualified("edges_1m_done")} (
+    Minute DateTime,
+    RolledAt DateTime64(9)
+) ENGINE = ReplacingMergeTree(RolledAt)
+PARTITION BY toDate(Minute)
+ORDER BY Minute""",
+    ]
+
+
+def edge_rollup_problem(
+    names: TableNames, edges: dict[str, str] | None, done: dict[str, str] | None
+) -> str | None:
+    """Why the edge roll-up cannot be used (``None``: it can).
+
+    Args:
+        names: the configured tables.
+        edges: the ``<traces>_edges_1m`` columns (name -> type); ``None`` when it is missing.
+        done: the ``<traces>_edges_1m_done`` columns; ``None`` when it is missing.
+    """
+    for kind, found, expected_columns in (
+        ("edges_1m", edges, EDGE_COLUMNS),
+        ("edges_1m_done", done, EDGE_DONE_COLUMNS),
+    ):
+        table = f"{names.database}.{names.table(kind)}"
+        if found is None:
+            return f"table {table} is missing"
+        for column, expected in expected_columns.items():
+            actual = found.get(column)
+            if actual is None or _normalized(actual) != _normalized(expected):
+                return f"column {table}.{column} is {actual or 'missing'}, expected {expected}"
     return None

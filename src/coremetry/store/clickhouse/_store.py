@@ -42,6 +42,9 @@ is missing or not of the exporter's shape; ``get_trace`` then reads by the ``Tra
 filter alone. ``create_tables`` creates the lookup table and its materialized view only with
 the traces table (a view added over stored spans would give straddling traces short bounds).
 Our own inserts into ``otel_traces`` fill the lookup through that view, as the exporter's do.
+``create_tables`` also creates the edge roll-up (``otel_traces_edges_1m`` and ``..._done``,
+:func:`._schema.edge_rollup_ddl`) when it is missing, beside existing tables too: it is
+filled by the reads (settled minutes rolled up from the stored spans), not by a view.
 
 Problems, anomalies, users, tokens and the audit log are not telemetry: they stay in the
 embedded files of the data dir whichever backend holds the telemetry.
@@ -105,6 +108,8 @@ from ._schema import (
     REQUIRED_COLUMNS,
     TABLE_KINDS,
     TableNames,
+    edge_rollup_ddl,
+    edge_rollup_problem,
     exporter_ddl,
     missing_columns,
     rollup_ddl,
@@ -229,6 +234,8 @@ class ClickHouseStore:
     the exporter's trace-id lookup table exists and is of its shape (``get_trace`` reads a
     trace's time bounds from it first). ``rollups``: the RED roll-up table exists
     (:func:`._schema.rollup_ddl`): ``services``, ``operations`` and ``deploys`` read it.
+    ``edge_rollups``: the edge roll-up tables exist (:func:`._schema.edge_rollup_ddl`):
+    ``service_edges`` rolls up settled minutes into them and reads them.
     """
 
     def __init__(
@@ -238,11 +245,19 @@ class ClickHouseStore:
         *,
         trace_lookup: bool = False,
         rollups: bool = False,
+        edge_rollups: bool = False,
     ) -> None:
         self.options = options
         self.runtime = runtime
         self.rollups = rollups
-        self._reader = Reader(options.tables, runtime, trace_lookup=trace_lookup, rollups=rollups)
+        self.edge_rollups = edge_rollups
+        self._reader = Reader(
+            options.tables,
+            runtime,
+            trace_lookup=trace_lookup,
+            rollups=rollups,
+            edge_rollups=edge_rollups,
+        )
         self._write_lock = trio.Lock()
         self._closed = False
 
@@ -434,6 +449,9 @@ class ClickHouseStore:
             if self.rollups and counts["traces"]:
                 with trio.CancelScope(shield=True):
                     await self._rollups_after_retention(cutoff)
+            if self.edge_rollups and counts["traces"]:
+                with trio.CancelScope(shield=True):
+                    await self._edges_after_retention(cutoff)
         return RetentionResult(
             spans_deleted=counts["traces"],
             logs_deleted=counts["logs"],
@@ -461,6 +479,23 @@ class ClickHouseStore:
                 + rollup_select(tables.qualified("traces"), where, ENTRY, ERROR),
                 {**params, "next": min(minute + 60 * 1_000_000_000, _MAX_NS)},
             )
+
+    async def _edges_after_retention(self, cutoff: int) -> None:
+        """Drop the edge roll-up's minutes before the cutoff's.
+
+        The cutoff's own minute goes too when the cutoff is inside it (its rows and its mark:
+        the next read rolls it up again from the spans left).
+        """
+        tables = self.options.tables
+        minute = cutoff - cutoff % (60 * 1_000_000_000)
+        upto = "<" if minute == cutoff else "<="
+        async with self._reader.edge_lock:  # not while a read is rolling minutes up
+            for kind in ("edges_1m_done", "edges_1m"):
+                await self.runtime.command(
+                    f"DELETE FROM {tables.qualified(kind)} "
+                    f"WHERE Minute {upto} toDateTime({{minute:UInt32}})",
+                    {"minute": minute // 1_000_000_000},
+                )
 
     # -- read side --------------------------------------------------------------------------
 
@@ -582,7 +617,10 @@ class ClickHouseStore:
 async def _read_columns(runtime: Runtime, options: ClickHouseOptions) -> dict[str, dict[str, str]]:
     """Per table kind (and ``trace_id_ts``), the columns of the tables that exist."""
     tables = options.tables
-    names = {tables.table(kind): kind for kind in (*TABLE_KINDS, "trace_id_ts", "red_1m")}
+    names = {
+        tables.table(kind): kind
+        for kind in (*TABLE_KINDS, "trace_id_ts", "red_1m", "edges_1m", "edges_1m_done")
+    }
     rows = await runtime.query(
         "SELECT table, name, type FROM system.columns "
         "WHERE database = {database:String} AND table IN {tables:Array(String)}",
@@ -654,6 +692,16 @@ async def open_clickhouse_store(options: ClickHouseOptions) -> AsyncIterator[Cli
                     await runtime.command(statement, {})
             found = await _read_columns(runtime, options)
             problems = missing_columns(options.tables, found)
+        if (
+            options.create_tables
+            and not problems
+            and "edges_1m" not in found
+            and "edges_1m_done" not in found
+        ):
+            # Rolled up from the stored spans when read: safe to add to existing tables.
+            for statement in edge_rollup_ddl(options.tables):
+                await runtime.command(statement, {})
+            found = await _read_columns(runtime, options)
         if problems:
             raise StoreSchemaError(
                 f"the ClickHouse tables at {runtime.where} are not the OpenTelemetry "
@@ -679,8 +727,22 @@ async def open_clickhouse_store(options: ClickHouseOptions) -> AsyncIterator[Cli
             runtime.where,
             no_rollups,
         )
+    no_edge_rollups = edge_rollup_problem(
+        options.tables, found.get("edges_1m"), found.get("edges_1m_done")
+    )
+    if no_edge_rollups is not None:
+        log.info(
+            "ClickHouse at %s: no edge roll-up (%s); service_edges reads the raw spans "
+            "(clickhouse.create_tables creates it)",
+            runtime.where,
+            no_edge_rollups,
+        )
     store = ClickHouseStore(
-        options, runtime, trace_lookup=lookup_problem is None, rollups=no_rollups is None
+        options,
+        runtime,
+        trace_lookup=lookup_problem is None,
+        rollups=no_rollups is None,
+        edge_rollups=no_edge_rollups is None,
     )
     try:
         yield store
