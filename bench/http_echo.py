@@ -689,6 +689,20 @@ def _find(points: list[Point], server: str, era: str, connections: int) -> Point
     return None
 
 
+def _floor_verdict(point: Point | None, floor: Point | None, what: str, target: float) -> str:
+    """One 'at least ``target`` x the floor's req/s' line, with the ratio by CPU per request."""
+    if point is None or floor is None or floor.rps <= 0:
+        return f"{what}: n/a (not measured)"
+    ratio = point.rps / floor.rps
+    verdict = "PASS" if ratio >= target else "FAIL"
+    by_cpu = (
+        f"; by CPU per request {floor.cpu_us_per_req / point.cpu_us_per_req:.2f}x"
+        if point.cpu_us_per_req > 0
+        else ""
+    )
+    return f"{what}: {ratio:.2f}x: {verdict}{by_cpu}"
+
+
 def report(settings: Settings, outcome: Outcome) -> list[str]:
     """Print one table per era and the target lines; return the target verdicts."""
     specs = server_specs(
@@ -743,45 +757,20 @@ def report(settings: Settings, outcome: Outcome) -> list[str]:
     idle = ", ".join(f"{k} {v:.1f}" for k, v in outcome.idle_rss_mib.items())
     print(f"idle RSS after start-up (MiB): {idle}")
     verdicts: list[str] = []
-    for era in ERAS:
-        for connections in TARGET_FLOOR_CONCURRENCY:
-            ours = _find(outcome.points, "coremetry", era.key, connections)
-            floor = _find(outcome.points, "floor", era.key, connections)
-            what = (
-                f"target: coremetry >= {TARGET_FLOOR_RATIO:.1f}x floor req/s, "
-                f"{era.key}, c={connections}"
-            )
-            if ours is None or floor is None or floor.rps <= 0:
-                verdicts.append(f"{what}: n/a (not measured)")
-                continue
-            ratio = ours.rps / floor.rps
-            verdict = "PASS" if ratio >= TARGET_FLOOR_RATIO else "FAIL"
-            by_cpu = (
-                f"; by CPU per request {floor.cpu_us_per_req / ours.cpu_us_per_req:.2f}x"
-                if ours.cpu_us_per_req > 0
-                else ""
-            )
-            verdicts.append(f"{what}: {ratio:.2f}x: {verdict}{by_cpu}")
+    floor_targets = [("coremetry", "coremetry", TARGET_FLOOR_RATIO)]
     if settings.secured:
+        floor_targets.append(("secured", "coremetry + token, gate, audit", TARGET_SECURED_RATIO))
+    for key, name, target in floor_targets:
         for era in ERAS:
             for connections in TARGET_FLOOR_CONCURRENCY:
-                secured = _find(outcome.points, "secured", era.key, connections)
-                floor = _find(outcome.points, "floor", era.key, connections)
-                what = (
-                    f"target: coremetry + token, gate, audit >= {TARGET_SECURED_RATIO:.1f}x "
-                    f"floor req/s, {era.key}, c={connections}"
+                verdicts.append(
+                    _floor_verdict(
+                        _find(outcome.points, key, era.key, connections),
+                        _find(outcome.points, "floor", era.key, connections),
+                        f"target: {name} >= {target:.1f}x floor req/s, {era.key}, c={connections}",
+                        target,
+                    )
                 )
-                if secured is None or floor is None or floor.rps <= 0:
-                    verdicts.append(f"{what}: n/a (not measured)")
-                    continue
-                ratio = secured.rps / floor.rps
-                verdict = "PASS" if ratio >= TARGET_SECURED_RATIO else "FAIL"
-                by_cpu = (
-                    f"; by CPU per request {floor.cpu_us_per_req / secured.cpu_us_per_req:.2f}x"
-                    if secured.cpu_us_per_req > 0
-                    else ""
-                )
-                verdicts.append(f"{what}: {ratio:.2f}x: {verdict}{by_cpu}")
     for era in ERAS:
         what = (
             f"target: coremetry p99 <= {TARGET_SDK_P99_RATIO:.1f}x SDK p99, "
