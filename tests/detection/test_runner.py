@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from coremetry.cli import main
-from coremetry.detection import Problem
+from coremetry.detection import Anomaly, Problem, Signal, TraceBlame
 from coremetry.detection.cli import parse_duration_ns
 from coremetry.detection.problem_store import (
     PROBLEMS_FILE,
@@ -24,7 +24,12 @@ from coremetry.detection.problem_store import (
     load_problems,
     save_problems,
 )
-from coremetry.detection.runner import DetectionOptions, detect_in_store, run_detection
+from coremetry.detection.runner import (
+    DetectionOptions,
+    _corroborated,
+    detect_in_store,
+    run_detection,
+)
 from coremetry.store import MetricPoint, Span, SpanKind, TelemetryBatch, TimeRange
 from coremetry.store.sqlite import open_sqlite_store
 
@@ -279,3 +284,64 @@ async def test_series_of_one_signal_of_one_service_do_not_corroborate_each_other
     [problem] = two_signals.problems
     assert problem.services == ["cache"]
     assert {a.signal for a in problem.anomalies} == {"saturation", "latency"}
+
+
+def _anomaly(service: str, signal: Signal, name: str, unit: str, observed: float) -> Anomaly:
+    return Anomaly(
+        series_id=f"metric/{name}{{service.name={service}}}",
+        name=name,
+        direction="up" if signal != "traffic" else "down",
+        start_unix_nano=T0,
+        detected_unix_nano=T0 + MINUTE,
+        end_unix_nano=T0 + 2 * MINUTE,
+        baseline=1.0 if signal == "traffic" else 0.01,
+        observed=observed,
+        score=12.0,
+        points=2,
+        service_name=service,
+        unit=unit,
+        signal=signal,
+    )
+
+
+def _problem(anomalies: list[Anomaly], blame: TraceBlame | None) -> Problem:
+    services = sorted({a.service_name for a in anomalies})
+    return Problem(
+        problem_id="prb_test",
+        status="resolved",
+        start_unix_nano=T0,
+        end_unix_nano=T0 + 2 * MINUTE,
+        detected_unix_nano=T0 + MINUTE,
+        services=services,
+        ranking=[],
+        anomalies=anomalies,
+        title="test",
+        trace_blame=blame,
+    )
+
+
+def test_traces_corroborate_symptoms_not_a_traffic_change_alone() -> None:
+    # The window's traces, against their reference, blame "seat": that corroborates a problem
+    # with a symptom (a latency), but a problem of traffic changes alone is a consequence and
+    # is not raised on the traces of whatever incident overlaps it.
+    blame = TraceBlame(
+        service_name="seat",
+        excess_ns=1.6e9,
+        gap_ns=2.0e9,
+        slow_traces=10,
+        typical_traces=40,
+        reference=True,
+        score=0.6,
+    )
+    traffic = _anomaly("admin", "traffic", "k8s.pod.network.io.rate", "By/s", 0.4)
+    latency = _anomaly("admin", "latency", "http.client.request.duration", "s", 14.0)
+    assert not _corroborated(_problem([traffic], blame), 2, 0.5)
+    assert _corroborated(_problem([traffic, latency], blame), 2, 0.5)
+    # Without traces, one symptom is still not enough; a utilisation at its limit is.
+    assert not _corroborated(_problem([traffic, latency], None), 2, 0.5)
+    saturated = _anomaly("food", "saturation", "k8s.pod.cpu_limit_utilization", "1", 0.99)
+    assert _corroborated(_problem([saturated], None), 2, 0.5)
+    # A blame without a reference (slow against typical traces of the window) corroborates
+    # nothing.
+    unreferenced = msgspec.structs.replace(blame, reference=False)
+    assert not _corroborated(_problem([traffic, latency], unreferenced), 2, 0.5)

@@ -24,7 +24,13 @@ background task (:mod:`coremetry.detection.service`). It reads through
 5. drops problems nobody should be paged for: fewer than ``min_corroboration`` independent
    symptoms among their anomalies — distinct ``(service, signal, side)`` triples, traffic
    changes left out — and no origin named by their traces (one series crossing its threshold among
-   the hundreds tested is chance, not an incident). Series of one signal of one service are
+   the hundreds tested is chance, not an incident). Traces corroborate a problem's symptoms
+   only: a problem of traffic changes alone is not raised on its traces. A traffic change is
+   usually a consequence (as in the grouping), and the slowdown its window's traces show
+   belongs to the incident whose symptoms began there; raised on them, the traffic problem
+   came first and named what the early part of the slowdown's traces blamed (on a whole
+   fault day, a bystander's traffic drop opened a minute before the CPU contention it
+   followed from and named another service). Series of one signal of one service are
    not independent: a pod's CPU usage and its CPU limit utilisation are one figure divided by
    a constant, the quantiles of one histogram move together, memory usage and memory limit
    utilisation likewise; and a traffic change is usually a consequence, not a symptom (as in
@@ -165,9 +171,9 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
         min_corroboration: a problem is reported only when its anomalies cover at least this
             many independent symptoms — distinct ``(service, signal, side)`` triples, traffic
             changes not counted (module docstring, step 5) — or its traces, compared with their
-            reference, name an origin; 1: every group of anomalies is a problem. One series
-            crossing its threshold among the hundreds a run tests is what most false
-            problems were.
+            reference, name an origin and it has a symptom (not only traffic changes); 1:
+            every group of anomalies is a problem. One series crossing its threshold among
+            the hundreds a run tests is what most false problems were.
     """
 
     step_ns: int = DEFAULT_STEP_NS
@@ -389,12 +395,17 @@ def _corroborated(problem: Problem, needed: int, saturation_level: float) -> boo
     """Whether a problem is corroborated (:attr:`DetectionOptions.min_corroboration`).
 
     Enough independent symptoms among its anomalies — distinct ``(service, signal, side)``
-    triples, traffic changes left out — or its traces, compared with their reference, name an origin
-    (a second, independent signal), or a utilisation (unit ``1``) reached
-    ``saturation_level`` of its limit (a physical limit, not a chance crossing).
+    triples, traffic changes left out — or its traces, compared with their reference, name an
+    origin while it has at least one symptom (a second, independent signal; traffic changes
+    alone are consequences, not symptoms the traces could corroborate), or a utilisation
+    (unit ``1``) reached ``saturation_level`` of its limit (a physical limit, not a chance
+    crossing).
     """
-    if problem.trace_blame is not None and problem.trace_blame.reference:
-        return True
+    symptoms = {
+        (a.service_name, a.signal, a.side) for a in problem.anomalies if a.signal != "traffic"
+    }
+    if problem.trace_blame is not None and problem.trace_blame.reference and symptoms:
+        return True  # traces corroborate a symptom, not a traffic change alone
     if any(
         a.signal == "saturation"
         and a.unit == "1"
@@ -403,9 +414,6 @@ def _corroborated(problem: Problem, needed: int, saturation_level: float) -> boo
         for a in problem.anomalies
     ):
         return True  # a utilisation at its limit is not a chance crossing
-    symptoms = {
-        (a.service_name, a.signal, a.side) for a in problem.anomalies if a.signal != "traffic"
-    }
     return len(symptoms) >= needed
 
 
