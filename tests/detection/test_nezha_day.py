@@ -91,8 +91,8 @@ def test_the_injected_service_is_named_first_for_most_faults(judged: Judged) -> 
     step = judged.run.step_ns
     firsts = [first_opened(judged.run.problems, f, step) for f in judged.faults]
     assert len(firsts) == 17
-    # measured 16 opened, 15 first, 15 in the top 3: see bench/README.md (2026-12-01, night)
-    assert sum(1 for p in firsts if p is not None) >= 15
+    # measured 17 opened, 17 first, 17 in the top 3: see bench/README.md (2026-12-02)
+    assert sum(1 for p in firsts if p is not None) >= 16
     at1 = sum(
         1
         for p, f in zip(firsts, judged.faults, strict=True)
@@ -103,8 +103,8 @@ def test_the_injected_service_is_named_first_for_most_faults(judged: Judged) -> 
         for p, f in zip(firsts, judged.faults, strict=True)
         if p is not None and f.service_name in p.services[:3]
     )
-    assert at1 >= 14
-    assert at3 >= 14
+    assert at1 >= 15
+    assert at3 >= 16
 
 
 def test_few_false_problems_in_fault_free_time(judged: Judged) -> None:

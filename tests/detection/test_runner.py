@@ -27,10 +27,18 @@ from coremetry.detection.problem_store import (
 from coremetry.detection.runner import (
     DetectionOptions,
     _corroborated,
+    _slow_concentration,
     detect_in_store,
     run_detection,
 )
-from coremetry.store import MetricPoint, Span, SpanKind, TelemetryBatch, TimeRange
+from coremetry.store import (
+    MetricPoint,
+    Span,
+    SpanKind,
+    TelemetryBatch,
+    TimeRange,
+    TraceSummary,
+)
 from coremetry.store.sqlite import open_sqlite_store
 
 MINUTE = 60 * 1_000_000_000
@@ -345,3 +353,72 @@ def test_traces_corroborate_symptoms_not_a_traffic_change_alone() -> None:
     # nothing.
     unreferenced = msgspec.structs.replace(blame, reference=False)
     assert not _corroborated(_problem([traffic, latency], unreferenced), 2, 0.5)
+
+
+async def test_a_slowdown_seen_only_in_traces_opens_one_problem(data_dir: Path) -> None:
+    # No series judged at all: the fault shows only in the traces, slow through checkout far
+    # beyond their reference share. One problem for the whole slowdown (consecutive steps),
+    # raised within its first steps, naming checkout from the traces' comparison.
+    only_traces = DetectionOptions(spans=False, metrics=False, logs=False, samples=0)
+    async with open_sqlite_store(data_dir / "telemetry.db") as store:
+        run = await detect_in_store(store, JUDGED, only_traces)
+        off = await detect_in_store(
+            store, JUDGED, msgspec.structs.replace(only_traces, trace_alpha=None)
+        )
+        with pytest.raises(ValueError, match="trace_alpha"):
+            await detect_in_store(
+                store, JUDGED, msgspec.structs.replace(only_traces, trace_alpha=1.5)
+            )
+    assert off.problems == []
+    [problem] = run.problems
+    assert problem.services[0] == "checkout"
+    assert problem.ranking[0].role == "trace_origin"
+    fault_start = T0 + FAULT.start * MINUTE
+    assert fault_start <= problem.detected_unix_nano <= fault_start + 2 * MINUTE
+    [anomaly] = problem.anomalies
+    assert anomaly.name == "trace.slow.share"
+    assert anomaly.unit == "1"
+    # The first step (on the half-minute grid) holds the fault's first half minute: half of
+    # its traces, all slow.
+    assert anomaly.observed == 0.5
+    assert anomaly.baseline < 0.1  # against a reference with (almost) none slow
+    assert anomaly.end_unix_nano >= T0 + (FAULT.stop - 2) * MINUTE
+
+
+def _summary(index: int, services: list[str], duration_ms: float) -> TraceSummary:
+    return TraceSummary(
+        trace_id=f"{index + 1:032x}",
+        root_service_name="frontend",
+        root_name="GET /",
+        root_missing=False,
+        start_time_unix_nano=T0 + index * MS,
+        duration_ns=int(duration_ms * MS),
+        span_count=len(services),
+        error_count=0,
+        services=services,
+    )
+
+
+def test_slow_traces_concentrated_on_one_service_beyond_chance() -> None:
+    # Reference: 200 requests, a fifth of them through "auth", durations 90-110 ms.
+    def services(i: int) -> list[str]:
+        return ["frontend", "auth"] if i % 5 == 0 else ["frontend", "cart"]
+
+    period = [_summary(i, services(i), 90 + i % 21) for i in range(200)]
+    # The window: 40 requests; the 8 through auth take 400 ms, the others are as usual.
+    window = [
+        _summary(1000 + i, services(i), 400 if i % 5 == 0 else 90 + i % 21) for i in range(40)
+    ]
+    found = _slow_concentration(window, period, T0, MINUTE, 0.01)
+    assert found is not None
+    assert found.service_name == "auth"
+    assert found.observed == 1.0
+    assert found.start_unix_nano == T0
+    assert found.detected_unix_nano == T0 + MINUTE
+    assert found.score > 2.3  # the corrected tail is below 0.01
+    # The same slow requests spread over both services at the usual rate: chance, nothing.
+    spread = [_summary(1000 + i, services(i), 400 if i == 1 else 90 + i % 21) for i in range(40)]
+    assert _slow_concentration(spread, period, T0, MINUTE, 0.01) is None
+    # Two slow traces through auth are not enough against a strict alpha.
+    few = [_summary(1000 + i, services(i), 400 if i in (0, 5) else 90 + i % 21) for i in range(40)]
+    assert _slow_concentration(few, period, T0, MINUTE, 1e-6) is None

@@ -40,7 +40,27 @@ background task (:mod:`coremetry.detection.service`). It reads through
    are two measurements: both rising is the mark of a caller waiting on a slow callee.
    A utilisation that reaches ``saturation_level`` of its limit needs no second symptom: a
    physical limit reached is not a chance crossing;
-6. adds a few sample trace ids and log lines of each problem's most likely origin.
+6. opens a problem from traces alone (:func:`_trace_only_problems`) in a step of the range
+   that no problem covers, when the step's slow traces — told from the summaries of all of
+   them against the ``history_ns`` before it, as in step 4 — pass through one service more
+   often than its reference rate allows by chance: the binomial tail of the slow traces
+   through the service among the step's traces through it, at its share of slow traces in
+   the reference period (Laplace's rule, ``(slow + 1) / (traces + 2)``), times the number
+   of services tested (Bonferroni), at most ``trace_alpha``. This is the first phase of
+   spectrum-based trace analysis (MicroRank, Yu et al., WWW 2021; TraceRCA, Li et al.,
+   IWQoS 2021: anomalous traces told from normal ones, then the services the anomalous
+   ones concentrate on), used as a detector: a network delay on a service whose own
+   series are as noisy before the fault as during it shows in no series, only in the
+   traces through it. The problem is ranked by its traces' comparison with their
+   reference (step 4; none named: no problem) and its one anomaly is the share of slow
+   traces through that service (unit ``1``, baseline the reference share, score the
+   normal quantile of the corrected tail). Consecutive significant steps, each within
+   ``quiet_gap_ns`` of the last, are one slowdown; a slowdown that began while a problem was
+   beginning (from ``quiet_gap_ns`` before its first onset to the end of its onset, as the
+   grouping bounds it) is that problem's (traces often show a fault a step before the
+   series do), and opens none when the problem's onset is over and its traces are still
+   slow;
+7. adds a few sample trace ids and log lines of each problem's most likely origin.
 
 Buckets are aligned on the epoch (:func:`aligned_range`): the judged range is moved down onto
 a fixed grid — whole multiples of the step since 1970-01-01T00:00:00Z, plus half a step — so
@@ -72,6 +92,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import statistics
 from collections.abc import MutableMapping, Sequence
 from datetime import UTC, datetime
 from typing import Final
@@ -103,6 +124,7 @@ from .problems import (
 from .sources import log_series, metric_series, red_series, warn_records
 from .spectrum import (
     TraceProfile,
+    binomial_tail,
     compare_to_reference,
     kind_error_rates,
     profile_trace,
@@ -174,6 +196,11 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
             reference, name an origin and it has a symptom (not only traffic changes); 1:
             every group of anomalies is a problem. One series crossing its threshold among
             the hundreds a run tests is what most false problems were.
+        trace_alpha: a step no problem covers opens a problem from its traces alone when
+            the slow traces through one service are more than chance at its reference rate
+            allows: the binomial tail times the number of services tested (Bonferroni) at
+            most this (module docstring, step 6; default 0.01); ``None``: only series open
+            problems.
     """
 
     step_ns: int = DEFAULT_STEP_NS
@@ -187,6 +214,7 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
     trace_samples: int = 10
     trace_problems: int | None = None
     min_corroboration: int = 2
+    trace_alpha: float | None = 0.01
 
 
 class DetectionRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -322,12 +350,14 @@ async def detect_in_store(
 
     Raises:
         ValueError: an empty or inverted range, a non-positive step, a bad detector or
-            grouping config (the field named).
+            grouping config or ``trace_alpha`` (the field named).
         StoreError: as the store's queries.
     """
     opts = options if options is not None else DetectionOptions()
     opts.detector.validate()
     opts.grouping.validate()
+    if opts.trace_alpha is not None and not 0 < opts.trace_alpha < 1:
+        raise ValueError("DetectionOptions.trace_alpha must be in (0, 1) or None")
     step = _step_for(time_range, opts.step_ns)
     time_range = aligned_range(time_range, step)
     series: list[Series] = []
@@ -369,6 +399,10 @@ async def detect_in_store(
             step,
             opts,
             trace_cache if trace_cache is not None else {},
+        )
+    if opts.trace_alpha is not None and opts.trace_samples > 0:
+        problems = await _trace_only_problems(
+            store, problems, time_range, edges, series, step, opts
         )
     if opts.min_corroboration > 1:
         problems = [
@@ -495,6 +529,196 @@ async def _with_traces(
                 problem, blame, edges, series, opts.grouping, index=series_index
             )
     return ranked
+
+
+_MIN_TRACE_P: Final = 1e-15  # smallest tail turned into a score (float precision)
+
+
+async def _trace_only_problems(
+    store: TelemetryStore,
+    problems: list[Problem],
+    time_range: TimeRange,
+    edges: list[tuple[str, str]],
+    series: list[Series],
+    step: int,
+    opts: DetectionOptions,
+) -> list[Problem]:
+    """``problems`` plus those opened from traces alone (module docstring, step 6)."""
+    alpha = opts.trace_alpha
+    if alpha is None:
+        return problems
+    history = opts.grouping.history_ns
+    catalogue = await _catalogue_of(
+        store,
+        TimeRange(
+            start_unix_nano=time_range.start_unix_nano - history,
+            end_unix_nano=time_range.end_unix_nano,
+        ),
+    )
+    if not catalogue:
+        return problems
+    starts = [t.start_time_unix_nano for t in catalogue]
+    # A problem's onset lasts as the grouping has it (a symptom within quiet_gap_ns of its
+    # latest onset and max_onset_spread_ns of its first would join it; one up to quiet_gap_ns
+    # before it would have been joined by it); its anomalies' long tails do not count (a new
+    # fault after them is a new incident).
+    gap, spread = opts.grouping.quiet_gap_ns, opts.grouping.max_onset_spread_ns
+    covered = [
+        (first - gap, min(latest + gap, first + spread) + step)
+        for first, latest in (p.onsets for p in problems)
+    ]
+    found = await trio.to_thread.run_sync(
+        _slow_steps,
+        catalogue,
+        time_range,
+        step,
+        history,
+        alpha,
+        gap,
+        abandon_on_cancel=True,
+    )
+    # A slowdown whose first step falls in a problem's onset is that problem's: it opens no
+    # second one when the problem's onset is over and the traces are still slow.
+    found = [run for run in found if not any(a < run[0] + step and run[0] < b for a, b in covered)]
+    if not found:
+        return problems
+    profiles: dict[str, TraceProfile | None] = {}
+    added: list[Problem] = []
+    for first, last, anomaly in found:
+        # As for the series' problems: the traces of at most _TRACE_SPAN_NS from its start.
+        window = TimeRange(
+            start_unix_nano=first, end_unix_nano=min(last + step, first + _TRACE_SPAN_NS)
+        )
+        pool = catalogue[
+            bisect.bisect_left(starts, first) : bisect.bisect_left(starts, window.end_unix_nano)
+        ]
+        _, blame = await _reference_blame(
+            store, pool, catalogue, window, history, opts.trace_samples, profiles
+        )
+        if blame is None:
+            continue
+        anomaly = msgspec.structs.replace(
+            anomaly,
+            end_unix_nano=last,
+            ongoing=last + step >= time_range.end_unix_nano,
+        )
+        [problem] = group_problems(
+            [anomaly], edges, opts.grouping, series, end_unix_nano=time_range.end_unix_nano
+        )
+        added.append(with_trace_blame(problem, blame, edges, series, opts.grouping))
+    return sorted([*problems, *added], key=lambda p: (p.start_unix_nano, p.problem_id))
+
+
+def _slow_steps(
+    catalogue: Sequence[TraceSummary],
+    time_range: TimeRange,
+    step: int,
+    history: int,
+    alpha: float,
+    gap: int,
+) -> list[tuple[int, int, Anomaly]]:
+    """The range's slowdowns seen in traces: ``(first step, last step, first anomaly)``.
+
+    Each step of ``time_range`` holding enough traces is judged by
+    :func:`_slow_concentration` against the ``history`` before it; significant steps each
+    within ``gap`` of the last are one slowdown (CPU only: run in a worker thread).
+    """
+    starts = [t.start_time_unix_nano for t in catalogue]
+    found: list[tuple[int, int, Anomaly]] = []
+    bucket = grid_floor(max(time_range.start_unix_nano, starts[0]), step)
+    while bucket < time_range.end_unix_nano:
+        low = bisect.bisect_left(starts, bucket)
+        high = bisect.bisect_left(starts, bucket + step)
+        if high - low >= _MIN_GROUP_TRACES:
+            period = catalogue[bisect.bisect_left(starts, bucket - history) : low]
+            anomaly = _slow_concentration(catalogue[low:high], period, bucket, step, alpha)
+            if anomaly is not None:
+                if found and bucket - found[-1][1] <= gap:
+                    first, _, kept = found[-1]
+                    found[-1] = (first, bucket, kept)
+                else:
+                    found.append((bucket, bucket, anomaly))
+        bucket += step
+    return found
+
+
+def _slow_concentration(
+    window: Sequence[TraceSummary],
+    period: Sequence[TraceSummary],
+    start: int,
+    step: int,
+    alpha: float,
+) -> Anomaly | None:
+    """The service the window's slow traces pass through beyond chance, as an anomaly.
+
+    Slow traces are told by :func:`~coremetry.detection.spectrum.slow_by_summary`, the
+    window's against ``period`` and ``period``'s own against itself (its usual share of
+    slow traces). For each service the window's traces visit: the binomial tail of its
+    slow traces at its reference share (Laplace's rule); the smallest tail times the number
+    of services tested must be at most ``alpha``. ``None``: no such service.
+    """
+    if not period:
+        return None
+    window_kinds = [(_kind(t), t.duration_ns) for t in window]
+    period_kinds = [(_kind(t), t.duration_ns) for t in period]
+    slow = set(slow_by_summary(window_kinds, period_kinds))
+    if not slow:
+        return None
+    usual = set(slow_by_summary(period_kinds, period_kinds))
+    visits: dict[str, list[int]] = {}  # service -> [traces, slow, reference, reference slow]
+    for index, summary in enumerate(window):
+        for service in set(summary.services):
+            counts = visits.setdefault(service, [0, 0, 0, 0])
+            counts[0] += 1
+            counts[1] += index in slow
+    for index, summary in enumerate(period):
+        for service in set(summary.services):
+            if service in visits:
+                visits[service][2] += 1
+                visits[service][3] += index in usual
+    best: tuple[float, str, float, float] | None = None
+    for service, (traces, hits, reference, reference_slow) in sorted(visits.items()):
+        rate = (reference_slow + 1) / (reference + 2)
+        tail = binomial_tail(hits, traces, rate)
+        if best is None or tail < best[0]:
+            best = (tail, service, rate, hits / traces)
+    assert best is not None  # slow is not empty, so some service was visited
+    tail, service, rate, share = best
+    corrected = min(1.0, tail * len(visits))
+    if corrected > alpha:
+        return None
+    return Anomaly(
+        series_id=f"traces/{service}/slow.share",
+        name="trace.slow.share",
+        direction="up",
+        start_unix_nano=start,
+        detected_unix_nano=start + step,
+        end_unix_nano=start,
+        baseline=rate,
+        observed=share,
+        score=statistics.NormalDist().inv_cdf(1.0 - min(0.5, max(corrected, _MIN_TRACE_P))),
+        points=1,
+        service_name=service,
+        unit="1",
+        signal="latency",
+    )
+
+
+async def _catalogue_of(store: TelemetryStore, time_range: TimeRange) -> list[TraceSummary]:
+    """The trace summaries of ``time_range``, oldest first (at most :data:`_CATALOGUE`)."""
+    found: list[TraceSummary] = []
+    cursor: str | None = None
+    query = TraceQuery(time_range=time_range)
+    while len(found) < _CATALOGUE:
+        page = await store.search_traces(
+            query, limit=min(MAX_LIMIT, _CATALOGUE - len(found)), cursor=cursor
+        )
+        found.extend(page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    found.sort(key=lambda t: (t.start_time_unix_nano, t.trace_id))
+    return found
 
 
 def _spread(items: Sequence[TraceSummary], count: int) -> list[TraceSummary]:
