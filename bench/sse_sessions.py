@@ -205,9 +205,11 @@ def parse_head(head: bytes) -> tuple[int, dict[bytes, bytes]]:
 
 
 async def read_head(stream: trio.SocketStream, what: str) -> tuple[int, dict[bytes, bytes], bytes]:
-    """Read a response head off ``stream``: status, headers (as :func:`parse_head`) and the
-    bytes after the blank line. Raises ``_StreamError`` when the stream closes before it
-    (``what`` names the head in the message)."""
+    """Read a response head off ``stream``: status, headers (:func:`parse_head`), what follows.
+
+    Raises ``_StreamError`` when the stream closes before the blank line (``what`` names the
+    head in the message).
+    """
     buf = bytearray()
     while (end := buf.find(b"\r\n\r\n")) < 0:
         data = await stream.receive_some(RECV_SIZE)
