@@ -1144,6 +1144,24 @@ async def run_phases(ctx: Context, opts: Options, results: Results) -> None:
     results.after = await probe()
 
 
+async def run_guarded(
+    phases: Awaitable[None], readers: trio.Nursery, problems: Problems, what: str
+) -> None:
+    """Await ``phases``, then cancel the session readers in ``readers``.
+
+    An ``_Abort`` ends the phases (its problem is already recorded); a phase over
+    ``PHASE_TIMEOUT_S`` is recorded as one (``what`` names it).
+    """
+    try:
+        await phases
+    except _Abort:
+        pass
+    except trio.TooSlowError:
+        problems.add(f"{what} took longer than {PHASE_TIMEOUT_S:.0f} s")
+    finally:
+        readers.cancel_scope.cancel()
+
+
 def _progress(text: str) -> None:
     print(f"  ... {text}", file=sys.stderr, flush=True)
 
@@ -1179,14 +1197,7 @@ async def bench(opts: Options, argv: list[str], env: dict[str, str]) -> tuple[Re
                     open_concurrency=opts.open_concurrency,
                     settle_s=opts.settle_s,
                 )
-                try:
-                    await run_phases(ctx, opts, results)
-                except _Abort:
-                    pass
-                except trio.TooSlowError:
-                    problems.add(f"a phase took longer than {PHASE_TIMEOUT_S:.0f} s")
-                finally:
-                    held_nursery.cancel_scope.cancel()
+                await run_guarded(run_phases(ctx, opts, results), held_nursery, problems, "a phase")
         finally:
             results.pool_connects = endpoints[0].pool.connects
             for endpoint in endpoints:
@@ -1467,14 +1478,12 @@ async def bench_websocket(
         try:
             endpoint = WsEndpoint(server.host, server.port, server.process.pid)
             async with trio.open_nursery() as nursery:
-                try:
-                    await run_websocket(_Ws(endpoint, nursery, problems), opts, results)
-                except _Abort:
-                    pass
-                except trio.TooSlowError:
-                    problems.add(f"a WebSocket phase took longer than {PHASE_TIMEOUT_S:.0f} s")
-                finally:
-                    nursery.cancel_scope.cancel()
+                await run_guarded(
+                    run_websocket(_Ws(endpoint, nursery, problems), opts, results),
+                    nursery,
+                    problems,
+                    "a WebSocket phase",
+                )
         finally:
             exit_status = await stop_server(server)
             log = await server_log(server)
