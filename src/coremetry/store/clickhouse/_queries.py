@@ -906,10 +906,10 @@ class Reader:
     def _with_parents(self, children: str, only: str) -> str:
         """SQL: ``FROM`` child spans ``c`` joined to parents ``p`` of another service (a call).
 
-        ``children`` (the query behind ``c``) selects at least ``TraceId``, ``ParentSpanId`` and ``ServiceName``; the
-        parents are looked up among the spans of the children's traces starting within
-        ``[{parent_start}, {parent_end})`` (:func:`_parent_window`); ``only`` is appended to
-        the ``WHERE`` (``AND ...``, or empty).
+        ``children`` (the query behind ``c``) selects at least ``TraceId``, ``ParentSpanId``
+        and ``ServiceName``; the parents are looked up among the spans of the children's
+        traces starting within ``[{parent_start}, {parent_end})`` (:func:`_parent_window`);
+        ``only`` is appended to the ``WHERE`` (``AND ...``, or empty).
         """
         return f"""FROM ({children}) AS c
             INNER JOIN (
