@@ -54,10 +54,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import ClassVar, Final, Generic, Protocol, TypeVar
 
 import msgspec
 import trio
@@ -202,6 +202,22 @@ def parse_head(head: bytes) -> tuple[int, dict[bytes, bytes]]:
         name, _, value = line.partition(b":")
         headers[name.strip().lower()] = value.strip()
     return int(parts[1]), headers
+
+
+async def read_head(stream: trio.SocketStream, what: str) -> tuple[int, dict[bytes, bytes], bytes]:
+    """Read a response head off ``stream``: status, headers (:func:`parse_head`), what follows.
+
+    Raises ``_StreamError`` when the stream closes before the blank line (``what`` names the
+    head in the message).
+    """
+    buf = bytearray()
+    while (end := buf.find(b"\r\n\r\n")) < 0:
+        data = await stream.receive_some(RECV_SIZE)
+        if not data:
+            raise _StreamError(f"stream closed before {what}")
+        buf += data
+    status, headers = parse_head(bytes(buf[:end]))
+    return status, headers, bytes(buf[end + 4 :])
 
 
 async def connect(host: str, port: int) -> trio.SocketStream:
@@ -415,8 +431,27 @@ class Pending:
         self.received_at = 0.0
 
 
-class Session:
-    """One client session: its SSE stream (read by :meth:`run`) and its requests in flight."""
+_DecoderT = TypeVar("_DecoderT")
+
+
+class _Address(Protocol):
+    """Where a server listens (both transports' endpoints have it)."""
+
+    host: str
+    port: int
+
+
+_EndpointT = TypeVar("_EndpointT", bound=_Address)
+
+
+class BaseSession(Generic[_EndpointT, _DecoderT]):
+    """What every client session shares, whatever its transport.
+
+    The requests in flight (``pending``, by JSON-RPC id), the ids, the problems, the reader task
+    (:meth:`run`: connect, :meth:`_open`, then :meth:`_receive` until closed) and the checks of
+    each reply (:meth:`_on_reply`). A transport supplies the handshake, the reading loop, how a
+    message goes on the wire (:meth:`wire`, :meth:`send`) and its ``initialize`` request.
+    """
 
     __slots__ = (
         "_next_id",
@@ -427,43 +462,70 @@ class Session:
         "pending",
         "problems",
         "scope",
-        "target",
     )
 
-    def __init__(self, index: int, endpoint: "Endpoint", problems: Problems) -> None:
+    label: ClassVar[str] = "session"
+    """How problems name the session (``"<label> <index>: ..."``)."""
+    text_prefix: ClassVar[str] = "s"
+    """Start of each echoed text (``<prefix><index>-<id>``): a reply on the wrong session shows."""
+    protocol_version: ClassVar[str] = PROTOCOL_VERSION
+    initialize_body: ClassVar[bytes] = INITIALIZE
+
+    def __init__(self, index: int, endpoint: _EndpointT, problems: Problems) -> None:
         self.index = index
         self.endpoint = endpoint
         self.problems = problems
-        self.target = b""
         self.pending: dict[int, Pending] = {}
         self.scope = trio.CancelScope()
         self.closing = False
         self.finished = trio.Event()
         self._next_id = 1
 
-    def expect(self, kind: str, tracker: Tracker | None = None) -> tuple[int, Pending, bytes]:
-        """A new request of ``kind`` ("initialize" or "echo"): its id, waiter and body."""
+    def wire(self, body: bytes) -> bytes:
+        """A JSON-RPC message as :meth:`send` writes it."""
+        return body
+
+    async def send(self, wire: bytes, what: str) -> None:
+        """Deliver one message made by :meth:`wire`; a failure is recorded and aborts the run."""
+        raise NotImplementedError
+
+    async def _open(self, stream: trio.SocketStream, host: str, port: int) -> _DecoderT:
+        raise NotImplementedError
+
+    async def _receive(self, stream: trio.SocketStream, decoder: _DecoderT) -> None:
+        """Read replies until the server ends the stream (raises when it breaks)."""
+        raise NotImplementedError
+
+    def _attach(self, stream: trio.SocketStream | None) -> None:
+        """The stream once open (``None`` once closed), for a transport that writes on it."""
+
+    def expect(self, kind: str, tracker: Tracker | None = None) -> tuple[Pending, bytes]:
+        """A new request of ``kind`` ("initialize" or "echo"): its waiter and wire bytes."""
         if kind == "initialize":
-            pending = Pending(kind, PROTOCOL_VERSION, tracker)
+            pending = Pending(kind, self.protocol_version, tracker)
             self.pending[0] = pending
-            return 0, pending, INITIALIZE
+            return pending, self.wire(self.initialize_body)
         request_id = self._next_id
         self._next_id += 1
-        text = f"s{self.index}-{request_id}"
+        text = f"{self.text_prefix}{self.index}-{request_id}"
         pending = Pending(kind, text, tracker)
         self.pending[request_id] = pending
         body = _ENCODER.encode(
             _CallRequest(id=request_id, params=_CallParams("echo", _EchoArgs(text)))
         )
-        return request_id, pending, body
+        return pending, self.wire(body)
 
     def close(self) -> None:
-        """Stop reading and close the stream (the server sees the client go)."""
+        """Stop reading and drop the stream (the server sees the client go)."""
         self.closing = True
         self.scope.cancel()
 
+    def fail(self, text: str) -> None:
+        """Record a problem of this session."""
+        self.problems.add(f"{self.label} {self.index}: {text}")
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Open the stream, report ready once the ``endpoint`` event is in, then read replies.
+        """Connect and open the stream, report ready, then read replies until closed.
 
         Raises (before ``task_status.started``): OSError, trio.BrokenResourceError or
         _StreamError when the stream cannot be opened.
@@ -474,32 +536,104 @@ class Session:
                 stream = await connect(host, port)
                 try:
                     decoder = await self._open(stream, host, port)
+                    self._attach(stream)
                     task_status.started()
-                    await self._read(stream, decoder)
+                    try:
+                        await self._receive(stream, decoder)
+                    except (OSError, trio.BrokenResourceError, _StreamError) as exc:
+                        self.fail(f"stream broke: {exc!r}")
+                    else:
+                        if not self.closing:
+                            self.fail("the server ended the stream")
                 finally:
+                    self._attach(None)
                     await trio.aclose_forcefully(stream)
         finally:
             self.finished.set()
+
+    def _on_reply(self, data: bytes, now: float) -> None:
+        """One JSON-RPC message off the stream: match it to its request and check it."""
+        try:
+            envelope = _ENVELOPE.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self.fail(f"undecodable message ({exc}): {data[:200]!r}")
+            return
+        if not isinstance(envelope.method, UnsetType):
+            self.problems.notices += 1  # a server notification or request: not a reply
+            return
+        pending = self.pending.pop(envelope.id, None) if isinstance(envelope.id, int) else None
+        if pending is None:
+            self.fail(f"reply for no request: {data[:200]!r}")
+            return
+        problem = _reply_problem(envelope, pending)
+        if problem is not None:
+            self.fail(f"{problem}: {data[:200]!r}")
+        pending.received_at = now
+        pending.done.set()
+        if pending.tracker is not None:
+            pending.tracker.hit(now)
+
+    async def reply(self, pending: Pending, what: str) -> None:
+        """Wait for the reply to ``pending``; none within the timeout is recorded and aborts."""
+        with trio.move_on_after(REPLY_TIMEOUT_S):
+            await pending.done.wait()
+            return
+        self.fail(f"no reply to {what} within {REPLY_TIMEOUT_S} s")
+        raise _Abort
+
+    async def initialize(self) -> None:
+        """``initialize`` (its reply read) and ``notifications/initialized``."""
+        pending, wire = self.expect("initialize")
+        await self.send(wire, "initialize")
+        await self.reply(pending, "initialize")
+        await self.send(self.wire(INITIALIZED), "notifications/initialized")
+
+    async def timed_call(self) -> float:
+        """One echo call; milliseconds from the send to its reply read off the stream."""
+        pending, wire = self.expect("echo")
+        start = time.perf_counter()
+        await self.send(wire, "tools/call")
+        await self.reply(pending, "tools/call")
+        return (pending.received_at - start) * 1000.0
+
+
+class Session(BaseSession["Endpoint", ChunkedSse]):
+    """One HTTP+SSE session: its stream (``GET``, read by :meth:`run`); requests are POSTed."""
+
+    __slots__ = ("target",)
+
+    def __init__(self, index: int, endpoint: "Endpoint", problems: Problems) -> None:
+        super().__init__(index, endpoint, problems)
+        self.target = b""
+
+    async def send(self, wire: bytes, what: str) -> None:
+        """POST one message to the session over the pool; anything but 202 is a failure."""
+        try:
+            with trio.fail_after(REPLY_TIMEOUT_S):
+                status, answer = await self.endpoint.pool.post(self.target, wire)
+        except trio.TooSlowError:
+            self.fail(f"POST {what}: no answer")
+            raise _Abort from None
+        except (OSError, trio.BrokenResourceError, _StreamError) as exc:
+            self.fail(f"POST {what}: {exc!r}")
+            raise _Abort from None
+        if status != 202:
+            self.fail(f"POST {what}: {status} {answer[:200]!r}")
+            raise _Abort
 
     async def _open(self, stream: trio.SocketStream, host: str, port: int) -> ChunkedSse:
         await stream.send_all(
             b"GET %s HTTP/1.1\r\nHost: %s:%d\r\nAccept: text/event-stream\r\n\r\n"
             % (SSE_PATH, host.encode(), port)
         )
-        buf = bytearray()
-        while (end := buf.find(b"\r\n\r\n")) < 0:
-            data = await stream.receive_some(RECV_SIZE)
-            if not data:
-                raise _StreamError("stream closed before the response head")
-            buf += data
-        status, headers = parse_head(bytes(buf[:end]))
+        status, headers, rest = await read_head(stream, "the response head")
         content_type = headers.get(b"content-type", b"")
         if status != 200 or not content_type.startswith(b"text/event-stream"):
             raise _StreamError(f"GET {SSE_PATH.decode()}: {status} {content_type.decode()}")
         if headers.get(b"transfer-encoding", b"").lower() != b"chunked":
             raise _StreamError("the event stream is not chunked")
         decoder = ChunkedSse()
-        events = decoder.feed(bytes(buf[end + 4 :]))
+        events = decoder.feed(rest)
         while not events:
             if decoder.finished:
                 raise _StreamError("stream ended before the endpoint event")
@@ -516,46 +650,22 @@ class Session:
             self._on_event(event, data, now)
         return decoder
 
-    async def _read(self, stream: trio.SocketStream, decoder: ChunkedSse) -> None:
+    async def _receive(self, stream: trio.SocketStream, decoder: ChunkedSse) -> None:
         receive = stream.receive_some
         perf_counter = time.perf_counter
-        try:
-            while not decoder.finished:
-                data = await receive(RECV_SIZE)
-                if not data:
-                    break
-                now = perf_counter()
-                for event, payload in decoder.feed(data):
-                    self._on_event(event, payload, now)
-        except (OSError, trio.BrokenResourceError, _StreamError) as exc:
-            self.problems.add(f"session {self.index}: stream broke: {exc!r}")
-            return
-        if not self.closing:
-            self.problems.add(f"session {self.index}: the server ended the stream")
+        while not decoder.finished:
+            data = await receive(RECV_SIZE)
+            if not data:
+                break
+            now = perf_counter()
+            for event, payload in decoder.feed(data):
+                self._on_event(event, payload, now)
 
     def _on_event(self, event: bytes, data: bytes, now: float) -> None:
         if event != b"message":
-            self.problems.add(f"session {self.index}: unexpected event {event!r}")
+            self.fail(f"unexpected event {event!r}")
             return
-        try:
-            envelope = _ENVELOPE.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            self.problems.add(f"session {self.index}: undecodable message ({exc}): {data[:200]!r}")
-            return
-        if not isinstance(envelope.method, UnsetType):
-            self.problems.notices += 1  # a server notification or request: not a reply
-            return
-        pending = self.pending.pop(envelope.id, None) if isinstance(envelope.id, int) else None
-        if pending is None:
-            self.problems.add(f"session {self.index}: reply for no request: {data[:200]!r}")
-            return
-        problem = _reply_problem(envelope, pending)
-        if problem is not None:
-            self.problems.add(f"session {self.index}: {problem}: {data[:200]!r}")
-        pending.received_at = now
-        pending.done.set()
-        if pending.tracker is not None:
-            pending.tracker.hit(now)
+        self._on_reply(data, now)
 
 
 def _reply_problem(envelope: _Envelope, pending: Pending) -> str | None:
@@ -610,34 +720,69 @@ class Context:
     next_index: int = 0
     held: list[Session] = field(default_factory=list)
 
-    def check(self) -> None:
-        """Abort the run when something went wrong."""
-        if self.problems.count:
-            raise _Abort
+
+class _AnySession(Protocol):
+    """What the shared phases use of a session (:class:`BaseSession`, either transport)."""
+
+    finished: trio.Event
+
+    def close(self) -> None:
+        """See :meth:`BaseSession.close`."""
+
+    def fail(self, text: str) -> None:
+        """See :meth:`BaseSession.fail`."""
+
+    def expect(self, kind: str, tracker: Tracker | None = None) -> tuple[Pending, bytes]:
+        """See :meth:`BaseSession.expect`."""
+
+    async def initialize(self) -> None:
+        """See :meth:`BaseSession.initialize`."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """See :meth:`BaseSession.run`."""
 
 
-async def _post(ctx: Context, session: Session, body: bytes, what: str) -> None:
-    """POST one message to the session; anything but 202 is a failure."""
-    try:
-        with trio.fail_after(REPLY_TIMEOUT_S):
-            status, answer = await session.endpoint.pool.post(session.target, body)
-    except trio.TooSlowError:
-        ctx.problems.add(f"session {session.index}: POST {what}: no answer")
-        raise _Abort from None
-    except (OSError, trio.BrokenResourceError, _StreamError) as exc:
-        ctx.problems.add(f"session {session.index}: POST {what}: {exc!r}")
-        raise _Abort from None
-    if status != 202:
-        ctx.problems.add(f"session {session.index}: POST {what}: {status} {answer[:200]!r}")
+_SessionT = TypeVar("_SessionT", bound=_AnySession)
+
+
+async def open_many(
+    make: Callable[[], _SessionT],
+    count: int,
+    concurrency: int,
+    nursery: trio.Nursery,
+    problems: Problems,
+) -> list[_SessionT]:
+    """Open and initialize ``count`` sessions made by ``make``, at most ``concurrency`` at a time.
+
+    Each session's reader runs in ``nursery`` (it outlives this call). Raises ``_Abort`` when
+    any problem was recorded; ``trio.TooSlowError`` after ``PHASE_TIMEOUT_S``.
+    """
+    limiter = trio.CapacityLimiter(concurrency)
+    opened: list[_SessionT] = []
+
+    async def open_one(session: _SessionT) -> None:
+        async with limiter:
+            if problems.count:
+                return
+            try:
+                await nursery.start(session.run)
+                await session.initialize()
+            except _Abort:
+                session.close()
+                return
+            except (OSError, trio.BrokenResourceError, _StreamError) as exc:
+                session.fail(f"could not open: {exc!r}")
+                session.close()
+                return
+            opened.append(session)
+
+    with trio.fail_after(PHASE_TIMEOUT_S):
+        async with trio.open_nursery() as opening:
+            for _ in range(count):
+                opening.start_soon(open_one, make())
+    if problems.count:
         raise _Abort
-
-
-async def _reply(ctx: Context, session: Session, pending: Pending, what: str) -> None:
-    with trio.move_on_after(REPLY_TIMEOUT_S):
-        await pending.done.wait()
-        return
-    ctx.problems.add(f"session {session.index}: no reply to {what} within {REPLY_TIMEOUT_S} s")
-    raise _Abort
+    return opened
 
 
 async def open_sessions(
@@ -646,38 +791,15 @@ async def open_sessions(
     """Open and initialize ``count`` sessions on ``endpoint`` (default: the server under test),
     at most ``open_concurrency`` at a time."""
     target = ctx.main if endpoint is None else endpoint
-    limiter = trio.CapacityLimiter(ctx.open_concurrency)
-    opened: list[Session] = []
 
-    async def open_one(session: Session) -> None:
-        async with limiter:
-            if ctx.problems.count:
-                return
-            try:
-                await ctx.held_nursery.start(session.run)
-                _, pending, body = session.expect("initialize")
-                await _post(ctx, session, body, "initialize")
-                await _reply(ctx, session, pending, "initialize")
-                await _post(ctx, session, INITIALIZED, "notifications/initialized")
-            except _Abort:
-                session.close()
-                return
-            except (OSError, trio.BrokenResourceError, _StreamError) as exc:
-                ctx.problems.add(f"session {session.index}: could not open: {exc!r}")
-                session.close()
-                return
-            opened.append(session)
+    def make() -> Session:
+        ctx.next_index += 1
+        return Session(ctx.next_index - 1, target, ctx.problems)
 
-    with trio.fail_after(PHASE_TIMEOUT_S):
-        async with trio.open_nursery() as nursery:
-            for _ in range(count):
-                nursery.start_soon(open_one, Session(ctx.next_index, target, ctx.problems))
-                ctx.next_index += 1
-    ctx.check()
-    return opened
+    return await open_many(make, count, ctx.open_concurrency, ctx.held_nursery, ctx.problems)
 
 
-async def close_sessions(sessions: "Sequence[Session | WsSession]") -> None:
+async def close_sessions(sessions: Sequence[_AnySession]) -> None:
     """Close the sessions' streams (or sockets) and wait until their readers are done."""
     for session in sessions:
         session.close()
@@ -696,15 +818,6 @@ class Latency:
     samples_ms: list[float] = field(repr=False)
 
 
-async def _timed_call(ctx: Context, session: Session) -> float:
-    """One echo call; milliseconds from the POST to its reply read off the stream."""
-    _, pending, body = session.expect("echo")
-    start = time.perf_counter()
-    await _post(ctx, session, body, "tools/call")
-    await _reply(ctx, session, pending, "tools/call")
-    return (pending.received_at - start) * 1000.0
-
-
 async def probe_latency(
     ctx: Context, calls: int, warmup: int, block: int
 ) -> tuple[Latency, Latency]:
@@ -720,14 +833,14 @@ async def probe_latency(
     try:
         for session in (main, ref):
             for _ in range(warmup):
-                await _timed_call(ctx, session)
+                await session.timed_call()
         done = 0
         while done < calls:
             size = min(block, calls - done)
             order = (main, ref) if (done // block) % 2 == 0 else (ref, main)
             for session in order:
                 for _ in range(size):
-                    samples[session].append(await _timed_call(ctx, session))
+                    samples[session].append(await session.timed_call())
             done += size
     finally:
         await close_sessions([main, ref])
@@ -814,6 +927,12 @@ async def stop_server(server: RunningServer) -> int | None:
     return process.returncode
 
 
+async def server_log(server: RunningServer) -> list[str]:
+    """What the server wrote to stdout and stderr, but the ``listening on`` line."""
+    text = await trio.Path(server.log_path).read_text(errors="replace")
+    return [line for line in text.splitlines() if not _LISTENING.search(line)]
+
+
 # -- phases ----------------------------------------------------------------------------------
 
 
@@ -894,32 +1013,31 @@ class Options:
     websocket_sessions: int = DEFAULT_BURST_SESSIONS
 
 
-async def burst(ctx: Context, sessions: list[Session]) -> BurstRun:
-    """POST one echo call on every session over the pool; time until the last reply is read."""
+async def measure_burst(
+    sessions: Sequence[_SessionT],
+    pid: int,
+    problems: Problems,
+    send_all: Callable[[list[tuple[_SessionT, bytes]]], Awaitable[None]],
+) -> BurstRun:
+    """One echo call on every session (written by ``send_all``); time until the last reply.
+
+    The calls are encoded before the clock starts; ``pid`` is the server whose CPU time is
+    read. Raises ``_Abort`` when a send failed or a reply did not come within
+    ``REPLY_TIMEOUT_S``.
+    """
     tracker = Tracker(len(sessions))
-    calls = [(session, session.expect("echo", tracker)[2]) for session in sessions]
-    work: Iterator[tuple[Session, bytes]] = iter(calls)
-
-    async def worker() -> None:
-        for session, body in work:  # shared: each call is taken by exactly one worker
-            try:
-                await _post(ctx, session, body, "tools/call")
-            except _Abort:
-                return
-
-    pid = ctx.main.pid
+    calls = [(session, session.expect("echo", tracker)[1]) for session in sessions]
     await trio.lowlevel.checkpoint()
     server_cpu0, client_cpu0 = cpu_seconds(pid), self_cpu_seconds()
     start = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        for _ in range(ctx.main.pool_size):
-            nursery.start_soon(worker)
-    posts_done = time.perf_counter()
-    ctx.check()
+    await send_all(calls)
+    sent = time.perf_counter()
+    if problems.count:
+        raise _Abort
     with trio.move_on_after(REPLY_TIMEOUT_S):
         await tracker.all_done.wait()
     if tracker.remaining:
-        ctx.problems.add(f"burst: {tracker.remaining} of {len(sessions)} replies never came")
+        problems.add(f"burst: {tracker.remaining} of {len(sessions)} replies never came")
         raise _Abort
     window = time.perf_counter() - start
     server_cpu = cpu_seconds(pid) - server_cpu0
@@ -929,17 +1047,49 @@ async def burst(ctx: Context, sessions: list[Session]) -> BurstRun:
         sessions=len(sessions),
         seconds=seconds,
         answered_per_s=len(sessions) / seconds,
-        posts_s=posts_done - start,
+        posts_s=sent - start,
         server_cpu_pct=100.0 * server_cpu / window,
         server_cpu_us_per_call=1e6 * server_cpu / len(sessions),
         client_cpu_pct=100.0 * client_cpu / window,
     )
 
 
-async def settle_rss(ctx: Context) -> int:
-    """The server's RSS once it had ``settle_s`` to finish whatever the last step started."""
-    await trio.sleep(ctx.settle_s)
-    return rss_kib(ctx.main.pid)
+async def repeat_bursts(
+    repeat: int, what: str, sessions: int, one: Callable[[], Awaitable[BurstRun]]
+) -> list[BurstRun]:
+    """``repeat`` bursts made by ``one``, half a second apart (``what`` names them in progress)."""
+    runs: list[BurstRun] = []
+    for i in range(repeat):
+        _progress(f"{what} {i + 1}/{repeat} on {sessions} sessions")
+        runs.append(await one())
+        await trio.sleep(0.5)
+    return runs
+
+
+async def burst(ctx: Context, sessions: list[Session]) -> BurstRun:
+    """POST one echo call on every session over the pool; time until the last reply is read."""
+
+    async def post_all(calls: list[tuple[Session, bytes]]) -> None:
+        work: Iterator[tuple[Session, bytes]] = iter(calls)
+
+        async def worker() -> None:
+            for session, body in work:  # shared: each call is taken by exactly one worker
+                try:
+                    await session.send(body, "tools/call")
+                except _Abort:
+                    return
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(ctx.main.pool_size):
+                nursery.start_soon(worker)
+
+    return await measure_burst(sessions, ctx.main.pid, ctx.problems, post_all)
+
+
+async def settle_rss(pid: int, settle_s: float) -> int:
+    """A server's RSS once it had ``settle_s`` to finish whatever the last step started."""
+    await trio.sleep(settle_s)
+    return rss_kib(pid)
 
 
 async def run_phases(ctx: Context, opts: Options, results: Results) -> None:
@@ -960,13 +1110,13 @@ async def run_phases(ctx: Context, opts: Options, results: Results) -> None:
     await probe_latency(ctx, 100, 0, 50)  # first-use allocations, imports, caches
     say("latency with no session held")
     results.before = await probe()
-    results.rss0_kib = await settle_rss(ctx)
+    results.rss0_kib = await settle_rss(ctx.main.pid, ctx.settle_s)
     for n in opts.sessions:
         say(f"opening sessions up to {n}")
         start = time.perf_counter()
         ctx.held += await open_sessions(ctx, n - len(ctx.held))
         open_s = time.perf_counter() - start
-        rss = await settle_rss(ctx)
+        rss = await settle_rss(ctx.main.pid, ctx.settle_s)
         say(f"latency with {n} sessions held")
         stage_probe = await probe()
         results.stages.append(Stage(n, open_s, rss, (rss - results.rss0_kib) / n, stage_probe))
@@ -980,18 +1130,36 @@ async def run_phases(ctx: Context, opts: Options, results: Results) -> None:
         elif len(ctx.held) < n:
             say(f"opening sessions up to {n}")
             ctx.held += await open_sessions(ctx, n - len(ctx.held))
-        results.burst_rss_before_kib = await settle_rss(ctx)
-        for i in range(opts.burst_repeat):
-            say(f"burst {i + 1}/{opts.burst_repeat} on {n} sessions")
-            results.bursts.append(await burst(ctx, ctx.held))
-            await trio.sleep(0.5)
-        results.burst_rss_after_kib = await settle_rss(ctx)
+        results.burst_rss_before_kib = await settle_rss(ctx.main.pid, ctx.settle_s)
+        held = ctx.held
+        results.bursts += await repeat_bursts(
+            opts.burst_repeat, "burst", n, lambda: burst(ctx, held)
+        )
+        results.burst_rss_after_kib = await settle_rss(ctx.main.pid, ctx.settle_s)
     say("closing every session")
     held, ctx.held = ctx.held, []
     await close_sessions(held)
-    results.rss_closed_kib = await settle_rss(ctx)
+    results.rss_closed_kib = await settle_rss(ctx.main.pid, ctx.settle_s)
     say("latency with no session held, again")
     results.after = await probe()
+
+
+async def run_guarded(
+    phases: Awaitable[None], readers: trio.Nursery, problems: Problems, what: str
+) -> None:
+    """Await ``phases``, then cancel the session readers in ``readers``.
+
+    An ``_Abort`` ends the phases (its problem is already recorded); a phase over
+    ``PHASE_TIMEOUT_S`` is recorded as one (``what`` names it).
+    """
+    try:
+        await phases
+    except _Abort:
+        pass
+    except trio.TooSlowError:
+        problems.add(f"{what} took longer than {PHASE_TIMEOUT_S:.0f} s")
+    finally:
+        readers.cancel_scope.cancel()
 
 
 def _progress(text: str) -> None:
@@ -1029,14 +1197,7 @@ async def bench(opts: Options, argv: list[str], env: dict[str, str]) -> tuple[Re
                     open_concurrency=opts.open_concurrency,
                     settle_s=opts.settle_s,
                 )
-                try:
-                    await run_phases(ctx, opts, results)
-                except _Abort:
-                    pass
-                except trio.TooSlowError:
-                    problems.add(f"a phase took longer than {PHASE_TIMEOUT_S:.0f} s")
-                finally:
-                    held_nursery.cancel_scope.cancel()
+                await run_guarded(run_phases(ctx, opts, results), held_nursery, problems, "a phase")
         finally:
             results.pool_connects = endpoints[0].pool.connects
             for endpoint in endpoints:
@@ -1044,10 +1205,7 @@ async def bench(opts: Options, argv: list[str], env: dict[str, str]) -> tuple[Re
             results.server_exit = await stop_server(main_server)
             await stop_server(ref_server)
             for server in (main_server, ref_server):
-                text = await trio.Path(server.log_path).read_text(errors="replace")
-                results.server_log += [
-                    line for line in text.splitlines() if not _LISTENING.search(line)
-                ]
+                results.server_log += await server_log(server)
     if opts.websocket_sessions and not problems.count:
         # After the SSE servers are gone: a fresh server alone on its core.
         ws_results, results.websocket_server_exit, log = await bench_websocket(
@@ -1135,148 +1293,6 @@ class WsFrames:
         return out
 
 
-class WsSession:
-    """One client session over its own WebSocket: requests go out on it, replies come back."""
-
-    __slots__ = (
-        "_next_id",
-        "closing",
-        "endpoint",
-        "finished",
-        "index",
-        "pending",
-        "problems",
-        "scope",
-        "stream",
-    )
-
-    def __init__(self, index: int, endpoint: "WsEndpoint", problems: Problems) -> None:
-        self.index = index
-        self.endpoint = endpoint
-        self.problems = problems
-        self.stream: trio.SocketStream | None = None
-        self.pending: dict[int, Pending] = {}
-        self.scope = trio.CancelScope()
-        self.closing = False
-        self.finished = trio.Event()
-        self._next_id = 1
-
-    def expect(self, kind: str, tracker: Tracker | None = None) -> tuple[Pending, bytes]:
-        """A new request of ``kind`` ("initialize" or "echo"): its waiter and masked frame."""
-        if kind == "initialize":
-            pending = Pending(kind, WS_PROTOCOL_VERSION, tracker)
-            self.pending[0] = pending
-            return pending, ws_frame(_WS_INITIALIZE)
-        request_id = self._next_id
-        self._next_id += 1
-        text = f"w{self.index}-{request_id}"
-        pending = Pending(kind, text, tracker)
-        self.pending[request_id] = pending
-        body = _ENCODER.encode(
-            _CallRequest(id=request_id, params=_CallParams("echo", _EchoArgs(text)))
-        )
-        return pending, ws_frame(body)
-
-    async def send(self, frame: bytes) -> None:
-        """Write one frame (one sender at a time per session: the caller sees to it)."""
-        if self.stream is None:
-            raise _StreamError("the socket is not open")
-        await self.stream.send_all(frame)
-
-    def close(self) -> None:
-        """Stop reading and drop the socket (no close frame: the server sees the client go)."""
-        self.closing = True
-        self.scope.cancel()
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Connect and upgrade, report ready, then read frames until closed.
-
-        Raises (before ``task_status.started``): OSError, trio.BrokenResourceError or
-        _StreamError when the handshake fails.
-        """
-        host, port = self.endpoint.host, self.endpoint.port
-        try:
-            with self.scope:
-                stream = await connect(host, port)
-                try:
-                    decoder = await self._open(stream, host, port)
-                    self.stream = stream
-                    task_status.started()
-                    await self._read(stream, decoder)
-                finally:
-                    self.stream = None
-                    await trio.aclose_forcefully(stream)
-        finally:
-            self.finished.set()
-
-    async def _open(self, stream: trio.SocketStream, host: str, port: int) -> WsFrames:
-        key = base64.b64encode(os.urandom(16))
-        await stream.send_all(
-            b"GET %s HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            b"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n"
-            b"Sec-WebSocket-Protocol: mcp\r\n\r\n" % (WS_PATH, host.encode(), port, key)
-        )
-        buf = bytearray()
-        while (end := buf.find(b"\r\n\r\n")) < 0:
-            data = await stream.receive_some(RECV_SIZE)
-            if not data:
-                raise _StreamError("socket closed before the handshake answer")
-            buf += data
-        status, headers = parse_head(bytes(buf[:end]))
-        accept = base64.b64encode(hashlib.sha1(key + _WS_GUID).digest())
-        if status != 101 or headers.get(b"sec-websocket-accept") != accept:
-            raise _StreamError(f"GET {WS_PATH.decode()}: {status}, not a WebSocket upgrade")
-        if headers.get(b"sec-websocket-protocol") != b"mcp":
-            raise _StreamError("the upgrade did not select the mcp subprotocol")
-        return WsFrames(bytes(buf[end + 4 :]))
-
-    async def _read(self, stream: trio.SocketStream, decoder: WsFrames) -> None:
-        receive = stream.receive_some
-        perf_counter = time.perf_counter
-        try:
-            data = b""
-            while True:
-                now = perf_counter()
-                for opcode, payload in decoder.feed(data):
-                    if opcode == _OP_TEXT:
-                        self._on_message(payload, now)
-                    elif opcode == _OP_CLOSE:
-                        code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else None
-                        self.problems.add(f"ws session {self.index}: server closed ({code})")
-                        return
-                    elif opcode not in (_OP_PING, _OP_PONG):
-                        self.problems.add(f"ws session {self.index}: frame opcode {opcode}")
-                data = await receive(RECV_SIZE)
-                if not data:
-                    break
-        except (OSError, trio.BrokenResourceError, _StreamError) as exc:
-            self.problems.add(f"ws session {self.index}: socket broke: {exc!r}")
-            return
-        if not self.closing:
-            self.problems.add(f"ws session {self.index}: the server dropped the socket")
-
-    def _on_message(self, data: bytes, now: float) -> None:
-        try:
-            envelope = _ENVELOPE.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            self.problems.add(f"ws session {self.index}: undecodable ({exc}): {data[:200]!r}")
-            return
-        if not isinstance(envelope.method, UnsetType):
-            self.problems.notices += 1
-            return
-        pending = self.pending.pop(envelope.id, None) if isinstance(envelope.id, int) else None
-        if pending is None:
-            self.problems.add(f"ws session {self.index}: reply for no request: {data[:200]!r}")
-            return
-        problem = _reply_problem(envelope, pending)
-        if problem is not None:
-            self.problems.add(f"ws session {self.index}: {problem}: {data[:200]!r}")
-        pending.received_at = now
-        pending.done.set()
-        if pending.tracker is not None:
-            pending.tracker.hit(now)
-
-
 _WS_INITIALIZE: Final = msgspec.json.encode(
     {
         "jsonrpc": "2.0",
@@ -1298,6 +1314,78 @@ class WsEndpoint:
     host: str
     port: int
     pid: int
+
+
+class WsSession(BaseSession[WsEndpoint, WsFrames]):
+    """One client session over its own WebSocket: requests go out on it, replies come back."""
+
+    __slots__ = ("stream",)
+
+    label: ClassVar[str] = "ws session"
+    text_prefix: ClassVar[str] = "w"
+    protocol_version: ClassVar[str] = WS_PROTOCOL_VERSION
+    initialize_body: ClassVar[bytes] = _WS_INITIALIZE
+
+    def __init__(self, index: int, endpoint: WsEndpoint, problems: Problems) -> None:
+        super().__init__(index, endpoint, problems)
+        self.stream: trio.SocketStream | None = None
+
+    def wire(self, body: bytes) -> bytes:
+        """One masked text frame carrying ``body``."""
+        return ws_frame(body)
+
+    def _attach(self, stream: trio.SocketStream | None) -> None:
+        self.stream = stream
+
+    async def send(self, wire: bytes, what: str) -> None:
+        """Write one frame (one sender at a time per session: the caller sees to it).
+
+        A failure is recorded and aborts the run.
+        """
+        try:
+            with trio.fail_after(REPLY_TIMEOUT_S):
+                if self.stream is None:
+                    raise _StreamError("the socket is not open")
+                await self.stream.send_all(wire)
+        except trio.TooSlowError:
+            self.fail(f"{what}: could not write")
+            raise _Abort from None
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, _StreamError) as exc:
+            self.fail(f"{what}: {exc!r}")
+            raise _Abort from None
+
+    async def _open(self, stream: trio.SocketStream, host: str, port: int) -> WsFrames:
+        key = base64.b64encode(os.urandom(16))
+        await stream.send_all(
+            b"GET %s HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n"
+            b"Sec-WebSocket-Protocol: mcp\r\n\r\n" % (WS_PATH, host.encode(), port, key)
+        )
+        status, headers, rest = await read_head(stream, "the handshake answer")
+        accept = base64.b64encode(hashlib.sha1(key + _WS_GUID).digest())
+        if status != 101 or headers.get(b"sec-websocket-accept") != accept:
+            raise _StreamError(f"GET {WS_PATH.decode()}: {status}, not a WebSocket upgrade")
+        if headers.get(b"sec-websocket-protocol") != b"mcp":
+            raise _StreamError("the upgrade did not select the mcp subprotocol")
+        return WsFrames(rest)
+
+    async def _receive(self, stream: trio.SocketStream, decoder: WsFrames) -> None:
+        receive = stream.receive_some
+        perf_counter = time.perf_counter
+        data = b""
+        while True:
+            now = perf_counter()
+            for opcode, payload in decoder.feed(data):
+                if opcode == _OP_TEXT:
+                    self._on_reply(payload, now)
+                elif opcode == _OP_CLOSE:
+                    code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else None
+                    raise _StreamError(f"server closed ({code})")
+                elif opcode not in (_OP_PING, _OP_PONG):
+                    self.fail(f"frame opcode {opcode}")
+            data = await receive(RECV_SIZE)
+            if not data:
+                return
 
 
 @dataclass
@@ -1323,64 +1411,14 @@ class _Ws:
         self.problems = problems
         self.next_index = 0
 
-    def check(self) -> None:
-        """Abort the run when something went wrong."""
-        if self.problems.count:
-            raise _Abort
-
-    async def send(self, session: WsSession, frame: bytes, what: str) -> None:
-        """Write one frame to the session; a failure aborts the run."""
-        try:
-            with trio.fail_after(REPLY_TIMEOUT_S):
-                await session.send(frame)
-        except trio.TooSlowError:
-            self.problems.add(f"ws session {session.index}: {what}: could not write")
-            raise _Abort from None
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, _StreamError) as exc:
-            self.problems.add(f"ws session {session.index}: {what}: {exc!r}")
-            raise _Abort from None
-
-    async def reply(self, session: WsSession, pending: Pending, what: str) -> None:
-        """Wait for the reply to ``pending``; none within the timeout aborts the run."""
-        with trio.move_on_after(REPLY_TIMEOUT_S):
-            await pending.done.wait()
-            return
-        self.problems.add(f"ws session {session.index}: no reply to {what}")
-        raise _Abort
-
     async def open(self, count: int, concurrency: int) -> list[WsSession]:
         """Open and initialize ``count`` sessions, at most ``concurrency`` at a time."""
-        limiter = trio.CapacityLimiter(concurrency)
-        opened: list[WsSession] = []
 
-        async def open_one(session: WsSession) -> None:
-            async with limiter:
-                if self.problems.count:
-                    return
-                try:
-                    await self.nursery.start(session.run)
-                    pending, frame = session.expect("initialize")
-                    await self.send(session, frame, "initialize")
-                    await self.reply(session, pending, "initialize")
-                    await self.send(session, ws_frame(INITIALIZED), "notifications/initialized")
-                except _Abort:
-                    session.close()
-                    return
-                except (OSError, trio.BrokenResourceError, _StreamError) as exc:
-                    self.problems.add(f"ws session {session.index}: could not open: {exc!r}")
-                    session.close()
-                    return
-                opened.append(session)
+        def make() -> WsSession:
+            self.next_index += 1
+            return WsSession(self.next_index - 1, self.endpoint, self.problems)
 
-        with trio.fail_after(PHASE_TIMEOUT_S):
-            async with trio.open_nursery() as nursery:
-                for _ in range(count):
-                    nursery.start_soon(
-                        open_one, WsSession(self.next_index, self.endpoint, self.problems)
-                    )
-                    self.next_index += 1
-        self.check()
-        return opened
+        return await open_many(make, count, concurrency, self.nursery, self.problems)
 
     async def latency(self, calls: int, warmup: int) -> Latency:
         """Sequential echo calls on a fresh session: frame written to reply read, in ms."""
@@ -1388,46 +1426,21 @@ class _Ws:
         samples: list[float] = []
         try:
             for i in range(warmup + calls):
-                pending, frame = session.expect("echo")
-                start = time.perf_counter()
-                await self.send(session, frame, "tools/call")
-                await self.reply(session, pending, "tools/call")
+                took = await session.timed_call()
                 if i >= warmup:
-                    samples.append((pending.received_at - start) * 1000.0)
+                    samples.append(took)
         finally:
             await close_sessions([session])
         return _latency(samples)
 
     async def burst(self, sessions: list[WsSession]) -> BurstRun:
         """One echo call written on every session; time until the last reply is read."""
-        tracker = Tracker(len(sessions))
-        calls = [(session, session.expect("echo", tracker)[1]) for session in sessions]
-        pid = self.endpoint.pid
-        await trio.lowlevel.checkpoint()
-        server_cpu0, client_cpu0 = cpu_seconds(pid), self_cpu_seconds()
-        start = time.perf_counter()
-        for session, frame in calls:  # one writer per socket: never two sends on one session
-            await self.send(session, frame, "tools/call")
-        sent = time.perf_counter()
-        with trio.move_on_after(REPLY_TIMEOUT_S):
-            await tracker.all_done.wait()
-        self.check()
-        if tracker.remaining:
-            self.problems.add(f"ws burst: {tracker.remaining} of {len(sessions)} never answered")
-            raise _Abort
-        window = time.perf_counter() - start
-        server_cpu = cpu_seconds(pid) - server_cpu0
-        client_cpu = self_cpu_seconds() - client_cpu0
-        seconds = tracker.last - start
-        return BurstRun(
-            sessions=len(sessions),
-            seconds=seconds,
-            answered_per_s=len(sessions) / seconds,
-            posts_s=sent - start,
-            server_cpu_pct=100.0 * server_cpu / window,
-            server_cpu_us_per_call=1e6 * server_cpu / len(sessions),
-            client_cpu_pct=100.0 * client_cpu / window,
-        )
+
+        async def write_all(calls: list[tuple[WsSession, bytes]]) -> None:
+            for session, frame in calls:  # one writer per socket: never two sends on one session
+                await session.send(frame, "tools/call")
+
+        return await measure_burst(sessions, self.endpoint.pid, self.problems, write_all)
 
 
 async def run_websocket(ws: _Ws, opts: Options, results: WsResults) -> None:
@@ -1436,27 +1449,23 @@ async def run_websocket(ws: _Ws, opts: Options, results: WsResults) -> None:
     pid = ws.endpoint.pid
     say(f"WebSocket server: pid {pid}, port {ws.endpoint.port}; warm-up")
     await ws.latency(100, 0)
-    await trio.sleep(opts.settle_s)
-    results.rss0_kib = rss_kib(pid)
+    results.rss0_kib = await settle_rss(pid, opts.settle_s)
     n = opts.websocket_sessions
     say(f"opening {n} WebSocket sessions")
     start = time.perf_counter()
     held = await ws.open(n, opts.open_concurrency)
     results.held = n
     results.open_s = time.perf_counter() - start
-    await trio.sleep(opts.settle_s)
-    results.rss_kib = rss_kib(pid)
+    results.rss_kib = await settle_rss(pid, opts.settle_s)
     results.kib_per_session = (results.rss_kib - results.rss0_kib) / n
     say(f"latency with {n} WebSocket sessions held")
     results.latency = await ws.latency(opts.latency_calls, opts.latency_warmup)
-    for i in range(opts.burst_repeat):
-        say(f"WebSocket burst {i + 1}/{opts.burst_repeat} on {n} sessions")
-        results.bursts.append(await ws.burst(held))
-        await trio.sleep(0.5)
+    results.bursts += await repeat_bursts(
+        opts.burst_repeat, "WebSocket burst", n, lambda: ws.burst(held)
+    )
     say("closing every WebSocket session")
     await close_sessions(held)
-    await trio.sleep(opts.settle_s)
-    results.rss_closed_kib = rss_kib(pid)
+    results.rss_closed_kib = await settle_rss(pid, opts.settle_s)
 
 
 async def bench_websocket(
@@ -1469,22 +1478,36 @@ async def bench_websocket(
         try:
             endpoint = WsEndpoint(server.host, server.port, server.process.pid)
             async with trio.open_nursery() as nursery:
-                try:
-                    await run_websocket(_Ws(endpoint, nursery, problems), opts, results)
-                except _Abort:
-                    pass
-                except trio.TooSlowError:
-                    problems.add(f"a WebSocket phase took longer than {PHASE_TIMEOUT_S:.0f} s")
-                finally:
-                    nursery.cancel_scope.cancel()
+                await run_guarded(
+                    run_websocket(_Ws(endpoint, nursery, problems), opts, results),
+                    nursery,
+                    problems,
+                    "a WebSocket phase",
+                )
         finally:
             exit_status = await stop_server(server)
-            text = await trio.Path(server.log_path).read_text(errors="replace")
-    log = [line for line in text.splitlines() if not _LISTENING.search(line)]
+            log = await server_log(server)
     return results, exit_status, log
 
 
 # -- output ----------------------------------------------------------------------------------
+
+
+def print_bursts(runs: list[BurstRun], sent_column: str) -> None:
+    """The table of burst runs (``sent_column``: the heading of the seconds spent sending)."""
+    head = (
+        f"{'run':>4} {'seconds':>8} {'answered/s':>11} {sent_column:>8} {'srv cpu %':>10}"
+        f" {'srv µs/call':>12} {'client cpu %':>13}"
+    )
+    print(head)
+    print("-" * len(head))
+    for i, run in enumerate(runs, 1):
+        mark = "  *" if run.server_cpu_pct < CONTENDED_CPU_PCT else ""
+        print(
+            f"{i:>4} {run.seconds:8.3f} {run.answered_per_s:11.0f} {run.posts_s:8.3f}"
+            f" {run.server_cpu_pct:10.0f} {run.server_cpu_us_per_call:12.0f}"
+            f" {run.client_cpu_pct:13.0f}{mark}"
+        )
 
 
 def report(opts: Options, results: Results, problems: Problems) -> int:
@@ -1549,19 +1572,7 @@ def report(opts: Options, results: Results, problems: Problems) -> int:
             f"(b2) burst: one tools/call echo POSTed on each of {n} open sessions over "
             f"{opts.post_connections} keep-alive sockets; first POST to last reply on the streams"
         )
-        head = (
-            f"{'run':>4} {'seconds':>8} {'answered/s':>11} {'POSTs s':>8} {'srv cpu %':>10}"
-            f" {'srv µs/call':>12} {'client cpu %':>13}"
-        )
-        print(head)
-        print("-" * len(head))
-        for i, run in enumerate(results.bursts, 1):
-            mark = "  *" if run.server_cpu_pct < CONTENDED_CPU_PCT else ""
-            print(
-                f"{i:>4} {run.seconds:8.3f} {run.answered_per_s:11.0f} {run.posts_s:8.3f}"
-                f" {run.server_cpu_pct:10.0f} {run.server_cpu_us_per_call:12.0f}"
-                f" {run.client_cpu_pct:13.0f}{mark}"
-            )
+        print_bursts(results.bursts, "POSTs s")
         if any(run.server_cpu_pct < CONTENDED_CPU_PCT for run in results.bursts):
             print(
                 f"* the server had under {CONTENDED_CPU_PCT:.0f} % of its core: something else "
@@ -1592,19 +1603,7 @@ def report(opts: Options, results: Results, problems: Problems) -> int:
                 f"     burst: one tools/call echo written on each of {ws.held} sockets; "
                 "first frame written to last reply read"
             )
-            head = (
-                f"{'run':>4} {'seconds':>8} {'answered/s':>11} {'sends s':>8} {'srv cpu %':>10}"
-                f" {'srv µs/call':>12} {'client cpu %':>13}"
-            )
-            print(head)
-            print("-" * len(head))
-            for i, run in enumerate(ws.bursts, 1):
-                mark = "  *" if run.server_cpu_pct < CONTENDED_CPU_PCT else ""
-                print(
-                    f"{i:>4} {run.seconds:8.3f} {run.answered_per_s:11.0f} {run.posts_s:8.3f}"
-                    f" {run.server_cpu_pct:10.0f} {run.server_cpu_us_per_call:12.0f}"
-                    f" {run.client_cpu_pct:13.0f}{mark}"
-                )
+            print_bursts(ws.bursts, "sends s")
     print(
         f"client: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / mib:.1f} MiB, "
         f"{results.pool_connects} POST sockets opened to the server under test; its exit "

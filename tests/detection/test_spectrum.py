@@ -19,6 +19,33 @@ MS = 1_000_000
 T0 = 1_767_225_600 * 1_000_000_000
 
 
+def trace_span(
+    number: int,
+    sid: int,
+    parent: int,
+    service: str,
+    kind: SpanKind,
+    at: float,
+    ms: float,
+    *,
+    error_in: str = "",
+) -> Span:
+    """Span ``sid`` of trace ``number`` (parent ``parent``, 0 for the root), ``at`` ms after the
+    trace's start and ``ms`` long; its status ERROR when ``service`` is ``error_in``."""
+    start = T0 + number * 1_000 * MS
+    return Span(
+        trace_id=f"{number + 1:032x}",
+        span_id=f"{sid:016x}",
+        parent_span_id=f"{parent:016x}" if parent else "",
+        service_name=service,
+        name=f"{service} op",
+        kind=kind,
+        start_time_unix_nano=start + int(at * MS),
+        end_time_unix_nano=start + int((at + ms) * MS),
+        status_code=StatusCode.ERROR if service == error_in else StatusCode.UNSET,
+    )
+
+
 def profile(
     number: int,
     *,
@@ -27,24 +54,12 @@ def profile(
     error_in: str = "",
 ) -> TraceProfile:
     """gateway -> orders -> db-proxy; the gateway always spends ``gateway_ms`` of its own."""
-    trace_id = f"{number + 1:032x}"
-    start = T0 + number * 1_000 * MS
     db_ms = 5.0 + slow_db_ms
     orders_ms = 10.0 + db_ms
     total_ms = gateway_ms + orders_ms
 
     def span(sid: int, parent: int, service: str, kind: SpanKind, at: float, ms: float) -> Span:
-        return Span(
-            trace_id=trace_id,
-            span_id=f"{sid:016x}",
-            parent_span_id=f"{parent:016x}" if parent else "",
-            service_name=service,
-            name=f"{service} op",
-            kind=kind,
-            start_time_unix_nano=start + int(at * MS),
-            end_time_unix_nano=start + int((at + ms) * MS),
-            status_code=StatusCode.ERROR if service == error_in else StatusCode.UNSET,
-        )
+        return trace_span(number, sid, parent, service, kind, at, ms, error_in=error_in)
 
     spans = [
         span(1, 0, "gateway", SpanKind.SERVER, 0.0, total_ms),
@@ -207,24 +222,13 @@ def fan_out(number: int, *, late_calls_ms: float = 0.0, late_cache_ms: float = 0
     span starts (orders starved of CPU sends and reads every call late);
     ``late_cache_ms``: only the call into the cache waits longer (the cache's network).
     """
-    trace_id = f"{number + 1:032x}"
-    start = T0 + number * 1_000 * MS
     db_call = 5.0 + late_calls_ms
     cache_call = 5.0 + late_calls_ms + late_cache_ms
     orders_ms = 10.0 + db_call + cache_call
     total_ms = 20.0 + orders_ms
 
     def span(sid: int, parent: int, service: str, kind: SpanKind, at: float, ms: float) -> Span:
-        return Span(
-            trace_id=trace_id,
-            span_id=f"{sid:016x}",
-            parent_span_id=f"{parent:016x}" if parent else "",
-            service_name=service,
-            name=f"{service} op",
-            kind=kind,
-            start_time_unix_nano=start + int(at * MS),
-            end_time_unix_nano=start + int((at + ms) * MS),
-        )
+        return trace_span(number, sid, parent, service, kind, at, ms)
 
     first = 20.0 + 10.0
     second = first + db_call

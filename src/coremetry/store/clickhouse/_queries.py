@@ -164,6 +164,17 @@ def _range(time_range: TimeRange) -> dict[str, Param]:
     }
 
 
+def _parent_window(start: int, end: int) -> dict[str, Param]:
+    """``parent_start``/``parent_end`` (ns): where the parents of ``[start, end)`` are sought.
+
+    :data:`PARENT_WINDOW_NS` either side of the children's range, clamped to ``[0, MAX_NS]``.
+    """
+    return {
+        "parent_start": max(0, start - PARENT_WINDOW_NS),
+        "parent_end": min(MAX_NS, end + PARENT_WINDOW_NS),
+    }
+
+
 def _score_bits(score: float) -> int:
     """The IEEE-754 bits of a positive score: ordered as the scores, exact in a cursor."""
     bits: int = struct.unpack("<Q", struct.pack("<d", score))[0]
@@ -836,8 +847,7 @@ class Reader:
         params: dict[str, Param] = {
             **_range(time_range),
             "limit": limit,
-            "parent_start": max(0, time_range.start_unix_nano - PARENT_WINDOW_NS),
-            "parent_end": min(MAX_NS, max(0, time_range.end_unix_nano) + PARENT_WINDOW_NS),
+            **_parent_window(time_range.start_unix_nano, max(0, time_range.end_unix_nano)),
         }
         only = ""
         if service_name is not None:
@@ -854,14 +864,7 @@ class Reader:
                 SELECT toString(p.ServiceName) AS caller, toString(c.ServiceName) AS callee,
                        count() AS call_count, countIf(c.{ERROR}) AS error_count,
                        arraySort(groupArray(greatest(toInt64(c.Duration), 0))) AS ds
-                FROM ({children}) AS c
-                INNER JOIN (
-                    SELECT TraceId, SpanId, ServiceName FROM {self.traces}
-                    WHERE Timestamp >= fromUnixTimestamp64Nano({{parent_start:Int64}})
-                      AND Timestamp < fromUnixTimestamp64Nano({{parent_end:Int64}})
-                      AND TraceId IN (SELECT TraceId FROM ({children}))
-                ) AS p ON c.TraceId = p.TraceId AND c.ParentSpanId = p.SpanId
-                WHERE p.ServiceName != c.ServiceName {only}
+                {self._with_parents(children, only)}
                 GROUP BY caller, callee
             )
             ORDER BY call_count DESC, caller, callee
@@ -897,15 +900,25 @@ class Reader:
             SELECT toDateTime(toStartOfMinute(c.Timestamp)) AS minute,
                    toString(p.ServiceName) AS caller, toString(c.ServiceName) AS callee,
                    c.{ERROR} AS failed, {sketch_key_sql("c.Duration")} AS bin
-            FROM ({child_spans}) AS c
+            {self._with_parents(child_spans, only)}
+        """
+
+    def _with_parents(self, children: str, only: str) -> str:
+        """SQL: ``FROM`` child spans ``c`` joined to parents ``p`` of another service (a call).
+
+        ``children`` (the query behind ``c``) selects at least ``TraceId``, ``ParentSpanId``
+        and ``ServiceName``; the parents are looked up among the spans of the children's
+        traces starting within ``[{parent_start}, {parent_end})`` (:func:`_parent_window`);
+        ``only`` is appended to the ``WHERE`` (``AND ...``, or empty).
+        """
+        return f"""FROM ({children}) AS c
             INNER JOIN (
                 SELECT TraceId, SpanId, ServiceName FROM {self.traces}
                 WHERE Timestamp >= fromUnixTimestamp64Nano({{parent_start:Int64}})
                   AND Timestamp < fromUnixTimestamp64Nano({{parent_end:Int64}})
-                  AND TraceId IN (SELECT TraceId FROM ({child_spans}))
+                  AND TraceId IN (SELECT TraceId FROM ({children}))
             ) AS p ON c.TraceId = p.TraceId AND c.ParentSpanId = p.SpanId
-            WHERE p.ServiceName != c.ServiceName {only}
-        """
+            WHERE p.ServiceName != c.ServiceName {only}"""
 
     async def _roll_edges(self, first: int, end: int) -> None:
         """Roll up the minutes in ``[first, end)`` (ns, whole minutes) not rolled up yet.
@@ -963,8 +976,7 @@ class Reader:
             "c0": low,
             "c1": high,
             "minutes": minutes,
-            "parent_start": max(0, low - PARENT_WINDOW_NS),
-            "parent_end": min(MAX_NS, high + PARENT_WINDOW_NS),
+            **_parent_window(low, high),
         }
         children = (
             "Timestamp >= fromUnixTimestamp64Nano({c0:Int64}) "
@@ -1008,8 +1020,7 @@ class Reader:
         rolled_end = min(end - end % _MINUTE, settled - settled % _MINUTE)
         params: dict[str, Param] = {
             "limit": limit,
-            "parent_start": max(0, start - PARENT_WINDOW_NS),
-            "parent_end": min(MAX_NS, end + PARENT_WINDOW_NS),
+            **_parent_window(start, end),
         }
         raw: list[tuple[int, int]] = []
         if first >= rolled_end:
