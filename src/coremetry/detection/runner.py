@@ -758,19 +758,7 @@ async def _catalogue(
     """
     low = min(p.start_unix_nano for p in problems) - history_ns
     high = max(max(p.end_unix_nano for p in problems), window.end_unix_nano) + 1
-    found: list[TraceSummary] = []
-    cursor: str | None = None
-    query = TraceQuery(time_range=TimeRange(start_unix_nano=low, end_unix_nano=high))
-    while len(found) < _CATALOGUE:
-        page = await store.search_traces(
-            query, limit=min(MAX_LIMIT, _CATALOGUE - len(found)), cursor=cursor
-        )
-        found.extend(page.items)
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    found.sort(key=lambda t: (t.start_time_unix_nano, t.trace_id))
-    return found
+    return await _catalogue_of(store, TimeRange(start_unix_nano=low, end_unix_nano=high))
 
 
 async def _reference_blame(
