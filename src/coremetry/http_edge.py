@@ -83,6 +83,10 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+_HOST_VERDICTS_MAX: Final = 256
+"""Distinct ``Host`` values whose verdict :meth:`HttpPolicy.host_allowed` remembers."""
+
+
 class HttpPolicy:
     """Origin and Host rules plus the body cap, shared by every HTTP transport.
 
@@ -109,6 +113,7 @@ class HttpPolicy:
         self.allowed_hosts = {h.lower() for h in allowed_hosts}
         self.max_body_bytes = max_body_bytes
         self.root_path = root_path.rstrip("/")
+        self._host_verdicts: dict[str, bool] = {}
         self.resource_metadata: Callable[[Headers], str] | None = None
         """The absolute URL of this server's OAuth protected-resource metadata (RFC 9728) for a
         request, when OAuth discovery is offered (set at assembly); every 401 names it."""
@@ -156,6 +161,16 @@ class HttpPolicy:
             return True
         if host is None:
             return False
+        verdict = self._host_verdicts.get(host)
+        if verdict is None:
+            # One verdict per distinct Host value (a server sees few); bounded, so a client
+            # sending a new Host on every request cannot grow it.
+            if len(self._host_verdicts) >= _HOST_VERDICTS_MAX:
+                self._host_verdicts.clear()
+            verdict = self._host_verdicts[host] = self._judge_host(host)
+        return verdict
+
+    def _judge_host(self, host: str) -> bool:
         host = host.strip().lower()
         name = _host_name(host)
         return (
@@ -352,12 +367,23 @@ class UnreadBody:
         send: hypercorn's ``send``.
     """
 
-    __slots__ = ("_declared", "_disconnected", "_ended", "_receive", "_send", "_started")
+    __slots__ = (
+        "_declared",
+        "_disconnected",
+        "_ended",
+        "_receive",
+        "_receive_nowait",
+        "_received",
+        "_send",
+        "_started",
+    )
 
     def __init__(
         self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
     ) -> None:
         self._receive = receive
+        self._receive_nowait = _nowait_of(receive)
+        self._received = 0
         self._send = send
         self._ended = False
         self._disconnected = False
@@ -379,6 +405,16 @@ class UnreadBody:
         if self._ended:
             event = await self._receive()
         else:
+            ready = self._body_event_ready()
+            if ready is not None:
+                self._note(ready)
+                return ready
+            if self._declared is not None and self._received >= self._declared:
+                # Every declared byte is in: only the end-of-body event is still to come (or a
+                # disconnect), queued by hypercorn as soon as h11 has parsed the last byte.
+                event = await self._receive()
+                self._note(event)
+                return event
             with trio.move_on_after(BODY_STALL_S) as waited:
                 event = await self._receive()
             if waited.cancelled_caught:
@@ -414,13 +450,29 @@ class UnreadBody:
             }
         await self._send(message)
 
+    def _body_event_ready(self) -> ASGIReceiveEvent | None:
+        """The next event if it already waits in hypercorn's queue, else ``None``.
+
+        A body that came with its head (nearly every JSON-RPC POST) is read without the stall
+        timer's cancel scope, which cost ~15 % of a ``tools/call``'s CPU in the app
+        (``bench/http_echo.py`` README section); only a body still in flight is timed.
+        """
+        if self._receive_nowait is None:
+            return None
+        try:
+            return self._receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            return None
+
     def _note(self, event: ASGIReceiveEvent) -> int:
         if event["type"] == "http.disconnect":
             self._disconnected = True
         elif event["type"] == "http.request":
             if not event.get("more_body", False):
                 self._ended = True
-            return len(event.get("body", b""))
+            size = len(event.get("body", b""))
+            self._received += size
+            return size
         return 0
 
     async def _finish_body(self) -> bool:
@@ -432,6 +484,23 @@ class UnreadBody:
             while not self._ended and not self._disconnected and dropped <= UNREAD_BODY_MAX_BYTES:
                 dropped += self._note(await self._receive())
         return self._ended or self._disconnected
+
+
+def _nowait_of(receive: ASGIReceiveCallable) -> Callable[[], ASGIReceiveEvent] | None:
+    """``receive``'s non-blocking twin, when ``receive`` is a trio memory channel's ``receive``.
+
+    hypercorn's trio worker hands each request's app the bound ``receive`` of a
+    ``trio.MemoryReceiveChannel`` (``hypercorn/trio/task_group.py``, ``spawn_app``); its
+    ``receive_nowait`` returns a queued event or raises ``trio.WouldBlock``. Any other
+    ``receive`` (another server, a test) gets ``None``: every read is then timed.
+    """
+    owner: object = getattr(receive, "__self__", None)
+    if isinstance(owner, trio.MemoryReceiveChannel) and getattr(receive, "__name__", "") == (
+        "receive"
+    ):
+        nowait: Callable[[], ASGIReceiveEvent] = owner.receive_nowait
+        return nowait
+    return None
 
 
 def jsonrpc_error_body(

@@ -303,3 +303,26 @@ async def test_a_request_body_that_stalls_is_answered_408_and_its_connection_fre
             fresh = RawClient(await trio.open_tcp_stream(live.host, live.port), live.host)
             async with fresh.stream:
                 assert (await fresh.post("/api/mcp", PING, MCP_POST)).status == 200
+
+
+@pytest.mark.parametrize("pieces", [1, 3])
+async def test_a_body_sent_in_pieces_within_the_stall_limit_is_served(
+    monkeypatch: pytest.MonkeyPatch, pieces: int
+) -> None:
+    # The head first, then the body in pieces with pauses shorter than the stall limit: each
+    # wait is timed (the bytes are not there yet) and none ends the request; then the next
+    # request on the same connection, whole, is served as well.
+    monkeypatch.setattr(http_edge, "BODY_STALL_S", 2.0)
+    with trio.fail_after(LIMIT_S):
+        async with live_server() as live:
+            client = RawClient(await trio.open_tcp_stream(live.host, live.port), live.host)
+            async with client.stream:
+                await client.stream.send_all(client.head("/api/mcp", len(PING), MCP_POST))
+                step = -(-len(PING) // pieces)
+                for start in range(0, len(PING), step):
+                    await trio.sleep(0.2)
+                    await client.stream.send_all(PING[start : start + step])
+                answer = await client.answer()
+                assert answer.status == 200, answer
+                assert b'"id":7' in answer.body
+                assert (await client.post("/api/mcp", PING, MCP_POST)).status == 200
