@@ -11,12 +11,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import cast
 
+import msgspec
 import pytest
 import trio
 
 from coremetry.store import Span, SpanKind, StatusCode, TelemetryBatch, TelemetryStore, TimeRange
 from coremetry.store.clickhouse import ClickHouseStore, exporter_ddl, open_clickhouse_store
 from coremetry.store.clickhouse._queries import EDGE_SETTLE_NS
+from coremetry.store.clickhouse._schema import ttl_interval
 from coremetry.store.testing import CONFORMANCE_CHECKS, ConformanceCheck
 
 from ._support import ENGINE, fresh_options, open_fresh_store
@@ -246,3 +248,76 @@ async def test_without_the_edge_tables_service_edges_is_raw_and_exact() -> None:
         await store.write(TelemetryBatch(spans=parents + children))
         (edge,) = await store.service_edges(window, limit=10)
     assert (edge.p50_duration_ns, edge.percentile_relative_error) == (50_000_000, 0.0)
+
+
+# ---- the roll-ups follow the traces table's TTL ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("engine_full", "interval"),
+    [
+        (
+            "MergeTree PARTITION BY toDate(Timestamp) ORDER BY (ServiceName, SpanName) "
+            "TTL toDateTime(Timestamp) + toIntervalDay(3) SETTINGS index_granularity = 8192, "
+            "ttl_only_drop_parts = 1",
+            "toIntervalDay(3)",
+        ),
+        (
+            "MergeTree ORDER BY x TTL toDateTime(Timestamp) + toIntervalHour(72)",
+            "toIntervalHour(72)",
+        ),
+        (
+            "ReplacingMergeTree(RolledAt) ORDER BY Minute TTL Minute + toIntervalSecond(600) "
+            "SETTINGS index_granularity = 8192",
+            "toIntervalSecond(600)",
+        ),
+        ("MergeTree ORDER BY x SETTINGS index_granularity = 8192", None),
+        ("MergeTree ORDER BY x TTL toDateTime(Timestamp) + toIntervalDay(3) WHERE x = 1", None),
+        ("MergeTree ORDER BY x TTL toDateTime(Timestamp) + toIntervalDay(3) TO DISK 'cold'", None),
+        ("MergeTree ORDER BY x TTL toDateTime(Other) + toIntervalDay(3)", None),
+        ("MergeTree ORDER BY x TTL toDateTime(Timestamp) + toIntervalDay(3); DROP TABLE y", None),
+    ],
+)
+def test_ttl_interval_follows_only_the_plain_exporter_form(
+    engine_full: str, interval: str | None
+) -> None:
+    assert ttl_interval(engine_full) == interval
+
+
+async def _engines(store: ClickHouseStore) -> dict[str, str]:
+    rows = await store.runtime.query(
+        "SELECT name, engine_full FROM system.tables WHERE database = {database:String}",
+        {"database": store.options.tables.database},
+    )
+    return {cast(str, name): cast(str, engine) for name, engine in rows}
+
+
+async def test_create_tables_gives_the_rollups_the_traces_tables_ttl(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with open_fresh_store(ENGINE) as admin:
+        tables = admin.options.tables
+        await admin.runtime.command(
+            f"ALTER TABLE {tables.qualified('traces')} MODIFY TTL "
+            "toDateTime(Timestamp) + INTERVAL 3 DAY",
+            {},
+        )
+        rollups = [tables.table(kind) for kind in ("red_1m", "edges_1m", "edges_1m_done")]
+        before = await _engines(admin)
+        assert all(ttl_interval(before[name]) is None for name in rollups)
+        # Without create_tables the store touches no table: it says what to run.
+        reading = msgspec.structs.replace(admin.options, create_tables=False)
+        with caplog.at_level("WARNING", logger="coremetry.store.clickhouse"):
+            async with open_clickhouse_store(reading):
+                pass
+        assert "MODIFY TTL Minute + toIntervalDay(3)" in caplog.text
+        untouched = await _engines(admin)
+        assert all(ttl_interval(untouched[name]) is None for name in rollups)
+        # With it, every roll-up gets the traces table's interval on its Minute.
+        async with open_clickhouse_store(admin.options):
+            pass
+        after = await _engines(admin)
+    assert {name: ttl_interval(after[name]) for name in rollups} == dict.fromkeys(
+        rollups, "toIntervalDay(3)"
+    )
+    assert all(" TTL Minute + toIntervalDay(3)" in after[name] for name in rollups)

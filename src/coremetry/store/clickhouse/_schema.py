@@ -56,7 +56,9 @@ __all__ = [
     "rollup_ddl",
     "rollup_problem",
     "rollup_select",
+    "rollup_ttl_ddl",
     "trace_lookup_problem",
+    "ttl_interval",
 ]
 
 IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -628,3 +630,62 @@ def edge_rollup_problem(
             if actual is None or _normalized(actual) != _normalized(expected):
                 return f"column {table}.{column} is {actual or 'missing'}, expected {expected}"
     return None
+
+
+ROLLUP_KINDS: Final = ("red_1m", "edges_1m", "edges_1m_done")
+"""The roll-up tables: each keyed by a ``Minute DateTime`` column (a minute of span start)."""
+
+_TTL_CLAUSE: Final = re.compile(r"\sTTL\s+(?P<expression>.+?)(?:\s+SETTINGS\s|$)", re.DOTALL)
+_TTL_INTERVAL: Final = re.compile(
+    r"toInterval(?:Second|Minute|Hour|Day|Week|Month|Quarter|Year)\(\d{1,10}\)"
+)
+_TTL_ON_TIME: Final = re.compile(
+    r"(?:toDateTime\(\s*`?(?:Timestamp|TimeUnix)`?\s*\)|`?Minute`?)\s*\+\s*(?P<interval>.+)"
+)
+
+
+def ttl_interval(engine_full: str) -> str | None:
+    """The interval of a table's time-to-live, as ClickHouse shows it in ``engine_full``.
+
+    The exporter's ``ttl`` option gives its tables ``TTL toDateTime(Timestamp) +
+    toIntervalSecond(N)`` (ClickHouse normalises ``INTERVAL 3 DAY`` to ``toIntervalDay(3)``);
+    a roll-up table made to follow it has ``TTL Minute + <the same interval>``.
+
+    Args:
+        engine_full: ``system.tables.engine_full`` of the table.
+
+    Returns:
+        The interval (``"toIntervalDay(3)"``), or ``None`` when the table has no TTL or one of
+        another shape (several rules, a ``WHERE``, a ``DELETE``/``TO DISK`` action, another
+        column): only the plain form is followed, and the only text ever put back into SQL is
+        one that matches ``toInterval<Unit>(<digits>)`` exactly.
+    """
+    clause = _TTL_CLAUSE.search(engine_full)
+    if clause is None:
+        return None
+    on_time = _TTL_ON_TIME.fullmatch(clause.group("expression").strip())
+    if on_time is None:
+        return None
+    interval = on_time.group("interval").strip()
+    return interval if _TTL_INTERVAL.fullmatch(interval) else None
+
+
+def rollup_ttl_ddl(names: TableNames, kind: str, interval: str) -> str:
+    """``ALTER TABLE <roll-up> MODIFY TTL Minute + <interval>``: a roll-up follows its spans.
+
+    The exporter's tables delete their rows by ``TTL``; a roll-up of the traces table given the
+    same interval on its ``Minute`` deletes each minute's figures when that minute's spans go
+    (by whole parts on the traces table with ``ttl_only_drop_parts``: a roll-up minute can go a
+    little before the last of its spans, never long after).
+
+    Args:
+        names: the configured tables.
+        kind: one of :data:`ROLLUP_KINDS`.
+        interval: from :func:`ttl_interval` (checked again here).
+
+    Raises:
+        ValueError: ``kind`` is not a roll-up or ``interval`` is not ``toInterval<Unit>(N)``.
+    """
+    if kind not in ROLLUP_KINDS or _TTL_INTERVAL.fullmatch(interval) is None:
+        raise ValueError(f"not a roll-up TTL: {kind} {interval!r}")
+    return f"ALTER TABLE {names.qualified(kind)} MODIFY TTL Minute + {interval}"

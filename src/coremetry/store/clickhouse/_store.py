@@ -31,7 +31,10 @@ the kinds inserted before it stored, and repeating the write is safe (step 3 cou
 duplicates).
 
 **Retention.** The exporter's tables carry their own ``TTL`` (the exporter's ``ttl``
-option): the store runs no retention task. :meth:`ClickHouseStore.delete_before` is a
+option): the store runs no retention task. The roll-ups follow the traces table's TTL: at open,
+with ``create_tables``, a roll-up table whose TTL differs is given ``TTL Minute + <the traces
+table's interval>`` (without it, the statements are logged for the operator to run), so a
+minute's figures go with its spans. :meth:`ClickHouseStore.delete_before` is a
 lightweight ``DELETE`` per table (one mutation each, not chunked).
 
 **Startup.** :func:`open_clickhouse_store` connects, reads ``system.columns`` and raises
@@ -69,7 +72,7 @@ from coremetry.store._query_args import (
     check_step,
     check_trace_id,
 )
-from coremetry.store.errors import StoreClosed, StoreSchemaError
+from coremetry.store.errors import StoreClosed, StoreError, StoreSchemaError
 from coremetry.store.interface import (
     DeployRecord,
     LogCountSeries,
@@ -106,6 +109,7 @@ from ._queries import ENTRY, ERROR, Reader
 from ._runtime import Param, Runtime, connect, redacted_url
 from ._schema import (
     REQUIRED_COLUMNS,
+    ROLLUP_KINDS,
     TABLE_KINDS,
     TableNames,
     edge_rollup_ddl,
@@ -115,7 +119,9 @@ from ._schema import (
     rollup_ddl,
     rollup_problem,
     rollup_select,
+    rollup_ttl_ddl,
     trace_lookup_problem,
+    ttl_interval,
 )
 
 __all__ = [
@@ -632,6 +638,60 @@ async def _read_columns(runtime: Runtime, options: ClickHouseOptions) -> dict[st
     return found
 
 
+async def _follow_traces_ttl(runtime: Runtime, options: ClickHouseOptions) -> None:
+    """Give the roll-up tables the traces table's time-to-live (module docstring, Retention).
+
+    With ``create_tables``, a roll-up whose TTL is not the traces table's (none, or another
+    interval) is altered to ``TTL Minute + <interval>``; without it, the statements to run
+    are logged (WARNING): the roll-ups would otherwise keep every minute after its spans are
+    gone. A traces table without a TTL, or with one of another shape than the exporter's
+    (:func:`._schema.ttl_interval`), leaves the roll-ups as they are. A refused ``ALTER`` (a
+    user without the right) is logged and the store opens.
+    """
+    tables = options.tables
+    kinds = {tables.table(kind): kind for kind in ("traces", *ROLLUP_KINDS)}
+    rows = await runtime.query(
+        "SELECT name, engine_full FROM system.tables "
+        "WHERE database = {database:String} AND name IN {tables:Array(String)}",
+        {"database": tables.database, "tables": sorted(kinds)},
+    )
+    engines = {kinds[cast(str, name)]: cast(str, engine) for name, engine in rows}
+    interval = ttl_interval(engines.get("traces", ""))
+    if interval is None:
+        return
+    statements = [
+        rollup_ttl_ddl(tables, kind, interval)
+        for kind in ROLLUP_KINDS
+        if kind in engines and ttl_interval(engines[kind]) != interval
+    ]
+    if not statements:
+        return
+    if not options.create_tables:
+        log.warning(
+            "ClickHouse at %s: the traces table deletes spans after %s (TTL) but roll-up "
+            "tables keep their minutes; with clickhouse.create_tables the store sets it, or "
+            "run: %s",
+            runtime.where,
+            interval,
+            "; ".join(statements),
+        )
+        return
+    try:
+        for statement in statements:
+            await runtime.command(statement, {})
+    except StoreError as error:
+        log.warning(
+            "ClickHouse at %s: could not give the roll-ups the traces table's TTL (%s): %s",
+            runtime.where,
+            interval,
+            error,
+        )
+        return
+    log.info(
+        "ClickHouse at %s: roll-ups follow the traces table's TTL (%s)", runtime.where, interval
+    )
+
+
 @asynccontextmanager
 async def open_clickhouse_store(options: ClickHouseOptions) -> AsyncIterator[ClickHouseStore]:
     """Connect to ClickHouse, check the exporter's tables, and yield the store.
@@ -707,6 +767,7 @@ async def open_clickhouse_store(options: ClickHouseOptions) -> AsyncIterator[Cli
                 f"the ClickHouse tables at {runtime.where} are not the OpenTelemetry "
                 "Collector exporter's: " + "; ".join(problems)
             )
+        await _follow_traces_ttl(runtime, options)
     except BaseException:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(runtime.close)
