@@ -453,11 +453,16 @@ async def _with_log_patterns(
     if not problems or opts.log_pattern_alpha is None:
         return problems
     history = opts.grouping.history_ns
+    # Only the steps a pattern could join a problem in are judged (and their reference read).
+    windows = [evidence_window(p, opts.grouping) for p in problems]
+    low = max(time_range.start_unix_nano, min(w.start_unix_nano for w in windows) - step)
+    high = min(time_range.end_unix_nano, max(w.end_unix_nano for w in windows) + step)
+    judged = aligned_range(TimeRange(start_unix_nano=low, end_unix_nano=high), step)
     records = await log_events(
         store,
         TimeRange(
-            start_unix_nano=time_range.start_unix_nano - history,
-            end_unix_nano=time_range.end_unix_nano,
+            start_unix_nano=judged.start_unix_nano - history,
+            end_unix_nano=judged.end_unix_nano,
         ),
     )
     patterns = await trio.to_thread.run_sync(
@@ -466,7 +471,7 @@ async def _with_log_patterns(
             records,
             step_ns=step,
             history_ns=history,
-            time_range=time_range,
+            time_range=judged,
             alpha=opts.log_pattern_alpha,
         ),
         abandon_on_cancel=True,
