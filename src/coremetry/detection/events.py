@@ -56,11 +56,11 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Final, TypeVar
+from typing import Final, TypeAlias, TypeVar
 
 import msgspec
 
-from coremetry.store import MAX_LIMIT, LogQuery, TelemetryStore, TimeRange
+from coremetry.store import TimeRange
 
 from .detector import Anomaly
 from .problems import GroupingConfig, Problem, evidence_window
@@ -70,13 +70,13 @@ __all__ = [
     "MAX_EVENTS",
     "MIN_EVENTS",
     "LogEvent",
-    "log_events",
     "log_pattern_anomalies",
     "with_log_patterns",
 ]
 
 MAX_EVENTS: Final = 200_000
-"""Log records a run reads for patterns, at most (the newest)."""
+"""Log records a run reads for patterns, at most (the newest; the runner's read:
+:func:`~coremetry.detection.sources.log_events`)."""
 
 MIN_EVENTS: Final = 10
 """Events (or traces through an event) a service needs in a step and in its reference."""
@@ -88,31 +88,8 @@ _BODY_CHARS: Final = 200  # a body's head names its statement; the tail is data
 _HOLDING: Final = ("", 0)  # key of a source's count of traces holding it
 _K = TypeVar("_K")
 
-LogEvent = tuple[str, int, str, str]
+LogEvent: TypeAlias = tuple[str, int, str, str]
 """``(service_name, time_unix_nano, trace_id, body)`` of one log record."""
-
-
-async def log_events(
-    store: TelemetryStore, time_range: TimeRange, max_records: int = MAX_EVENTS
-) -> list[LogEvent]:
-    """Every log record of the range (all severities), oldest first (the newest ``max_records``).
-
-    Raises:
-        StoreError: as the store's ``search_logs`` query.
-    """
-    query = LogQuery(time_range=time_range)
-    found: list[LogEvent] = []
-    cursor: str | None = None
-    while len(found) < max_records:
-        page = await store.search_logs(
-            query, limit=min(MAX_LIMIT, max_records - len(found)), cursor=cursor
-        )
-        found.extend((r.service_name, r.time_unix_nano, r.trace_id, r.body) for r in page.items)
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    found.reverse()
-    return found
 
 
 def _log_binom_pmf(k: int, n: int, p: float) -> float:

@@ -117,7 +117,7 @@ from coremetry.store import (
 )
 
 from .detector import Anomaly, DetectorConfig, Series, detect_series
-from .events import log_events, log_pattern_anomalies, with_log_patterns
+from .events import MAX_EVENTS, log_pattern_anomalies, with_log_patterns
 from .problems import (
     GroupingConfig,
     Problem,
@@ -128,7 +128,7 @@ from .problems import (
     index_series,
     with_trace_blame,
 )
-from .sources import log_series, metric_series, red_series, warn_records
+from .sources import log_events, log_series, metric_series, red_series, warn_records
 from .spectrum import (
     TraceProfile,
     binomial_tail,
@@ -464,6 +464,7 @@ async def _with_log_patterns(
             start_unix_nano=judged.start_unix_nano - history,
             end_unix_nano=judged.end_unix_nano,
         ),
+        MAX_EVENTS,
     )
     patterns = await trio.to_thread.run_sync(
         functools.partial(
