@@ -140,3 +140,21 @@ def test_trace_origins_come_from_a_reference_and_say_why(judged: Judged) -> None
             assert any(line.startswith("traces: ") for line in problem.ranking[0].evidence)
         if len(problem.ranking) > 1:
             assert "Ahead of " in problem.ranking[0].reason
+
+
+def test_log_pattern_changes_join_problems_of_their_services_as_evidence(judged: Judged) -> None:
+    # Measured: 24 problems carry a log template frequency or sequence change (76 joined,
+    # 29 of them sequence changes); each is on one of the problem's services, with its words.
+    joined = [
+        (problem, anomaly)
+        for problem in judged.run.problems
+        for anomaly in problem.anomalies
+        if anomaly.name.startswith("log.pattern.")
+    ]
+    assert len({p.problem_id for p, _ in joined}) >= 20
+    assert sum(1 for _, a in joined if a.name == "log.pattern.sequence") >= 20
+    for problem, anomaly in joined:
+        assert anomaly.service_name in problem.services
+        [rank] = [r for r in problem.ranking if r.service_name == anomaly.service_name]
+        assert f"log pattern: {anomaly.labels['log.pattern']}" in rank.evidence
+        assert " usually" in anomaly.labels["log.pattern"]

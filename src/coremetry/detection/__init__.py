@@ -2,7 +2,9 @@
 
 ``detector`` judges one ``(time_unix_nano, value)`` series at a time (robust baselines,
 seasonality, minimum evidence, hysteresis); ``templates`` mines log templates and reports new
-ones; ``problems`` groups anomalies into problems, one per onset, and ranks their likely origin
+ones; ``events`` finds changes of log template frequency and sequence at every severity
+(Nezha's event patterns) and joins them to problems as evidence; ``problems`` groups
+anomalies into problems, one per onset, and ranks their likely origin
 with the evidence of every series, the service graph and traces; ``spectrum`` compares a
 problem's traces with traces of the same requests before it (which service's share grew, or
 began failing); ``evaluation`` scores

@@ -60,6 +60,11 @@ background task (:mod:`coremetry.detection.service`). It reads through
    grouping bounds it) is that problem's (traces often show a fault a step before the
    series do), and opens none when the problem's onset is over and its traces are still
    slow;
+6b. joins to each problem the log template frequency and sequence changes of its services
+   (:mod:`~coremetry.detection.events`: every log record of the range and the
+   ``history_ns`` before it, all severities, per service and step against the hour before;
+   Nezha's event patterns), as evidence lines of those services and as symptoms (signal
+   ``logs``) for step 5's count, which runs after it (``log_pattern_alpha``);
 7. adds a few sample trace ids and log lines of each problem's most likely origin.
 
 Buckets are aligned on the epoch (:func:`aligned_range`): the judged range is moved down onto
@@ -90,6 +95,7 @@ the (side-effect free) worker thread, and returns nothing.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import statistics
@@ -111,6 +117,7 @@ from coremetry.store import (
 )
 
 from .detector import Anomaly, DetectorConfig, Series, detect_series
+from .events import MAX_EVENTS, log_pattern_anomalies, with_log_patterns
 from .problems import (
     GroupingConfig,
     Problem,
@@ -121,7 +128,7 @@ from .problems import (
     index_series,
     with_trace_blame,
 )
-from .sources import log_series, metric_series, red_series, warn_records
+from .sources import log_events, log_series, metric_series, red_series, warn_records
 from .spectrum import (
     TraceProfile,
     binomial_tail,
@@ -201,6 +208,11 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
             allows: the binomial tail times the number of services tested (Bonferroni) at
             most this (module docstring, step 6; default 0.01); ``None``: only series open
             problems.
+        log_pattern_alpha: the level of the log template frequency and sequence tests of
+            :mod:`~coremetry.detection.events` (per service and step, Bonferroni over the
+            templates or transitions tested; default 0.001): their changes join the problems of
+            their service as evidence and symptoms (module docstring, step 6b); ``None``: not
+            tested (every log record of the range is read and mined when set).
     """
 
     step_ns: int = DEFAULT_STEP_NS
@@ -215,6 +227,7 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
     trace_problems: int | None = None
     min_corroboration: int = 2
     trace_alpha: float | None = 0.01
+    log_pattern_alpha: float | None = 0.001
 
 
 class DetectionRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -358,6 +371,8 @@ async def detect_in_store(
     opts.grouping.validate()
     if opts.trace_alpha is not None and not 0 < opts.trace_alpha < 1:
         raise ValueError("DetectionOptions.trace_alpha must be in (0, 1) or None")
+    if opts.log_pattern_alpha is not None and not 0 < opts.log_pattern_alpha < 1:
+        raise ValueError("DetectionOptions.log_pattern_alpha must be in (0, 1) or None")
     step = _step_for(time_range, opts.step_ns)
     time_range = aligned_range(time_range, step)
     series: list[Series] = []
@@ -404,6 +419,8 @@ async def detect_in_store(
         problems = await _trace_only_problems(
             store, problems, time_range, edges, series, step, opts
         )
+    if opts.logs and opts.log_pattern_alpha is not None:
+        problems = await _with_log_patterns(store, problems, time_range, step, opts)
     if opts.min_corroboration > 1:
         problems = [
             p
@@ -423,6 +440,44 @@ async def detect_in_store(
         log_records_mined=len(records),
         log_records_complete=complete,
     )
+
+
+async def _with_log_patterns(
+    store: TelemetryStore,
+    problems: list[Problem],
+    time_range: TimeRange,
+    step: int,
+    opts: DetectionOptions,
+) -> list[Problem]:
+    """The problems with their services' log pattern changes joined (step 5b)."""
+    if not problems or opts.log_pattern_alpha is None:
+        return problems
+    history = opts.grouping.history_ns
+    # Only the steps a pattern could join a problem in are judged (and their reference read).
+    windows = [evidence_window(p, opts.grouping) for p in problems]
+    low = max(time_range.start_unix_nano, min(w.start_unix_nano for w in windows) - step)
+    high = min(time_range.end_unix_nano, max(w.end_unix_nano for w in windows) + step)
+    judged = aligned_range(TimeRange(start_unix_nano=low, end_unix_nano=high), step)
+    records = await log_events(
+        store,
+        TimeRange(
+            start_unix_nano=judged.start_unix_nano - history,
+            end_unix_nano=judged.end_unix_nano,
+        ),
+        MAX_EVENTS,
+    )
+    patterns = await trio.to_thread.run_sync(
+        functools.partial(
+            log_pattern_anomalies,
+            records,
+            step_ns=step,
+            history_ns=history,
+            time_range=judged,
+            alpha=opts.log_pattern_alpha,
+        ),
+        abandon_on_cancel=True,
+    )
+    return with_log_patterns(problems, patterns, opts.grouping, step)
 
 
 def _corroborated(problem: Problem, needed: int, saturation_level: float) -> bool:

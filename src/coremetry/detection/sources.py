@@ -25,7 +25,9 @@ works):
   ``log.records.warn`` (WARN) in records/s (signal ``logs``, up), with zero for every bucket
   from the service's first log record on (a service that logs nothing at ERROR logs zero
   errors; before its first record nothing is known). New log templates are read separately
-  (:func:`warn_records`, mined by :mod:`coremetry.detection.templates`).
+  (:func:`warn_records`, mined by :mod:`coremetry.detection.templates`), and so are the
+  records of every severity for log patterns (:func:`log_events`, judged by
+  :mod:`coremetry.detection.events`).
 
 Times are unix nanoseconds; a bucket's point is stamped with the bucket's start.
 """
@@ -48,6 +50,7 @@ from .detector import Series, Side, Signal, Watch
 
 __all__ = [
     "classify_metric",
+    "log_events",
     "log_series",
     "metric_series",
     "metric_side",
@@ -311,3 +314,30 @@ async def warn_records(
             break
     found.reverse()
     return found, cursor is None
+
+
+async def log_events(
+    store: TelemetryStore, time_range: TimeRange, max_records: int
+) -> list[tuple[str, int, str, str]]:
+    """Every log record of the range (all severities), for :mod:`~coremetry.detection.events`.
+
+    Returns:
+        ``(service_name, time_unix_nano, trace_id, body)`` oldest first: the newest
+        ``max_records`` of the range, through pages of ``MAX_LIMIT``.
+
+    Raises:
+        StoreError: as the store's ``search_logs`` query.
+    """
+    query = LogQuery(time_range=time_range)
+    found: list[tuple[str, int, str, str]] = []
+    cursor: str | None = None
+    while len(found) < max_records:
+        page = await store.search_logs(
+            query, limit=min(MAX_LIMIT, max_records - len(found)), cursor=cursor
+        )
+        found.extend((r.service_name, r.time_unix_nano, r.trace_id, r.body) for r in page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    found.reverse()
+    return found

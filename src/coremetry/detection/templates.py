@@ -45,9 +45,23 @@ _HAS_DIGIT: Final = re.compile(r"\d")
 _HEX_ID: Final = re.compile(r"(?:0x)?[0-9a-fA-F]{8,}")
 
 
+_CONSTANT: set[str] = set()  # tokens known not to be variable (a cache; cleared when large)
+_CONSTANT_MAX: Final = 100_000
+
+
 def mask(body: str) -> list[str]:
     """The body's whitespace-separated tokens, variable ones as ``<*>`` (module docstring)."""
-    return [WILDCARD if _HAS_DIGIT.search(t) or _HEX_ID.fullmatch(t) else t for t in body.split()]
+    tokens = body.split()
+    for i, token in enumerate(tokens):
+        if token in _CONSTANT:
+            continue
+        if _HAS_DIGIT.search(token) or _HEX_ID.fullmatch(token):
+            tokens[i] = WILDCARD
+        else:
+            if len(_CONSTANT) >= _CONSTANT_MAX:
+                _CONSTANT.clear()
+            _CONSTANT.add(token)
+    return tokens
 
 
 class Template(msgspec.Struct, kw_only=True):
@@ -111,7 +125,7 @@ class TemplateMiner:
             best = Template(template_id=len(self.templates) + 1, tokens=tokens)
             leaf.append(best)
             self.templates.append(best)
-        else:
+        elif best_score < 1.0:  # at 1 every position already matches: nothing to merge
             best.tokens = [
                 a if a in (b, WILDCARD) else WILDCARD
                 for a, b in zip(best.tokens, tokens, strict=True)
