@@ -23,6 +23,15 @@ value put into that statement as text: it is our own UUID, checked against :data
 parameters). An embedded chDB engine (``chdb://``) has no second connection to kill from: its
 statement runs to its end (bounded by ``max_execution_time``) while the caller moves on.
 
+An embedded engine's statements each take a client (a chDB connection) of their own, and a
+client whose statement failed is closed, never used again (:class:`_EmbeddedClients`): chDB
+4.4 (engine 26.9) keeps the output a failed statement had produced (a time limit reached part
+way through its result, an error raised mid-scan) on its connection and returns it ahead of
+the *next* statement's own result, which then decodes as garbage (``MemoryError``,
+``UnicodeDecodeError``) or as wrong rows (another read's block added to the answer: doubled
+counts). A cancelled read's abandoned statement keeps its own client until it ends, so it
+never runs beside the next read on the same connection.
+
 Server errors map onto the store's error tree (:func:`map_error`): time limits (``159
 TIMEOUT_EXCEEDED`` and kin) -> :class:`~coremetry.store.errors.StoreTimeout`; an unreachable
 server, memory or concurrency limits, refused credentials or rights ->
@@ -37,6 +46,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -189,19 +199,89 @@ def _remaining_s() -> float | None:
     return deadline - trio.current_time()
 
 
+class _EmbeddedClients:
+    """The clients of an embedded chDB engine: one statement at a time on each (thread-safe).
+
+    A statement takes an idle client (or a new one from ``reconnect``) and gives it back when
+    it ends; a client whose statement raised is replaced by a new one and closed (see the
+    module docstring: chDB would hand the failed statement's leftover output to the next
+    statement on it). The new client is opened first: an in-memory engine (``chdb://memory``)
+    loses its data when its last connection closes. At most as many clients exist as
+    statements run at once (the runtime's limiter, whose token an abandoned statement holds
+    until it ends).
+
+    Args:
+        first: an open client (the one the store was opened with).
+        reconnect: opens another client on the same engine (blocking, in a worker thread).
+    """
+
+    def __init__(self, first: Client, reconnect: Callable[[], Client]) -> None:
+        self._reconnect = reconnect
+        self._idle: list[Client] = [first]
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def take(self) -> Client:
+        """An idle client, or a new one (blocking)."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return self._reconnect()
+
+    def give(self, client: Client, *, failed: bool) -> None:
+        """Give ``client`` back after its statement; replaced and closed if it raised."""
+        if failed and not self._closed:
+            try:
+                fresh: Client | None = self._reconnect()
+            except StoreError as exc:
+                log.warning("reopening a chDB client after a failed statement: %s", exc)
+                fresh = None
+            if fresh is not None:
+                self.give(fresh, failed=False)
+        with self._lock:
+            if not failed and not self._closed:
+                self._idle.append(client)
+                return
+        _close_quietly(client)
+
+    def close(self) -> None:
+        """Close the idle clients; a client still running a statement closes when it ends."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for client in idle:
+            _close_quietly(client)
+
+
+def _close_quietly(client: Client) -> None:
+    try:
+        client.close()
+    except ClickHouseError as exc:  # closing must not fail a read or the shutdown
+        log.debug("closing the ClickHouse client: %s", exc)
+
+
 class Runtime:
     """The clients of one store and the rules every statement follows (module docstring).
 
     Args:
-        client: runs reads and writes (thread-safe: no session, a connection pool).
+        client: runs reads and writes (a server's: thread-safe, no session, a connection pool).
         killer: a second client on its own connection pool for ``KILL QUERY`` (``None`` for an
             embedded chDB engine, which has nothing to kill from).
         where: the server for messages (no credentials).
         query_threads: statements in flight at once.
+        reconnect: for an embedded chDB engine, opens another client on it: statements then
+            take a client each and a client whose statement failed is closed
+            (:class:`_EmbeddedClients`). ``None`` for a server: ``client`` is shared.
     """
 
     def __init__(
-        self, client: Client, killer: Client | None, *, where: str, query_threads: int
+        self,
+        client: Client,
+        killer: Client | None,
+        *,
+        where: str,
+        query_threads: int,
+        reconnect: Callable[[], Client] | None = None,
     ) -> None:
         self.client = client
         self.killer = killer
@@ -209,10 +289,35 @@ class Runtime:
         self.limiter = trio.CapacityLimiter(query_threads)
         self.kills: list[str] = []
         """Query ids this runtime asked the server to kill (for logs and tests)."""
+        self._embedded = _EmbeddedClients(client, reconnect) if reconnect is not None else None
 
-    async def _run(self, fn: Callable[[], T], query_id: str) -> T:
+    def _on_client(self, fn: Callable[[Client], T]) -> Callable[[], T]:
+        """``fn`` on the shared client, or on an embedded client of its own (module docstring).
+
+        The embedded client goes back (or is closed) in the worker thread when the statement
+        ends, even when the caller was cancelled and the thread abandoned.
+        """
+        embedded = self._embedded
+        if embedded is None:
+            return lambda: fn(self.client)
+
+        def run() -> T:
+            client = embedded.take()
+            try:
+                result = fn(client)
+            except BaseException:
+                embedded.give(client, failed=True)
+                raise
+            embedded.give(client, failed=False)
+            return result
+
+        return run
+
+    async def _run(self, fn: Callable[[Client], T], query_id: str) -> T:
         try:
-            return await trio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=self.limiter)
+            return await trio.to_thread.run_sync(
+                self._on_client(fn), abandon_on_cancel=True, limiter=self.limiter
+            )
         except trio.Cancelled:
             with trio.CancelScope(shield=True):
                 await self._kill(query_id)
@@ -264,8 +369,8 @@ class Runtime:
             # Whole milliseconds, at least one: the server reads fractional seconds.
             settings_all["max_execution_time"] = max(0.001, math.ceil(remaining * 1000) / 1000)
 
-        def run() -> list[Row]:
-            result = self.client.query(sql, parameters=dict(params), settings=settings_all)
+        def run(client: Client) -> list[Row]:
+            result = client.query(sql, parameters=dict(params), settings=settings_all)
             return [tuple(row) for row in result.result_rows]
 
         return await self._run(run, query_id)
@@ -279,8 +384,8 @@ class Runtime:
         query_id = str(uuid.uuid4())
         settings: dict[str, object] = {"query_id": query_id}
 
-        def run() -> None:
-            self.client.command(sql, parameters=dict(params), settings=settings)
+        def run(client: Client) -> None:
+            client.command(sql, parameters=dict(params), settings=settings)
 
         await self._run(run, query_id)
 
@@ -307,8 +412,8 @@ class Runtime:
             "async_insert": 0,
         }
 
-        def run() -> None:
-            self.client.insert(
+        def run(client: Client) -> None:
+            client.insert(
                 table,
                 [list(row) for row in rows],
                 column_names=list(columns),
@@ -320,13 +425,13 @@ class Runtime:
         await self._run(run, query_id)
 
     def close(self) -> None:
-        """Close both clients (blocking briefly; idempotent)."""
+        """Close the clients (blocking briefly; idempotent)."""
+        if self._embedded is not None:
+            self._embedded.close()
+            return
         for client in (self.client, self.killer):
             if client is not None:
-                try:
-                    client.close()
-                except ClickHouseError as exc:  # closing must not fail the shutdown
-                    log.debug("closing the ClickHouse client: %s", exc)
+                _close_quietly(client)
 
 
 def connect(
