@@ -17,6 +17,8 @@ runs, and ``KILL QUERY WHERE query_id = '...'`` marks it killed. Tests can *hold
 is killed (answered with ``394 QUERY_WAS_CANCELLED``) or until its ``max_execution_time`` has
 passed plus ``overshoot_s`` (``159 TIMEOUT_EXCEEDED``; a real server checks its limit between
 blocks, so it overshoots too). ``kills`` and ``held`` record what happened, for assertions.
+A statement that fails on chDB leaves the stand-in on a fresh handle: chDB would return what
+the failed statement had output ahead of the next statement's result.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ class ChdbHttpServer:
 
     url: str
     client: ChdbClient
+    dsn: str = "chdb://memory"
     hold: Callable[[str], bool] | None = None
     overshoot_s: float = 1.0
     running: dict[str, Running] = field(default_factory=dict)
@@ -184,8 +187,16 @@ class ChdbHttpServer:
             # The stand-in's own handle on the engine, behind its lock: its statements take
             # turns (the backend's private entry point: raw SQL, text parameters, a format).
             with self.engine:
-                result = self.client._backend._run(sql, fmt, params)
-                data: bytes = result.bytes()
+                try:
+                    result = self.client._backend._run(sql, fmt, params)
+                    data: bytes = result.bytes()
+                except Exception:
+                    # chDB keeps what a failed statement had output on its connection and
+                    # returns it ahead of the next statement's result: a fresh handle (opened
+                    # first: an in-memory engine is dropped with its last connection).
+                    failed, self.client = self.client, _chdb_client(self.dsn)
+                    failed.close()
+                    raise
             return data
         except Exception as exc:
             text = str(exc)
@@ -332,12 +343,16 @@ def _handler(server: ChdbHttpServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def _chdb_client(dsn: str) -> ChdbClient:
+    client = clickhouse_connect.get_client(dsn=dsn)
+    assert isinstance(client, ChdbClient)
+    return client
+
+
 @contextmanager
 def serve_chdb_http(dsn: str = "chdb://memory") -> Iterator[ChdbHttpServer]:
     """Serve the stand-in on ``127.0.0.1`` (a free port) in a thread until the block ends."""
-    client = clickhouse_connect.get_client(dsn=dsn)
-    assert isinstance(client, ChdbClient)
-    state = ChdbHttpServer(url="", client=client)
+    state = ChdbHttpServer(url="", client=_chdb_client(dsn), dsn=dsn)
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     httpd.daemon_threads = True
     state.url = f"http://127.0.0.1:{httpd.server_address[1]}"

@@ -10,8 +10,8 @@ Every read carries:
 - ``query_id``: a fresh UUID, so the statement can be found on the server;
 - ``readonly=1``: the server refuses anything but reading, whatever the SQL;
 - ``max_execution_time``: the time left before the caller's trio deadline
-  (:func:`trio.current_effective_deadline`, e.g. a tool call's budget), in seconds, so the
-  server stops by itself when the budget is gone.
+  (:func:`trio.current_effective_deadline`, e.g. a tool call's budget), in seconds rounded up
+  to 1/64 s (:func:`time_limit_s`), so the server stops by itself when the budget is gone.
 
 When the calling task is cancelled first (its deadline, or the client went away), the worker
 thread is abandoned and ``KILL QUERY WHERE query_id = '…' ASYNC`` goes to the server on a
@@ -22,6 +22,15 @@ value put into that statement as text: it is our own UUID, checked against :data
 (``KILL``'s ``WHERE`` is not a place where every server version substitutes query
 parameters). An embedded chDB engine (``chdb://``) has no second connection to kill from: its
 statement runs to its end (bounded by ``max_execution_time``) while the caller moves on.
+
+An embedded engine's statements each take a client (a chDB connection) of their own, and a
+client whose statement failed is closed, never used again (:class:`_EmbeddedClients`): chDB
+4.4 (engine 26.9) keeps the output a failed statement had produced (a time limit reached part
+way through its result, an error raised mid-scan) on its connection and returns it ahead of
+the *next* statement's own result, which then decodes as garbage (``MemoryError``,
+``UnicodeDecodeError``) or as wrong rows (another read's block added to the answer: doubled
+counts). A cancelled read's abandoned statement keeps its own client until it ends, so it
+never runs beside the next read on the same connection.
 
 Server errors map onto the store's error tree (:func:`map_error`): time limits (``159
 TIMEOUT_EXCEEDED`` and kin) -> :class:`~coremetry.store.errors.StoreTimeout`; an unreachable
@@ -37,6 +46,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -65,8 +75,10 @@ __all__ = [
     "Param",
     "Row",
     "Runtime",
+    "TIME_LIMIT_STEPS",
     "map_error",
     "redacted_url",
+    "time_limit_s",
 ]
 
 log = logging.getLogger("coremetry.store.clickhouse")
@@ -182,6 +194,24 @@ def map_error(exc: ClickHouseError, where: str) -> StoreError | ClickHouseError:
     return exc
 
 
+TIME_LIMIT_STEPS: Final = 64
+"""``max_execution_time`` is sent in 1/64 s steps (15.625 ms), see :func:`time_limit_s`."""
+
+
+def time_limit_s(remaining_s: float) -> float:
+    """The ``max_execution_time`` for ``remaining_s`` of budget: rounded up to a 1/64 s step.
+
+    At least one step. A multiple of 1/64 s is exact in binary and in microseconds, so the
+    server's round trip through its microsecond setting gives back the value sent: ClickHouse
+    (seen on chDB 4.4, engine 26.9) refuses a query whose ``SETTINGS readonly = 1,
+    max_execution_time = 268.4`` does not survive that round trip (268.399999 s) with ``164
+    READONLY: Cannot modify 'max_execution_time' setting in readonly mode`` — about one
+    whole-millisecond value in a hundred.
+    """
+    steps = max(1, math.ceil(remaining_s * TIME_LIMIT_STEPS))
+    return steps / TIME_LIMIT_STEPS
+
+
 def _remaining_s() -> float | None:
     deadline = trio.current_effective_deadline()
     if math.isinf(deadline):
@@ -189,19 +219,89 @@ def _remaining_s() -> float | None:
     return deadline - trio.current_time()
 
 
+class _EmbeddedClients:
+    """The clients of an embedded chDB engine: one statement at a time on each (thread-safe).
+
+    A statement takes an idle client (or a new one from ``reconnect``) and gives it back when
+    it ends; a client whose statement raised is replaced by a new one and closed (see the
+    module docstring: chDB would hand the failed statement's leftover output to the next
+    statement on it). The new client is opened first: an in-memory engine (``chdb://memory``)
+    loses its data when its last connection closes. At most as many clients exist as
+    statements run at once (the runtime's limiter, whose token an abandoned statement holds
+    until it ends).
+
+    Args:
+        first: an open client (the one the store was opened with).
+        reconnect: opens another client on the same engine (blocking, in a worker thread).
+    """
+
+    def __init__(self, first: Client, reconnect: Callable[[], Client]) -> None:
+        self._reconnect = reconnect
+        self._idle: list[Client] = [first]
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def take(self) -> Client:
+        """An idle client, or a new one (blocking)."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return self._reconnect()
+
+    def give(self, client: Client, *, failed: bool) -> None:
+        """Give ``client`` back after its statement; replaced and closed if it raised."""
+        if failed and not self._closed:
+            try:
+                fresh: Client | None = self._reconnect()
+            except StoreError as exc:
+                log.warning("reopening a chDB client after a failed statement: %s", exc)
+                fresh = None
+            if fresh is not None:
+                self.give(fresh, failed=False)
+        with self._lock:
+            if not failed and not self._closed:
+                self._idle.append(client)
+                return
+        _close_quietly(client)
+
+    def close(self) -> None:
+        """Close the idle clients; a client still running a statement closes when it ends."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for client in idle:
+            _close_quietly(client)
+
+
+def _close_quietly(client: Client) -> None:
+    try:
+        client.close()
+    except ClickHouseError as exc:  # closing must not fail a read or the shutdown
+        log.debug("closing the ClickHouse client: %s", exc)
+
+
 class Runtime:
     """The clients of one store and the rules every statement follows (module docstring).
 
     Args:
-        client: runs reads and writes (thread-safe: no session, a connection pool).
+        client: runs reads and writes (a server's: thread-safe, no session, a connection pool).
         killer: a second client on its own connection pool for ``KILL QUERY`` (``None`` for an
             embedded chDB engine, which has nothing to kill from).
         where: the server for messages (no credentials).
         query_threads: statements in flight at once.
+        reconnect: for an embedded chDB engine, opens another client on it: statements then
+            take a client each and a client whose statement failed is closed
+            (:class:`_EmbeddedClients`). ``None`` for a server: ``client`` is shared.
     """
 
     def __init__(
-        self, client: Client, killer: Client | None, *, where: str, query_threads: int
+        self,
+        client: Client,
+        killer: Client | None,
+        *,
+        where: str,
+        query_threads: int,
+        reconnect: Callable[[], Client] | None = None,
     ) -> None:
         self.client = client
         self.killer = killer
@@ -209,10 +309,35 @@ class Runtime:
         self.limiter = trio.CapacityLimiter(query_threads)
         self.kills: list[str] = []
         """Query ids this runtime asked the server to kill (for logs and tests)."""
+        self._embedded = _EmbeddedClients(client, reconnect) if reconnect is not None else None
 
-    async def _run(self, fn: Callable[[], T], query_id: str) -> T:
+    def _on_client(self, fn: Callable[[Client], T]) -> Callable[[], T]:
+        """``fn`` on the shared client, or on an embedded client of its own (module docstring).
+
+        The embedded client goes back (or is closed) in the worker thread when the statement
+        ends, even when the caller was cancelled and the thread abandoned.
+        """
+        embedded = self._embedded
+        if embedded is None:
+            return lambda: fn(self.client)
+
+        def run() -> T:
+            client = embedded.take()
+            try:
+                result = fn(client)
+            except BaseException:
+                embedded.give(client, failed=True)
+                raise
+            embedded.give(client, failed=False)
+            return result
+
+        return run
+
+    async def _run(self, fn: Callable[[Client], T], query_id: str) -> T:
         try:
-            return await trio.to_thread.run_sync(fn, abandon_on_cancel=True, limiter=self.limiter)
+            return await trio.to_thread.run_sync(
+                self._on_client(fn), abandon_on_cancel=True, limiter=self.limiter
+            )
         except trio.Cancelled:
             with trio.CancelScope(shield=True):
                 await self._kill(query_id)
@@ -261,11 +386,10 @@ class Runtime:
         settings_all: dict[str, object] = {**(settings or {}), "readonly": 1, "query_id": query_id}
         remaining = _remaining_s()
         if remaining is not None:
-            # Whole milliseconds, at least one: the server reads fractional seconds.
-            settings_all["max_execution_time"] = max(0.001, math.ceil(remaining * 1000) / 1000)
+            settings_all["max_execution_time"] = time_limit_s(remaining)
 
-        def run() -> list[Row]:
-            result = self.client.query(sql, parameters=dict(params), settings=settings_all)
+        def run(client: Client) -> list[Row]:
+            result = client.query(sql, parameters=dict(params), settings=settings_all)
             return [tuple(row) for row in result.result_rows]
 
         return await self._run(run, query_id)
@@ -279,8 +403,8 @@ class Runtime:
         query_id = str(uuid.uuid4())
         settings: dict[str, object] = {"query_id": query_id}
 
-        def run() -> None:
-            self.client.command(sql, parameters=dict(params), settings=settings)
+        def run(client: Client) -> None:
+            client.command(sql, parameters=dict(params), settings=settings)
 
         await self._run(run, query_id)
 
@@ -307,8 +431,8 @@ class Runtime:
             "async_insert": 0,
         }
 
-        def run() -> None:
-            self.client.insert(
+        def run(client: Client) -> None:
+            client.insert(
                 table,
                 [list(row) for row in rows],
                 column_names=list(columns),
@@ -320,13 +444,13 @@ class Runtime:
         await self._run(run, query_id)
 
     def close(self) -> None:
-        """Close both clients (blocking briefly; idempotent)."""
+        """Close the clients (blocking briefly; idempotent)."""
+        if self._embedded is not None:
+            self._embedded.close()
+            return
         for client in (self.client, self.killer):
             if client is not None:
-                try:
-                    client.close()
-                except ClickHouseError as exc:  # closing must not fail the shutdown
-                    log.debug("closing the ClickHouse client: %s", exc)
+                _close_quietly(client)
 
 
 def connect(

@@ -64,6 +64,7 @@ from typing import Final, cast
 
 import msgspec
 import trio
+from clickhouse_connect.driver.client import Client
 
 from coremetry.store._query_args import (
     check_limit,
@@ -720,24 +721,27 @@ async def open_clickhouse_store(options: ClickHouseOptions) -> AsyncIterator[Cli
         )
     embedded = url.startswith("chdb:")
 
-    def make_clients() -> Runtime:
-        client = connect(
+    def new_client() -> Client:
+        return connect(
             url,
             username=options.username,
             password=options.password,
             connect_timeout_s=options.connect_timeout_s,
             dedicated_pool=True,
         )
-        killer = None
-        if not embedded:
-            killer = connect(
-                url,
-                username=options.username,
-                password=options.password,
-                connect_timeout_s=options.connect_timeout_s,
-                dedicated_pool=True,
-            )
-        return Runtime(client, killer, where=redacted_url(url), query_threads=options.query_threads)
+
+    def make_clients() -> Runtime:
+        client = new_client()
+        # A server's client is shared (and a second one kills); an embedded engine's
+        # statements take a client each, a new one when none is idle (``_runtime``).
+        killer = None if embedded else new_client()
+        return Runtime(
+            client,
+            killer,
+            where=redacted_url(url),
+            query_threads=options.query_threads,
+            reconnect=new_client if embedded else None,
+        )
 
     runtime = await trio.to_thread.run_sync(make_clients)
     try:
