@@ -149,8 +149,39 @@ async def check_clock_skew(make_store: MakeStore) -> None:
         start_time_unix_nano=base + 20 * SECOND,
         end_time_unix_nano=base + 19 * SECOND,  # ends before it starts: duration clamps to 0
     )
+    # Several roots (a client that re-used its trace id): named by the earliest root by start
+    # then span id, after a child that starts before all of them; a tie on start goes to the
+    # smaller span id.
+    roots = [
+        Span(
+            trace_id="6bf92f3577b34da6a3ce929d0e0e4738",
+            span_id=span_id,
+            parent_span_id=parent_id,
+            service_name=service,
+            name=name,
+            kind=SpanKind.SERVER,
+            start_time_unix_nano=base + at * SECOND,
+            end_time_unix_nano=base + (at + 2) * SECOND,
+        )
+        for span_id, parent_id, service, name, at in (
+            ("0000000000000001", "", "retry", "third", 93),
+            ("00000000000000a2", "", "retry", "second", 92),
+            ("00000000000000a1", "", "retry", "first", 92),
+            ("00000000000000b1", "00000000000000a2", "backend", "child", 91),
+        )
+    ]
     async with make_store() as store:
-        await store.write(TelemetryBatch(spans=[parent, child, orphan]))
+        await store.write(TelemetryBatch(spans=[parent, child, orphan, *roots]))
+        found = await store.search_traces(
+            TraceQuery(
+                time_range=TimeRange(
+                    start_unix_nano=base + 90 * SECOND, end_unix_nano=base + 99 * SECOND
+                )
+            ),
+            limit=10,
+        )
+        _equal(found.items, [_expected_summary(roots)], "the summary of a trace with 3 roots")
+        _equal(found.items[0].root_name if found.items else None, "first", "its earliest root")
         page = await store.get_trace(trace_id, limit=10)
         _equal([s.span_id for s in page.items], [child.span_id, parent.span_id], "skewed order")
         window = TimeRange(start_unix_nano=base, end_unix_nano=base + MINUTE)
