@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import partial
 
-from coremetry.store.interface import MAX_LIMIT, TimeRange, TraceQuery
+from coremetry.store.interface import MAX_LIMIT, MAX_TRACES_PER_READ, TimeRange, TraceQuery
 from coremetry.store.model import Span, SpanKind, StatusCode, TelemetryBatch
 
 from ._dataset import ODD_SERVICES, _base_time, _big_trace, make_dataset
@@ -27,7 +27,10 @@ from ._support import (
 
 
 async def check_get_trace(make_store: MakeStore) -> None:
-    """A trace's spans come back whole, in start order, pageable, with the right total."""
+    """A trace's spans come back whole, in start order, pageable, with the right total.
+
+    ``get_traces`` answers for several ids what ``get_trace`` answers for each.
+    """
     data = make_dataset()
     big = _big_trace(data.base)
     async with make_store() as store:
@@ -62,6 +65,31 @@ async def check_get_trace(make_store: MakeStore) -> None:
         await _rejected(store.get_trace("xyz", limit=10), "trace_id", "get_trace('xyz')")
         await _rejected(store.get_trace("", limit=10), "trace_id", "get_trace('')")
         await _rejected(store.get_trace("ab" * 17, limit=10), "trace_id", "a 34-char trace id")
+        # Several traces at once: each page as get_trace gives it, in the order asked.
+        asked = [*list(by_trace)[:3], trace_id, "0123456789abcdef0123456789abcdef"]
+        asked += [asked[0].upper()]
+        for limit in (MAX_LIMIT, 7):
+            pages = await store.get_traces(asked, limit=limit)
+            alone = [await store.get_trace(one, limit=limit) for one in asked]
+            _equal(
+                [(p.items, p.total, p.next_cursor) for p in pages],
+                [(p.items, p.total, p.next_cursor) for p in alone],
+                f"get_traces of {len(asked)} ids, limit {limit}: get_trace's page of each",
+            )
+        rest = await store.get_traces([trace_id], limit=10)
+        more = rest[0].next_cursor
+        _expect(more is not None, "get_traces gives a cursor into a longer trace")
+        if more is not None:
+            page = await store.get_trace(trace_id, limit=10, cursor=more)
+            _equal(page.items, expected_big[10:20], "get_trace goes on from get_traces' cursor")
+        _equal(await store.get_traces([], limit=10), [], "get_traces of no id")
+        await _rejected(store.get_traces(["xyz"], limit=10), "trace_ids", "get_traces(['xyz'])")
+        await _rejected(
+            store.get_traces([trace_id] * (MAX_TRACES_PER_READ + 1), limit=10),
+            "trace_ids",
+            "get_traces of too many ids",
+        )
+        await _rejected(store.get_traces([trace_id], limit=0), "limit", "get_traces limit 0")
 
 
 async def check_search_traces(make_store: MakeStore) -> None:
