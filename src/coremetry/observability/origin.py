@@ -282,16 +282,22 @@ async def _samples(
 
 
 async def _analyse(
-    store: TelemetryStore, summaries: Sequence[TraceSummary], tally: _Tally, scope: str | None
+    store: TelemetryStore,
+    samples: Sequence[tuple[Sequence[TraceSummary], _Tally]],
+    scope: str | None,
 ) -> None:
-    # The traces' first ANALYSIS_SPANS spans each, read together (a read per trace cost a
-    # thread hop each: 40 of them were ~40 % of get_service on a loaded machine).
-    ids = [summary.trace_id for summary in summaries]
+    """Read and analyse each sample's traces into its tally (the slow ones, the typical ones).
+
+    The traces' first :data:`ANALYSIS_SPANS` spans each, read together (a read per trace cost
+    a thread hop each: 40 of them were ~40 % of ``get_service`` on a loaded machine).
+    """
+    ids = [summary.trace_id for summaries, _ in samples for summary in summaries]
+    tallies = [tally for summaries, tally in samples for _ in summaries]
     for first in range(0, len(ids), MAX_TRACES_PER_READ):
         pages = await store.get_traces(
             ids[first : first + MAX_TRACES_PER_READ], limit=ANALYSIS_SPANS
         )
-        for page in pages:
+        for tally, page in zip(tallies[first:], pages, strict=False):
             if page.items:
                 tally.add(analyse_trace(page.items), scope)
 
@@ -548,8 +554,7 @@ async def likely_origin(
             {"service": group.service_name, "searches": [one.as_json() for one in searches]}
         )
         slow_tally, typical_tally = _Tally(), _Tally()
-        await _analyse(store, slow, slow_tally, service)
-        await _analyse(store, usual, typical_tally, service)
+        await _analyse(store, [(slow, slow_tally), (usual, typical_tally)], service)
         tallies.append((slow_tally, typical_tally))
         slow_seen.extend(slow)
     with_baseline = [pair for pair in tallies if pair[0].traces and pair[1].traces]
