@@ -711,7 +711,10 @@ def widened(ctx: ReadContext, time_range: TimeRange) -> TimeRange:
     roll-ups are written in the spans' own transactions). The usual window ends at *now*,
     after the newest span: its end is then read as the current day's rows, not as up to 23
     hour rows + 59 minute rows + a raw minute per group (a week of ``service_edges``: 3,063
-    rows to ~800 on the 5 M store). Not for log counts (log times, not span starts).
+    rows to ~800 on the 5 M store). Not for log counts (log times, not span starts). While a
+    retention pass is between two chunks (see **Retention** above), a start moved back into
+    the bucket that straddles the cutoff may count the spans just deleted, as any window
+    over that bucket may then.
     """
     start, end = time_range.start_unix_nano, time_range.end_unix_nano
     ((before, after),) = ctx.execute(
