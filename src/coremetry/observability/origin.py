@@ -299,7 +299,11 @@ async def _analyse(
         )
         for tally, page in zip(tallies[first:], pages, strict=False):
             if page.items:
-                tally.add(analyse_trace(page.items), scope)
+                analysis = analyse_trace(page.items)
+                tally.add(analysis, scope)
+                for node in analysis.nodes:  # parent <-> children cycles: free them now
+                    node.parent = None
+                    node.children.clear()
 
 
 def latency_metric_names(descriptors: Sequence[MetricDescriptor]) -> list[MetricDescriptor]:
