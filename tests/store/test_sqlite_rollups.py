@@ -16,7 +16,8 @@ import pytest
 from coremetry.store import Span, TelemetryBatch, TimeRange, open_sqlite_store
 from coremetry.store._sketch import LatencySketch, encode_msgpack
 from coremetry.store.sqlite import SCHEMA_VERSION
-from coremetry.store.sqlite._rollups import WIDTHS, plan
+from coremetry.store.sqlite._rollups import WIDTHS, plan, widened
+from coremetry.store.sqlite._runtime import ReadContext, connect
 from coremetry.store.testing._checks_rollups import _compare, _compare_logs, _logs, _spans
 
 SECOND = 1_000_000_000
@@ -172,6 +173,41 @@ def test_a_week_is_read_as_few_rows_as_an_hour() -> None:
     assert hour <= 60
     # 6 days + up to 2 x 23 hours + up to 2 x 59 minutes.
     assert week <= 6 + 46 + 118
+
+
+async def test_a_window_ending_after_the_data_is_read_as_whole_days_at_its_end(
+    tmp_path: Path,
+) -> None:
+    # "The last week" ends after the newest span: its end is read as the current day's rows
+    # (not 23 hour rows + 59 minute rows + a raw minute per group), with the same answer; an
+    # end just before a span stays where it is, or moves only as far as the span allows.
+    _, spans = _days_of_spans()
+    starts = sorted(s.start_time_unix_nano for s in spans)
+    oldest, newest = starts[0], starts[-1]
+    middle = starts[len(starts) // 2]
+    async with open_sqlite_store(tmp_path / "t.db", retention_days=0) as store:
+        await store.write(TelemetryBatch(spans=spans))
+        week = TimeRange(start_unix_nano=newest + 1 - 7 * DAY, end_unix_nano=newest + 1)
+        await _compare(store, spans, week, "a week ending after the newest span")
+    conn = connect(tmp_path / "t.db", reader=True)
+    try:
+
+        def widen(start: int, end: int) -> tuple[int, int]:
+            window = TimeRange(start_unix_nano=start, end_unix_nano=end)
+            found = ReadContext(conn).run(lambda ctx: widened(ctx, window))
+            return found.start_unix_nano, found.end_unix_nano
+
+        next_day = newest - newest % DAY + DAY
+        start = newest + 1 - 7 * DAY  # days before the oldest span
+        assert widen(start, newest + 1) == (start - start % DAY, next_day)
+        assert widen(oldest, oldest + HOUR)[0] == oldest - oldest % DAY
+        # A span starts at ``middle``: an end there stays; one just before it moves at most
+        # to it; a start just after it stays.
+        assert widen(middle - HOUR, middle)[1] == middle
+        assert middle - 1 <= widen(middle - HOUR, middle - 1)[1] <= middle
+        assert widen(middle + 1, middle + HOUR)[0] == middle + 1
+    finally:
+        conn.close()
 
 
 async def test_rollup_reads_use_their_keys(tmp_path: Path) -> None:

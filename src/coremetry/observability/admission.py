@@ -29,7 +29,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Final
 
 import trio
@@ -333,6 +333,11 @@ class AdmittedStore:
         """See :meth:`TelemetryStore.get_trace`."""
         async with self._admitted():
             return await self.store.get_trace(trace_id, limit=limit, cursor=cursor)
+
+    async def get_traces(self, trace_ids: Sequence[str], *, limit: int) -> list[Page[Span]]:
+        """See :meth:`TelemetryStore.get_traces`."""
+        async with self._admitted():
+            return await self.store.get_traces(trace_ids, limit=limit)
 
     async def search_traces(
         self, query: TraceQuery, *, limit: int, cursor: str | None = None

@@ -16,6 +16,7 @@ from .errors import StoreTimeout as StoreTimeout
 from .errors import StoreUnavailable as StoreUnavailable
 from .interface import DEFAULT_AGGREGATIONS as DEFAULT_AGGREGATIONS
 from .interface import MAX_LIMIT as MAX_LIMIT
+from .interface import MAX_TRACES_PER_READ as MAX_TRACES_PER_READ
 from .interface import Aggregation as Aggregation
 from .interface import DeployRecord as DeployRecord
 from .interface import LabelMatcher as LabelMatcher
@@ -58,6 +59,7 @@ from .sqlite import open_sqlite_store as open_sqlite_store
 __all__ = [
     "DEFAULT_AGGREGATIONS",
     "MAX_LIMIT",
+    "MAX_TRACES_PER_READ",
     "UNKNOWN_SERVICE",
     "Aggregation",
     "AggregationTemporality",

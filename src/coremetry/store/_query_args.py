@@ -24,6 +24,7 @@ import base64
 import binascii
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Final, TypeAlias, cast
 
 import msgspec
@@ -34,6 +35,7 @@ from coremetry.store.errors import QueryRejected
 from coremetry.store.interface import (
     DEFAULT_AGGREGATIONS,
     MAX_LIMIT,
+    MAX_TRACES_PER_READ,
     Aggregation,
     LogQuery,
     MetricQuery,
@@ -56,6 +58,7 @@ __all__ = [
     "check_range",
     "check_step",
     "check_trace_id",
+    "check_trace_ids",
     "check_trace_query",
     "query_hash",
 ]
@@ -143,6 +146,20 @@ def check_trace_id(trace_id: object, field: str) -> str:
     if not normalized:
         raise QueryRejected(field, f"must be a trace id of 32 hex characters, got {trace_id!r}")
     return normalized
+
+
+def check_trace_ids(trace_ids: Sequence[object]) -> list[str]:
+    """The ids of :meth:`~coremetry.store.interface.TelemetryStore.get_traces`, normalised.
+
+    Raises:
+        QueryRejected: ``trace_ids``: more than ``MAX_TRACES_PER_READ``, or one is not a trace
+            id (:func:`check_trace_id`).
+    """
+    if isinstance(trace_ids, str | bytes) or len(trace_ids) > MAX_TRACES_PER_READ:
+        raise QueryRejected(
+            "trace_ids", f"must be a list of at most {MAX_TRACES_PER_READ} trace ids"
+        )
+    return [check_trace_id(one, "trace_ids") for one in trace_ids]
 
 
 def check_trace_query(query: TraceQuery) -> None:

@@ -31,6 +31,7 @@ Contract shared by every method (each method's docstring adds its own):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final, Generic, Literal, Protocol, TypeAlias, TypeVar
 
 import msgspec
@@ -39,6 +40,7 @@ from .model import LogRecord, MetricType, Span, TelemetryBatch
 
 __all__ = [
     "MAX_LIMIT",
+    "MAX_TRACES_PER_READ",
     "Aggregation",
     "DeployRecord",
     "LabelMatcher",
@@ -66,6 +68,8 @@ __all__ = [
 
 MAX_LIMIT: Final = 10_000
 """Largest ``limit`` any query accepts."""
+MAX_TRACES_PER_READ: Final = 100
+"""Most trace ids one :meth:`TelemetryStore.get_traces` call accepts."""
 
 T = TypeVar("T")
 
@@ -506,6 +510,21 @@ class TelemetryStore(Protocol):
 
         Raises:
             QueryRejected: ``trace_id`` is not 32 hex characters, or a bad cursor.
+        """
+        ...
+
+    async def get_traces(self, trace_ids: Sequence[str], *, limit: int) -> list[Page[Span]]:
+        """The first spans of several traces in one read (a sample's traces, not 40 reads).
+
+        One page per id, in the order given (an id given twice, twice): what
+        :meth:`get_trace` with ``limit`` and no cursor answers for it (its first ``limit``
+        spans by start then span id, ``total`` the trace's span count, ``next_cursor`` for
+        :meth:`get_trace` to go on; an unknown trace: empty page, total 0). At most
+        :data:`MAX_TRACES_PER_READ` ids.
+
+        Raises:
+            QueryRejected: ``trace_ids``: more than :data:`MAX_TRACES_PER_READ`, or one is not
+                32 hex characters; ``limit`` out of range.
         """
         ...
 

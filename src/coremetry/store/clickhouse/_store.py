@@ -72,6 +72,7 @@ from coremetry.store._query_args import (
     check_range,
     check_step,
     check_trace_id,
+    check_trace_ids,
 )
 from coremetry.store.errors import StoreClosed, StoreError, StoreSchemaError
 from coremetry.store.interface import (
@@ -537,6 +538,13 @@ class ClickHouseStore:
         tid = check_trace_id(trace_id, "trace_id")
         check_limit(limit)
         return await self._reader.get_trace(tid, limit, cursor)
+
+    async def get_traces(self, trace_ids: Sequence[str], *, limit: int) -> list[Page[Span]]:
+        """See :meth:`TelemetryStore.get_traces`: one :meth:`get_trace` statement per id."""
+        self._check_open()
+        tids = check_trace_ids(trace_ids)
+        check_limit(limit)
+        return [await self._reader.get_trace(tid, limit, None) for tid in tids]
 
     async def search_traces(
         self, query: TraceQuery, *, limit: int, cursor: str | None = None

@@ -436,7 +436,8 @@ def _trace_summaries(ctx: ReadContext, trace_ids: list[bytes]) -> dict[bytes, Tr
     """Summaries of ``trace_ids`` (every stored span of each, any time).
 
     Three index reads by ``(trace_id, start)``, none sorting spans: the aggregates per trace,
-    the root spans (no parent; the earliest by start then span id when there are several), and
+    the root span (no parent; the earliest by start then span id when there are several: the
+    index walk in that order stops at it), and
     only for traces without a root the earliest span, which stands in for it. (One window
     function ranking every span of every trace cost 4-5x the aggregate on 200 traces.)
     """
@@ -453,18 +454,22 @@ def _trace_summaries(ctx: ReadContext, trace_ids: list[bytes]) -> dict[bytes, Tr
             trace_ids,
         ),
     )
-    roots: dict[bytes, tuple[int, bytes, str, str]] = {}
-    for trace_id, start, span_id, service, name in cast(
-        "list[tuple[bytes, int, bytes, str, str]]",
-        ctx.execute(
-            "SELECT trace_id, start_unix_nano, span_id, service_name, name FROM spans "
-            f"WHERE trace_id IN ({marks}) AND parent_span_id IS NULL",
-            trace_ids,
-        ),
-    ):
-        known = roots.get(trace_id)
-        if known is None or (start, span_id) < known[:2]:
-            roots[trace_id] = (start, span_id, service, name)
+    # Each trace's first root in (start, span id) order: the index walk in that order stops at
+    # it, usually the trace's first span (filtering every span of the traces for a root read
+    # each row: 10-14 ms against 0.5 ms for 200 traces of ~110 spans on the 5 M store).
+    roots: dict[bytes, tuple[str, str]] = {
+        trace_id: (service, name)
+        for trace_id, service, name in cast(
+            "list[tuple[bytes, str, str]]",
+            ctx.execute(
+                f"WITH ids(trace_id) AS (VALUES {', '.join(['(?)'] * len(trace_ids))}) "
+                "SELECT s.trace_id, s.service_name, s.name FROM ids CROSS JOIN spans s "
+                "ON s.id = (SELECT r.id FROM spans r WHERE r.trace_id = ids.trace_id "
+                "AND r.parent_span_id IS NULL ORDER BY r.start_unix_nano, r.span_id LIMIT 1)",
+                trace_ids,
+            ),
+        )
+    }
     rootless = [row[0] for row in rows if row[0] not in roots]
     stand_ins: dict[bytes, tuple[str, str]] = {}
     for trace_id in rootless:
@@ -481,7 +486,7 @@ def _trace_summaries(ctx: ReadContext, trace_ids: list[bytes]) -> dict[bytes, Tr
     summaries = {}
     for trace_id, start, end, count, errors, services in rows:
         root = roots.get(trace_id)
-        service, name = (root[2], root[3]) if root is not None else stand_ins[trace_id]
+        service, name = root if root is not None else stand_ins[trace_id]
         summaries[trace_id] = TraceSummary(
             trace_id=trace_id.hex(),
             root_service_name=service,

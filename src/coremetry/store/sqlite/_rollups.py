@@ -49,6 +49,9 @@ groups times the bins) and read the raw spans of the partial minutes at the wind
 (at most two minutes of spans), so every count is exact and every percentile within the
 sketch's 1 % of the raw nearest-rank one (``percentile_relative_error`` on each result).
 ``services`` reads one service's rows only when given its name (``compare_deploys``).
+Before planning, each end of the window moves out across any stretch that holds no span
+(:func:`widened`: the window ending *now* is read as whole days at its end), which changes
+no figure and reads far fewer rows.
 
 **Retention** (:func:`drop_before`, :func:`rebuild_straddling`): rows whose bucket ends at or
 before the cutoff go with the spans; the bucket of each width that straddles the cutoff is
@@ -121,6 +124,7 @@ __all__ = [
     "resolve_pending",
     "service_edges",
     "services",
+    "widened",
 ]
 
 _NS: Final = 1_000_000_000
@@ -696,6 +700,46 @@ def plan(start: int, end: int) -> tuple[list[tuple[int, int]], list[tuple[int, i
     return raw, rolled
 
 
+def widened(ctx: ReadContext, time_range: TimeRange) -> TimeRange:
+    """The window with each end moved out to the coarsest bucket boundary across no span.
+
+    A roll-up row holds only the spans (for ``red_edges``: the child spans) that start in its
+    bucket, so a window ``[start, end)`` reads exactly what ``[new_start, new_end)`` reads
+    when no span starts in ``[new_start, start)`` nor in ``[end, new_end)``. Each end moves to
+    the coarsest boundary of :data:`WIDTHS` (a day, else an hour, else a minute) that keeps
+    that true, found by two probes of the ``spans_start`` index in the read's snapshot (the
+    roll-ups are written in the spans' own transactions). The usual window ends at *now*,
+    after the newest span: its end is then read as the current day's rows, not as up to 23
+    hour rows + 59 minute rows + a raw minute per group (a week of ``service_edges``: 3,063
+    rows to ~800 on the 5 M store). Not for log counts (log times, not span starts). While a
+    retention pass is between two chunks (see **Retention** above), a start moved back into
+    the bucket that straddles the cutoff may count the spans just deleted, as any window
+    over that bucket may then.
+    """
+    start, end = time_range.start_unix_nano, time_range.end_unix_nano
+    ((before, after),) = ctx.execute(
+        "SELECT (SELECT max(start_unix_nano) FROM spans WHERE start_unix_nano < ?), "
+        "(SELECT min(start_unix_nano) FROM spans WHERE start_unix_nano >= ?)",
+        (start, end),
+    )
+    new_start, new_end = start, end
+    for width in reversed(WIDTHS):
+        step = width * _NS
+        low = start - start % step
+        if before is None or cast(int, before) < low:
+            new_start = low
+            break
+    for width in reversed(WIDTHS):
+        step = width * _NS
+        high = -(-end // step) * step
+        if high <= _TIME_END and (after is None or high <= cast(int, after)):
+            new_end = high
+            break
+    if (new_start, new_end) == (start, end):
+        return time_range
+    return TimeRange(start_unix_nano=new_start, end_unix_nano=new_end)
+
+
 _MAX_LISTED_BUCKETS: Final = 2000
 """Past this many buckets (a window of years), :func:`_ranges` gives ranges, not lists: SQLite
 takes at most 32,766 parameters in a statement."""
@@ -856,6 +900,7 @@ def services(
     ctx: ReadContext, time_range: TimeRange, limit: int, service_name: str | None = None
 ) -> Page[ServiceSummary]:
     """RED per service from the roll-ups (see :class:`ServiceSummary`); one if ``service_name``."""
+    time_range = widened(ctx, time_range)
     only = ""
     only_params: list[SqlParam] = []
     each_bucket = None
@@ -943,6 +988,7 @@ def operations(
     ctx: ReadContext, service_name: str, time_range: TimeRange, limit: int
 ) -> Page[OperationSummary]:
     """RED per span name of one service from the roll-ups (see :class:`OperationSummary`)."""
+    time_range = widened(ctx, time_range)
     rolled, rolled_params, raw, raw_params = _ranges(
         time_range, "x", "s.start_unix_nano", each_bucket=(_OF_SERVICE, [service_name])
     )
@@ -1054,6 +1100,7 @@ def service_edges(
     ctx: ReadContext, time_range: TimeRange, limit: int, service_name: str | None
 ) -> list[ServiceEdge]:
     """Caller -> callee edges from the roll-ups (see :class:`ServiceEdge`)."""
+    time_range = widened(ctx, time_range)
     rolled, rolled_params, _, _ = _ranges(time_range, "x", "c.start_unix_nano")
     raw_ranges = plan(time_range.start_unix_nano, time_range.end_unix_nano)[0]
     groups: _Groups[tuple[str, str]] = _Groups()
@@ -1114,6 +1161,7 @@ def deploys(
     ctx: ReadContext, time_range: TimeRange, limit: int, service_name: str | None
 ) -> list[DeployRecord]:
     """Versions per service from the roll-ups' first/last start and span count per resource."""
+    time_range = widened(ctx, time_range)
     rolled, rolled_params, raw, raw_params = _ranges(time_range, "x", "s.start_unix_nano")
     only = ""
     only_params: list[SqlParam] = []

@@ -4,8 +4,9 @@ A backend may answer ``services``, ``operations``, ``service_edges`` and ``deplo
 pre-aggregated roll-ups (per-minute buckets, latency sketches); this check holds every count,
 time and percentile of those answers to the same figure computed from the raw spans, over
 windows aligned to minutes and hours and not aligned at all, shorter than a minute and as long
-as the data, with children written before their parents, spans written twice, and after a
-retention pass whose cutoff falls inside a minute.
+as the data, ending after the newest span or just before or after one, with children written
+before their parents, spans written twice, and after a retention pass whose cutoff falls inside
+a minute.
 """
 
 from __future__ import annotations
@@ -342,6 +343,27 @@ async def check_rollups_match_raw(make_store: MakeStore) -> None:
             windows[f"unaligned window {i}"] = TimeRange(
                 start_unix_nano=low, end_unix_nano=low + rng.randrange(MINUTE, 10 * HOUR)
             )
+        # Ends beside the data: a window ending after the newest span (as "the last N hours"
+        # does) or starting before the oldest may be read across the empty stretch; one ending
+        # just before or just after a span, in that span's minute, may not.
+        starts = sorted(s.start_time_unix_nano for s in spans)
+        oldest, newest = starts[0], starts[-1]
+        windows["ending after the newest span"] = TimeRange(
+            start_unix_nano=newest - 5 * HOUR - 17 * SECOND, end_unix_nano=newest + 1
+        )
+        windows["starting at the oldest span"] = TimeRange(
+            start_unix_nano=oldest, end_unix_nano=oldest + 3 * HOUR + 7 * SECOND
+        )
+        windows["ending at the newest span"] = TimeRange(
+            start_unix_nano=newest - 2 * HOUR, end_unix_nano=newest
+        )
+        middle = starts[len(starts) // 2]
+        windows["ending just after a span"] = TimeRange(
+            start_unix_nano=middle - 26 * HOUR, end_unix_nano=middle + 1
+        )
+        windows["starting just after a span"] = TimeRange(
+            start_unix_nano=middle + 1, end_unix_nano=middle + 30 * HOUR
+        )
         for what, window in windows.items():
             await _compare(store, spans, window, what)
             await _compare_logs(store, logs, window, what)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import partial
 
-from coremetry.store.interface import MAX_LIMIT, TimeRange, TraceQuery
+from coremetry.store.interface import MAX_LIMIT, MAX_TRACES_PER_READ, TimeRange, TraceQuery
 from coremetry.store.model import Span, SpanKind, StatusCode, TelemetryBatch
 
 from ._dataset import ODD_SERVICES, _base_time, _big_trace, make_dataset
@@ -27,7 +27,10 @@ from ._support import (
 
 
 async def check_get_trace(make_store: MakeStore) -> None:
-    """A trace's spans come back whole, in start order, pageable, with the right total."""
+    """A trace's spans come back whole, in start order, pageable, with the right total.
+
+    ``get_traces`` answers for several ids what ``get_trace`` answers for each.
+    """
     data = make_dataset()
     big = _big_trace(data.base)
     async with make_store() as store:
@@ -62,6 +65,31 @@ async def check_get_trace(make_store: MakeStore) -> None:
         await _rejected(store.get_trace("xyz", limit=10), "trace_id", "get_trace('xyz')")
         await _rejected(store.get_trace("", limit=10), "trace_id", "get_trace('')")
         await _rejected(store.get_trace("ab" * 17, limit=10), "trace_id", "a 34-char trace id")
+        # Several traces at once: each page as get_trace gives it, in the order asked.
+        asked = [*list(by_trace)[:3], trace_id, "0123456789abcdef0123456789abcdef"]
+        asked += [asked[0].upper()]
+        for limit in (MAX_LIMIT, 7):
+            pages = await store.get_traces(asked, limit=limit)
+            alone = [await store.get_trace(one, limit=limit) for one in asked]
+            _equal(
+                [(p.items, p.total, p.next_cursor) for p in pages],
+                [(p.items, p.total, p.next_cursor) for p in alone],
+                f"get_traces of {len(asked)} ids, limit {limit}: get_trace's page of each",
+            )
+        rest = await store.get_traces([trace_id], limit=10)
+        more = rest[0].next_cursor
+        _expect(more is not None, "get_traces gives a cursor into a longer trace")
+        if more is not None:
+            page = await store.get_trace(trace_id, limit=10, cursor=more)
+            _equal(page.items, expected_big[10:20], "get_trace goes on from get_traces' cursor")
+        _equal(await store.get_traces([], limit=10), [], "get_traces of no id")
+        await _rejected(store.get_traces(["xyz"], limit=10), "trace_ids", "get_traces(['xyz'])")
+        await _rejected(
+            store.get_traces([trace_id] * (MAX_TRACES_PER_READ + 1), limit=10),
+            "trace_ids",
+            "get_traces of too many ids",
+        )
+        await _rejected(store.get_traces([trace_id], limit=0), "limit", "get_traces limit 0")
 
 
 async def check_search_traces(make_store: MakeStore) -> None:
@@ -149,8 +177,39 @@ async def check_clock_skew(make_store: MakeStore) -> None:
         start_time_unix_nano=base + 20 * SECOND,
         end_time_unix_nano=base + 19 * SECOND,  # ends before it starts: duration clamps to 0
     )
+    # Several roots (a client that re-used its trace id): named by the earliest root by start
+    # then span id, after a child that starts before all of them; a tie on start goes to the
+    # smaller span id.
+    roots = [
+        Span(
+            trace_id="6bf92f3577b34da6a3ce929d0e0e4738",
+            span_id=span_id,
+            parent_span_id=parent_id,
+            service_name=service,
+            name=name,
+            kind=SpanKind.SERVER,
+            start_time_unix_nano=base + at * SECOND,
+            end_time_unix_nano=base + (at + 2) * SECOND,
+        )
+        for span_id, parent_id, service, name, at in (
+            ("0000000000000001", "", "retry", "third", 93),
+            ("00000000000000a2", "", "retry", "second", 92),
+            ("00000000000000a1", "", "retry", "first", 92),
+            ("00000000000000b1", "00000000000000a2", "backend", "child", 91),
+        )
+    ]
     async with make_store() as store:
-        await store.write(TelemetryBatch(spans=[parent, child, orphan]))
+        await store.write(TelemetryBatch(spans=[parent, child, orphan, *roots]))
+        found = await store.search_traces(
+            TraceQuery(
+                time_range=TimeRange(
+                    start_unix_nano=base + 90 * SECOND, end_unix_nano=base + 99 * SECOND
+                )
+            ),
+            limit=10,
+        )
+        _equal(found.items, [_expected_summary(roots)], "the summary of a trace with 3 roots")
+        _equal(found.items[0].root_name if found.items else None, "first", "its earliest root")
         page = await store.get_trace(trace_id, limit=10)
         _equal([s.span_id for s in page.items], [child.span_id, parent.span_id], "skewed order")
         window = TimeRange(start_unix_nano=base, end_unix_nano=base + MINUTE)
