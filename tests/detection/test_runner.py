@@ -479,6 +479,7 @@ async def test_each_ranked_candidate_carries_samples_of_its_own(tmp_path: Path) 
     [problem] = run.problems
     checkout, frontend = problem.ranking
     assert (checkout.service_name, frontend.service_name) == ("checkout", "frontend")
+    assert ". Ahead of frontend: " in checkout.reason  # why the first beats the second
     for rank in (checkout, frontend):
         # Traces of the fault that pass through the service itself, said how they were chosen.
         assert len(rank.sample_trace_ids) == 3

@@ -1120,24 +1120,31 @@ async def _log_samples(
 ) -> tuple[list[str], str]:
     """Up to ``count`` log lines of ``service`` that show the problem, and how chosen.
 
-    Its WARN-and-worse lines of ``window`` (newest first); without any, the lines of its
+    Its WARN-and-worse lines of ``window`` (newest first; found among the newest
+    :data:`_LOG_READ` of its lines, else asked for); without any, the lines of its
     *most-changed template*: its lines of ``window`` and of ``before`` (the newest
     :data:`_LOG_READ` of each) are mined into templates together
     (:class:`~coremetry.detection.templates.TemplateMiner`) and the template whose share of
     its lines grew most from ``before`` to ``window`` is shown with its share before and in
     the window (percentages). None grew: no lines, said so.
     """
-    warn = await store.search_logs(
-        LogQuery(time_range=window, service_name=service, min_severity_number=_WARN_SEVERITY),
-        limit=count,
-    )
-    if warn.items:
-        return [_log_line(r) for r in warn.items], "log lines: its WARN and worse in the window"
     during = await store.search_logs(
         LogQuery(time_range=window, service_name=service), limit=_LOG_READ
     )
     if not during.items:
         return [], "log lines: none of it in the window"
+    warn = [r for r in during.items if r.severity_number >= _WARN_SEVERITY][:count]
+    if len(warn) < count and during.next_cursor is not None:  # older lines were not read
+        warn = (
+            await store.search_logs(
+                LogQuery(
+                    time_range=window, service_name=service, min_severity_number=_WARN_SEVERITY
+                ),
+                limit=count,
+            )
+        ).items
+    if warn:
+        return [_log_line(r) for r in warn], "log lines: its WARN and worse in the window"
     earlier = await store.search_logs(
         LogQuery(time_range=before, service_name=service), limit=_LOG_READ
     )
