@@ -488,14 +488,14 @@ async def test_each_ranked_candidate_carries_samples_of_its_own(tmp_path: Path) 
             assert rank.service_name in spans[trace_id]
         assert rank.samples_note.startswith("traces: 3 slow against the same requests before")
     # No WARN line from checkout: the lines of its template whose share grew, with the shares
-    # (the window runs a minute past the fault: 150 retries among its 310 lines).
+    # (of the newest 200 of its 310 lines in the window, which runs a minute past the fault).
     assert len(checkout.sample_log_lines) == 3
     assert all(
         "INFO inventory lookup slow, retrying attempt" in x for x in checkout.sample_log_lines
     )
     assert checkout.samples_note.endswith(
-        "'inventory lookup slow, retrying attempt <*>': 0% of its lines before, 48% in the "
-        "window (310 lines)"
+        "'inventory lookup slow, retrying attempt <*>': 0% of its lines before, 49% of the "
+        "newest 200 of its lines in the window"
     )
     # frontend's own WARN lines of the window.
     assert [line.split(" ", 1)[1] for line in frontend.sample_log_lines] == [

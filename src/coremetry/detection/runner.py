@@ -174,7 +174,7 @@ a closed window's traces are read once."""
 _SAMPLES: Final = 3
 _SAMPLE_CANDIDATES: Final = 3
 _LOG_LINE_CHARS: Final = 300
-_LOG_READ: Final = 500  # log records read per side to find a service's most-changed template
+_LOG_READ: Final = 200  # log records read per side to find a service's most-changed template
 _TEMPLATE_CHARS: Final = 120
 _WARN_SEVERITY: Final = 13  # OTel severity number of WARN
 _TRACE_POOL: Final = 200  # trace summaries sampled per problem window
@@ -1173,10 +1173,15 @@ async def _log_samples(
     lines = [_log_line(r) for r, t in reversed(joined) if t.template_id == best][:count]
     old, new = tally[best]
     share_before = f"{old / total_before:.0%}" if total_before else "none (no lines before)"
+    read = (
+        f"the newest {total_during} of its lines"
+        if during.next_cursor is not None
+        else f"its {total_during} lines"
+    )
     return lines, (
         f"log lines: no WARN or worse; its template whose share grew most, "
         f"{template.text[:_TEMPLATE_CHARS]!r}: {share_before} of its lines before, "
-        f"{new / total_during:.0%} in the window ({total_during} lines)"
+        f"{new / total_during:.0%} of {read} in the window"
     )
 
 
