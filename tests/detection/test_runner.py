@@ -470,9 +470,9 @@ async def test_each_ranked_candidate_carries_samples_of_its_own(tmp_path: Path) 
     async with open_sqlite_store(tmp_path / "telemetry.db") as store:
         await store.write(with_logs(telemetry()))
         run = await detect_in_store(store, JUDGED)
-        spans = {s.trace_id: set() for s in telemetry().spans}
+        spans: dict[str, set[str]] = {}
         for span in telemetry().spans:
-            spans[span.trace_id].add(span.service_name)
+            spans.setdefault(span.trace_id, set()).add(span.service_name)
         none = await detect_in_store(store, JUDGED, DetectionOptions(sample_candidates=0))
         with pytest.raises(ValueError, match=r"DetectionOptions\.sample_candidates"):
             await detect_in_store(store, JUDGED, DetectionOptions(sample_candidates=-1))
