@@ -145,7 +145,6 @@ def _rank_row(rank: ServiceRank) -> JsonObject:
         "role": rank.role,
         "reason": reason_text(rank.reason),
         "evidence": [shorten(line, 200) for line in rank.evidence[:3]],
-        **({"sample_trace_ids": list(rank.sample_trace_ids)} if rank.sample_trace_ids else {}),
     }
 
 
