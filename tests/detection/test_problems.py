@@ -24,6 +24,7 @@ from coremetry.detection.problems import (
     TraceBlame,
     evidence_window,
     service_evidence,
+    value_with_unit,
     with_trace_blame,
 )
 
@@ -538,3 +539,49 @@ def test_evidence_lines_state_the_usual_level_and_the_peak_in_the_series_unit() 
     [problem] = group_problems([at(60, "api", "http.server.request.duration")], [], series=judged)
     [line] = [e for e in problem.ranking[0].evidence if e.startswith("http.server")]
     assert " s usually, 1.2 s at peak (server latency" in line
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "written"),
+    [
+        (0.38, "s", "0.38 s"),
+        (0.95, "1", "95%"),  # a utilisation or error ratio: a percentage
+        (0.002, "1", "0.2%"),
+        (0.05, "{record}/s", "3 records/min"),  # sparse counts per minute, the thing named
+        (2.0, "{request}/s", "120 requests/min"),
+        (0.0, "{record}/s", "0 records/min"),
+        (0.25, "{cpu}", "0.25 cpu"),
+        (1.5e9, "By", "1.5e+09 bytes"),
+        (42.0, "%", "42%"),
+        (3.0, "By/s", "3 By/s"),
+        (7.0, "", "7 (no unit stated)"),
+    ],
+)
+def test_every_evidence_value_names_its_unit(value: float, unit: str, written: str) -> None:
+    assert value_with_unit(value, unit) == written
+
+
+def test_a_log_rate_and_a_utilisation_read_with_their_units() -> None:
+    rate = Symptom(kind="logs", series_name="log.records.error", baseline=0.0, peak=0.5, z=20.0)
+    limit = Symptom(
+        kind="saturation",
+        series_name="k8s.pod.cpu_limit_utilization",
+        baseline=0.3,
+        peak=0.98,
+        z=41.2,
+    )
+    evidence = {
+        "auth": ServiceEvidence(symptoms=[msgspec.structs.replace(rate, unit="{record}/s")]),
+        "food": ServiceEvidence(symptoms=[msgspec.structs.replace(limit, unit="1")]),
+    }
+    found = [
+        anomaly("auth", 60, 62, signal="logs", name="log.records.error"),
+        anomaly("food", 60, 62, signal="saturation", name="k8s.pod.cpu_limit_utilization"),
+    ]
+    lines = {r.service_name: r.evidence for r in rank_origins(found, [], evidence=evidence)}
+    assert lines["auth"][0].startswith(
+        "log.records.error: 0 records/min usually, 30 records/min at peak (logs"
+    )
+    assert lines["food"][0].startswith(
+        "k8s.pod.cpu_limit_utilization: 30% usually, 98% at peak (saturation"
+    )

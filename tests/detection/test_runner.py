@@ -28,10 +28,13 @@ from coremetry.detection.runner import (
     DetectionOptions,
     _corroborated,
     _slow_concentration,
+    _trace_samples,
     detect_in_store,
     run_detection,
 )
+from coremetry.detection.spectrum import TraceProfile
 from coremetry.store import (
+    LogRecord,
     MetricPoint,
     Span,
     SpanKind,
@@ -422,3 +425,143 @@ def test_slow_traces_concentrated_on_one_service_beyond_chance() -> None:
     # Two slow traces through auth are not enough against a strict alpha.
     few = [_summary(1000 + i, services(i), 400 if i in (0, 5) else 90 + i % 21) for i in range(40)]
     assert _slow_concentration(few, period, T0, MINUTE, 1e-6) is None
+
+
+def with_logs(batch: TelemetryBatch) -> TelemetryBatch:
+    """``telemetry()`` plus logs: checkout's INFO line per request, and while the fault lasts
+    one more INFO line per request (a retry) and no WARN; frontend logs a WARN line twice."""
+    logs: list[LogRecord] = []
+    for minute in range(MINUTES):
+        for request in range(10):
+            moment = T0 + minute * MINUTE + request * 6_000 * MS + 3 * MS
+            logs.append(
+                LogRecord(
+                    time_unix_nano=moment,
+                    severity_number=9,
+                    severity_text="INFO",
+                    body=f"cart {minute * 10 + request} priced in {request + 3} ms",
+                    service_name="checkout",
+                )
+            )
+            if minute in FAULT:
+                logs.append(
+                    LogRecord(
+                        time_unix_nano=moment + MS,
+                        severity_number=9,
+                        severity_text="INFO",
+                        body=f"inventory lookup slow, retrying attempt {request % 3 + 1}",
+                        service_name="checkout",
+                    )
+                )
+    for minute in (FAULT.start + 1, FAULT.start + 2):
+        logs.append(
+            LogRecord(
+                time_unix_nano=T0 + minute * MINUTE + 7 * MS,
+                severity_number=13,
+                severity_text="WARN",
+                body="upstream checkout took longer than 150 ms",
+                service_name="frontend",
+            )
+        )
+    return TelemetryBatch(spans=batch.spans, metrics=batch.metrics, logs=logs)
+
+
+async def test_each_ranked_candidate_carries_samples_of_its_own(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "telemetry.db") as store:
+        await store.write(with_logs(telemetry()))
+        run = await detect_in_store(store, JUDGED)
+        spans: dict[str, set[str]] = {}
+        for span in telemetry().spans:
+            spans.setdefault(span.trace_id, set()).add(span.service_name)
+        none = await detect_in_store(store, JUDGED, DetectionOptions(sample_candidates=0))
+        with pytest.raises(ValueError, match=r"DetectionOptions\.sample_candidates"):
+            await detect_in_store(store, JUDGED, DetectionOptions(sample_candidates=-1))
+    [problem] = run.problems
+    checkout, frontend = problem.ranking
+    assert (checkout.service_name, frontend.service_name) == ("checkout", "frontend")
+    assert ". Ahead of frontend: " in checkout.reason  # why the first beats the second
+    for rank in (checkout, frontend):
+        # Traces of the fault that pass through the service itself, said how they were chosen.
+        assert len(rank.sample_trace_ids) == 3
+        for trace_id in rank.sample_trace_ids:
+            assert int(trace_id[:16], 16) - 1 in FAULT
+            assert rank.service_name in spans[trace_id]
+        assert rank.samples_note.startswith("traces: 3 slow against the same requests before")
+    # No WARN line from checkout: the lines of its template whose share grew, with the shares
+    # (of the newest 200 of its 310 lines in the window, which runs a minute past the fault).
+    assert len(checkout.sample_log_lines) == 3
+    assert all(
+        "INFO inventory lookup slow, retrying attempt" in x for x in checkout.sample_log_lines
+    )
+    assert checkout.samples_note.endswith(
+        "'inventory lookup slow, retrying attempt <*>': 0% of its lines before, 49% of the "
+        "newest 200 of its lines in the window"
+    )
+    # frontend's own WARN lines of the window.
+    assert [line.split(" ", 1)[1] for line in frontend.sample_log_lines] == [
+        "WARN upstream checkout took longer than 150 ms"
+    ] * 2
+    assert frontend.samples_note.endswith("log lines: its WARN and worse in the window")
+    # The problem's own samples (older clients read them) are its origin's.
+    assert problem.sample_trace_ids == checkout.sample_trace_ids
+    assert problem.sample_log_lines == checkout.sample_log_lines
+    # Sampling no candidate leaves every sample empty; the problems are the same.
+    [bare] = none.problems
+    assert bare.sample_trace_ids == []
+    assert bare.sample_log_lines == []
+    assert all(not r.samples_note and not r.sample_trace_ids for r in bare.ranking)
+    assert [r.service_name for r in bare.ranking] == problem.services
+
+
+def _profile(trace_id: str, critical: dict[str, int], errors: list[str]) -> TraceProfile:
+    return TraceProfile(
+        trace_id=trace_id,
+        kind="frontend GET /",
+        start_unix_nano=T0,
+        duration_ns=sum(critical.values()),
+        critical_ns=critical,
+        error_origins=errors,
+    )
+
+
+def test_trace_samples_show_the_services_own_part() -> None:
+    def failed(summary: TraceSummary) -> TraceSummary:
+        return msgspec.structs.replace(summary, error_count=1)
+
+    pool = [
+        failed(_summary(0, ["frontend", "cart"], 100)),  # analysed: cart originated the error
+        failed(_summary(1, ["frontend", "cart"], 100)),  # analysed: frontend's own error
+        failed(_summary(2, ["frontend", "cart"], 90)),  # not analysed: kept after analysed ones
+        _summary(3, ["frontend", "cart"], 900),  # slow, analysed: cart holds 800 ms of it
+        _summary(4, ["frontend", "cart"], 950),  # slow, analysed: frontend not on its path
+        _summary(5, ["frontend", "cart"], 990),  # slow, not analysed
+        _summary(6, ["cart"], 2000),  # slow, not through frontend
+    ]
+    ids = [t.trace_id for t in pool]
+    profiles: dict[str, TraceProfile | None] = {
+        ids[0]: _profile(ids[0], {"frontend": 10, "cart": 90}, ["cart"]),
+        ids[1]: _profile(ids[1], {"frontend": 90, "cart": 10}, ["frontend"]),
+        ids[3]: _profile(ids[3], {"frontend": 100, "cart": 800}, []),
+        ids[4]: _profile(ids[4], {"cart": 950}, []),
+    }
+    slow = {ids[3], ids[4], ids[5], ids[6]}
+    chosen, note = _trace_samples("frontend", pool, slow, True, profiles, 10)
+    assert chosen == [ids[1], ids[2], ids[3], ids[5]]
+    assert note == (
+        "traces: 2 with an error and 2 slow against the same requests before, of the 6 of "
+        "the problem's window passing through it"
+    )
+    # cart: its own error first, then slow ones by its critical-path time, then the slowest.
+    chosen, _ = _trace_samples("cart", pool, slow, True, profiles, 10)
+    assert chosen == [ids[0], ids[2], ids[4], ids[3], ids[6], ids[5]]
+    assert _trace_samples("cart", pool, slow, True, profiles, 2)[0] == [ids[0], ids[2]]
+    # Nothing slow nor failed: the slowest traces through it, said so.
+    calm = [_summary(i, ["frontend"], 100 + i) for i in range(5)]
+    chosen, note = _trace_samples("frontend", calm, set(), True, {}, 2)
+    assert chosen == [calm[4].trace_id, calm[3].trace_id]
+    assert "the slowest of the 5" in note
+    assert "none slow against the same requests before" in note
+    assert _trace_samples("auth", calm, set(), False, {}, 2) == (
+        [],
+        "traces: none of the problem's window passes through it",
+    )

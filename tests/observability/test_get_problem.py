@@ -36,6 +36,9 @@ class RankRow(msgspec.Struct):
     reason: str = ""
     evidence: list[str] = []
     evidence_total: int = 0
+    sample_trace_ids: list[str] | None = None
+    sample_log_lines: list[str] | None = None
+    samples_note: str | None = None
 
 
 class AnomalyRow(msgspec.Struct):
@@ -60,6 +63,7 @@ class Page(msgspec.Struct):
     ranking: list[RankRow] | None = None
     ranking_total: int | None = None
     ranking_shown: int | None = None
+    candidate_samples: str | None = None
     services: list[str] | None = None
     anomalies_offset: int = 0
     cursor: str | None = None
@@ -328,3 +332,93 @@ async def test_a_bad_cursor_is_named(tmp_path: Path, stored: Problem) -> None:
     failed = failure_of(reply)
     assert failed.error == "bad_args"
     assert "cursor" in failed.detail
+
+
+def sampled(problem: Problem, candidates: int = 3) -> Problem:
+    """``problem`` as the runner leaves it: its first services with samples of their own."""
+    ranking = [
+        msgspec.structs.replace(
+            rank,
+            sample_trace_ids=[f"{index + 1:02x}{k:030x}" for k in range(3)],
+            sample_log_lines=[
+                f"2026-01-01T00:0{k}:00Z ERROR {rank.service_name} timed out calling the "
+                f"database after {k + 5} s " + "x" * 200
+                for k in range(3)
+            ],
+            samples_note="traces: 3 slow against the same requests before; log lines: its "
+            "WARN and worse in the window",
+        )
+        if index < candidates
+        else rank
+        for index, rank in enumerate(problem.ranking)
+    ]
+    return msgspec.structs.replace(
+        problem,
+        ranking=ranking,
+        sample_trace_ids=ranking[0].sample_trace_ids,
+        sample_log_lines=ranking[0].sample_log_lines,
+    )
+
+
+async def test_the_first_candidates_show_samples_of_their_own(tmp_path: Path) -> None:
+    problem = sampled(big_problem(services=6, per_service=1))
+    merge_live(tmp_path / PROBLEMS_FILE, [problem])
+    reply, size = await call(tmp_path, {"problem_id": problem.problem_id})
+    body = page_of(reply)
+    assert size <= BUDGET
+    assert body.truncated is False
+    assert body.ranking is not None
+    for index, row in enumerate(body.ranking[:3]):
+        rank = problem.ranking[index]
+        assert row.sample_trace_ids == rank.sample_trace_ids
+        assert row.sample_log_lines == rank.sample_log_lines
+        assert row.samples_note == rank.samples_note
+    for row in body.ranking[3:]:  # not sampled: nothing made up, and the cut said
+        assert (row.sample_trace_ids, row.sample_log_lines, row.samples_note) == (None,) * 3
+    assert body.candidate_samples is not None
+    assert body.candidate_samples.startswith("the first 3 of the 6 ranked services carry")
+    assert body.sample_trace_ids == problem.ranking[0].sample_trace_ids
+    # Asked about one sampled service: its own samples, no note about the others.
+    reply, _ = await call(tmp_path, {"problem_id": problem.problem_id, "service": service_name(1)})
+    focused = page_of(reply)
+    assert focused.ranking is not None
+    [row] = focused.ranking
+    assert row.sample_trace_ids == problem.ranking[1].sample_trace_ids
+    assert focused.candidate_samples is None
+
+
+async def test_a_tight_budget_cuts_candidates_log_lines_before_their_rows(tmp_path: Path) -> None:
+    problem = sampled(big_problem(services=6, per_service=1))
+    merge_live(tmp_path / PROBLEMS_FILE, [problem])
+    full, full_size = await call(tmp_path, {"problem_id": problem.problem_id})
+    budget = full_size - 1500  # the problem's own log lines and some candidates' must go
+    reply, size = await call(tmp_path, {"problem_id": problem.problem_id}, budget=budget)
+    body = page_of(reply)
+    assert size <= budget
+    assert body.truncated is True
+    assert body.sample_log_lines == []
+    assert body.ranking is not None
+    assert body.ranking_shown == body.ranking_total == 6  # every row still there
+    # The last sampled candidate loses its log lines first; trace ids and notes stay.
+    assert body.ranking[2].sample_log_lines == []
+    assert body.ranking[0].sample_log_lines == problem.ranking[0].sample_log_lines
+    assert all(row.sample_trace_ids for row in body.ranking[:3])
+    assert page_of(full).ranking is not None
+
+
+async def test_a_long_reason_keeps_why_the_first_beats_the_second(tmp_path: Path) -> None:
+    small = big_problem(services=2, per_service=2)
+    why = f"Ahead of {service_name(1)}: its trouble began first (120 s earlier)"
+    reason = "own cause: " + "its own saturation, errors and logs; " * 40 + "and more. " + why
+    assert len(reason) > 1000
+    first = msgspec.structs.replace(small.ranking[0], reason=reason)
+    small = msgspec.structs.replace(small, ranking=[first, small.ranking[1]])
+    merge_live(tmp_path / PROBLEMS_FILE, [small])
+    reply, _ = await call(tmp_path, {"problem_id": small.problem_id})
+    body = page_of(reply)
+    assert body.ranking is not None
+    for shown in (body.origin_reason, body.ranking[0].reason):
+        assert shown.startswith("own cause: its own saturation")
+        assert shown.endswith(f". {why}")
+        assert "…(+" in shown  # the head was cut, and says how much
+        assert len(shown) <= 700

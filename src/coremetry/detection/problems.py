@@ -114,6 +114,7 @@ __all__ = [
     "rank_origins",
     "retitle",
     "service_evidence",
+    "value_with_unit",
     "with_trace_blame",
 ]
 
@@ -263,9 +264,18 @@ class ServiceRank(msgspec.Struct, frozen=True, kw_only=True):
         first_anomaly_unix_nano: start of its earliest anomaly in the problem (for a
             silent callee without one: the problem's start).
         max_score: its largest anomaly or evidence score (robust standard deviations).
-        reason: why it ranks where it does, in words.
+        reason: why it ranks where it does, in words; the first service's also says why
+            it is ahead of the second (the rule and the figures it compared).
         role: its :data:`Role`.
-        evidence: its symptoms, one line each (series, usual level, peak).
+        evidence: its symptoms, one line each (series, usual level and peak, each with its
+            unit: :func:`value_with_unit`).
+        sample_trace_ids: traces of the problem's window that show this service's part (the
+            runner fills them for the first ``DetectionOptions.sample_candidates`` services:
+            :mod:`coremetry.detection.runner`, step 7); empty from :func:`rank_origins`.
+        sample_log_lines: its log lines of the problem's window (likewise), each
+            ``"<RFC 3339 time> <severity> <body>"``.
+        samples_note: how the samples were chosen, in words; empty when the service was not
+            sampled (beyond the bound, or stored before samples were per candidate).
     """
 
     service_name: str
@@ -278,6 +288,9 @@ class ServiceRank(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
     role: Role = "symptomatic"
     evidence: list[str] = msgspec.field(default_factory=list)
+    sample_trace_ids: list[str] = msgspec.field(default_factory=list)
+    sample_log_lines: list[str] = msgspec.field(default_factory=list)
+    samples_note: str = ""
 
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):
@@ -1086,11 +1099,43 @@ def _reason(bad_callers: list[str], bad_callees: list[str], waiting: bool) -> st
 
 
 def _describe_symptom(symptom: Symptom) -> str:
-    unit = f" {symptom.unit}" if symptom.unit and symptom.unit != "1" else ""
     return (
-        f"{symptom.series_name}: {symptom.baseline:.4g}{unit} usually, {symptom.peak:.4g}{unit} "
-        f"at peak ({symptom.kind.replace('_', ' ')}, z {symptom.z:.1f})"
+        f"{symptom.series_name}: {value_with_unit(symptom.baseline, symptom.unit)} usually, "
+        f"{value_with_unit(symptom.peak, symptom.unit)} at peak "
+        f"({symptom.kind.replace('_', ' ')}, z {symptom.z:.1f})"
     )
+
+
+_PER_SECOND: Final = "/s"
+_UNIT_WORDS: Final[dict[str, str]] = {"By": "bytes", "s": "s", "ms": "ms", "%": "%"}
+
+
+def value_with_unit(value: float, unit: str) -> str:
+    """A series value as an evidence line writes it: always with its unit named.
+
+    The stored unit is UCUM (OTel's convention); it is written for a reader:
+
+    - ``"1"`` (a dimensionless ratio: a utilisation, an error ratio, a share) as a
+      percentage: ``0.95`` -> ``"95%"``;
+    - a count per second of an annotated thing (``"{record}/s"``, ``"{request}/s"``) per
+      minute, the thing in words: ``0.05`` -> ``"3 records/min"`` (log and request rates
+      are sparse; a minute is the bucket the detector judges);
+    - ``"By"`` as ``bytes``, an annotation alone (``"{cpu}"``) as its word (``"cpu"``);
+    - any other unit as stored (``"s"``, ``"ms"``, ``"By/s"``), after the value;
+    - no unit stated (``""``): the value followed by ``(no unit stated)``.
+
+    Example: ``value_with_unit(0.38, "s") == "0.38 s"``.
+    """
+    if unit == "1":
+        return f"{value * 100:.4g}%"
+    if unit.endswith(_PER_SECOND) and unit.startswith("{") and unit[:-2].endswith("}"):
+        thing = unit[1:-3]
+        return f"{value * 60:.4g} {thing if thing.endswith('s') else thing + 's'}/min"
+    if unit.startswith("{") and unit.endswith("}"):
+        return f"{value:.4g} {unit[1:-1]}"
+    if not unit:
+        return f"{value:.4g} (no unit stated)"
+    return f"{value:.4g}{'' if unit == '%' else ' '}{_UNIT_WORDS.get(unit, unit)}"
 
 
 def _depths(nodes: set[str], callers: dict[str, set[str]]) -> dict[str, int]:

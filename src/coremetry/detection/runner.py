@@ -65,7 +65,22 @@ background task (:mod:`coremetry.detection.service`). It reads through
    ``history_ns`` before it, all severities, per service and step against the hour before;
    Nezha's event patterns), as evidence lines of those services and as symptoms (signal
    ``logs``) for step 5's count, which runs after it (``log_pattern_alpha``);
-7. adds a few sample trace ids and log lines of each problem's most likely origin.
+7. samples the evidence of each problem's first ranked services (``sample_candidates``,
+   default 3: the origin and the two it was preferred to), each its own, from the problem's
+   start to a step after its end: up to ``samples`` trace ids of traces passing through the
+   service — those with an error it originated first, then those slow against the same
+   requests before (as in step 4), the ones where its critical-path time is largest first;
+   taken from the run's listing of trace summaries and the traces it already analysed, so
+   no trace is read for it — and up to ``samples`` of its log lines: its WARN-and-worse
+   lines, else the lines of its *most-changed template* (its lines of the window and of the
+   ``history_ns`` before, mined together into Drain templates: the template whose share of
+   its lines grew most; a fault that shows only in INFO lines shows there). Each service's
+   ``samples_note`` says how its samples were chosen; the problem's own samples are its
+   origin's.
+
+Steps 4, 6 and 7 read the summaries of overlapping ranges: the run lists the union once (at
+most 50,000 summaries, the newest) and slices it; each trace is read and analysed at most
+once per run.
 
 Buckets are aligned on the epoch (:func:`aligned_range`): the judged range is moved down onto
 a fixed grid — whole multiples of the step since 1970-01-01T00:00:00Z, plus half a step — so
@@ -99,7 +114,7 @@ import functools
 import itertools
 import math
 import statistics
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from datetime import UTC, datetime
 from typing import Final
 
@@ -110,6 +125,7 @@ from coremetry.analysis import CriticalPathTally, analyse_trace, critical_path_e
 from coremetry.store import (
     MAX_LIMIT,
     LogQuery,
+    LogRecord,
     TelemetryStore,
     TimeRange,
     TraceQuery,
@@ -137,7 +153,7 @@ from .spectrum import (
     profile_trace,
     slow_by_summary,
 )
-from .templates import new_template_anomalies
+from .templates import Template, TemplateMiner, new_template_anomalies
 
 __all__ = [
     "DEFAULT_STEP_NS",
@@ -163,7 +179,10 @@ a caller running detection repeatedly (the server's task) passes the same mappin
 a closed window's traces are read once."""
 
 _SAMPLES: Final = 3
+_SAMPLE_CANDIDATES: Final = 3
 _LOG_LINE_CHARS: Final = 300
+_LOG_READ: Final = 200  # log records read per side to find a service's most-changed template
+_TEMPLATE_CHARS: Final = 120
 _WARN_SEVERITY: Final = 13  # OTel severity number of WARN
 _TRACE_POOL: Final = 200  # trace summaries sampled per problem window
 _MIN_GROUP_TRACES: Final = 4  # traces through a root service needed to split slow/typical
@@ -185,7 +204,11 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
         metrics: judge the stored metric series.
         logs: judge per-service ERROR/WARN log rates and new log templates.
         max_log_records: WARN-and-worse records read for template mining (newest first).
-        samples: how many sample trace ids and log lines each problem gets (0: none).
+        samples: how many sample trace ids and log lines each sampled service of a problem
+            gets (0: none; module docstring, step 7).
+        sample_candidates: how many of a problem's ranked services, from the first, get
+            their own samples (default 3: the origin and the two it was preferred to; 0:
+            none). The problem's own samples are its origin's.
         trace_samples: traces read per slice for the comparison with a reference: up to
             ``3 * trace_samples`` of the problem's window (spread over it) and
             ``trace_samples`` from each of five slices of the ``history_ns`` before it, and
@@ -223,6 +246,7 @@ class DetectionOptions(msgspec.Struct, frozen=True, kw_only=True):
     logs: bool = True
     max_log_records: int = 20_000
     samples: int = _SAMPLES
+    sample_candidates: int = _SAMPLE_CANDIDATES
     trace_samples: int = 10
     trace_problems: int | None = None
     min_corroboration: int = 2
@@ -373,6 +397,9 @@ async def detect_in_store(
         raise ValueError("DetectionOptions.trace_alpha must be in (0, 1) or None")
     if opts.log_pattern_alpha is not None and not 0 < opts.log_pattern_alpha < 1:
         raise ValueError("DetectionOptions.log_pattern_alpha must be in (0, 1) or None")
+    if opts.samples < 0 or opts.sample_candidates < 0:
+        field = "samples" if opts.samples < 0 else "sample_candidates"
+        raise ValueError(f"DetectionOptions.{field} must not be negative")
     step = _step_for(time_range, opts.step_ns)
     time_range = aligned_range(time_range, step)
     series: list[Series] = []
@@ -405,6 +432,10 @@ async def detect_in_store(
         opts,
         abandon_on_cancel=True,
     )
+    # The run's trace summaries (steps 4, 6, 7), listed at most once, and every trace it
+    # read and analysed, by id.
+    listing = _run_catalogue(store, time_range, problems, step, opts.grouping)
+    profiles: dict[str, TraceProfile | None] = {}
     if opts.trace_samples > 0 and (opts.trace_problems is None or opts.trace_problems > 0):
         problems = await _with_traces(
             store,
@@ -414,10 +445,12 @@ async def detect_in_store(
             step,
             opts,
             trace_cache if trace_cache is not None else {},
+            listing,
+            profiles,
         )
     if opts.trace_alpha is not None and opts.trace_samples > 0:
         problems = await _trace_only_problems(
-            store, problems, time_range, edges, series, step, opts
+            store, problems, time_range, edges, series, step, opts, listing, profiles
         )
     if opts.logs and opts.log_pattern_alpha is not None:
         problems = await _with_log_patterns(store, problems, time_range, step, opts)
@@ -428,7 +461,10 @@ async def detect_in_store(
             if _corroborated(p, opts.min_corroboration, opts.grouping.saturation_level)
         ]
     if opts.samples > 0:
-        problems = [await _with_samples(store, problem, step, opts.samples) for problem in problems]
+        problems = [
+            await _with_samples(store, problem, step, opts, listing, profiles)
+            for problem in problems
+        ]
     return DetectionRun(
         time_range=time_range,
         step_ns=step,
@@ -513,6 +549,96 @@ async def run_detection(
     return (await detect_in_store(store, time_range, options)).problems
 
 
+def _trace_window(problem: Problem, step: int, grouping: GroupingConfig) -> TimeRange:
+    """The window of a problem's traces compared with their reference (step 4).
+
+    Metric points are stamped at their bucket's start: the window's last bucket runs one
+    step further. The traces are read while the problem lasts (a delay shows in requests
+    that started after it began), at most :data:`_TRACE_SPAN_NS` from its start.
+    """
+    began = evidence_window(problem, grouping)
+    return TimeRange(
+        start_unix_nano=began.start_unix_nano,
+        end_unix_nano=min(
+            max(began.end_unix_nano, problem.end_unix_nano) + step,
+            began.start_unix_nano + _TRACE_SPAN_NS,
+        ),
+    )
+
+
+class _Catalogue:
+    """The run's trace summaries, listed once and sliced by every step that needs them.
+
+    Steps 4, 6 and 7 (module docstring) each need the summaries of part of one range: from
+    ``history_ns`` before the judged range (or its earliest problem) to the latest trace
+    window of a problem. Listing it once (at most :data:`_CATALOGUE` summaries, the newest)
+    and slicing it gives each step what its own listing gave, without reading the
+    overlapping ranges twice.
+
+    Args:
+        store: the store.
+        time_range: the union to list (unix ns, half-open).
+    """
+
+    def __init__(self, store: TelemetryStore, time_range: TimeRange) -> None:
+        self._store = store
+        self.time_range = time_range
+        self._summaries: list[TraceSummary] | None = None
+        self._starts: list[int] = []
+
+    async def summaries(self) -> list[TraceSummary]:
+        """Every summary listed, oldest first (listed on the first call)."""
+        if self._summaries is None:
+            self._summaries = await _catalogue_of(self._store, self.time_range)
+            self._starts = [t.start_time_unix_nano for t in self._summaries]
+        return self._summaries
+
+    @property
+    def starts(self) -> list[int]:
+        """The listed summaries' start times (unix ns), in order (after :meth:`summaries`)."""
+        return self._starts
+
+    async def covering(self, time_range: TimeRange) -> list[TraceSummary] | None:
+        """The summaries starting in ``time_range``, oldest first, or ``None``.
+
+        ``None``: the listing does not hold all of it (outside the union, or older than the
+        newest :data:`_CATALOGUE` summaries kept).
+        """
+        found = await self.summaries()
+        low, high = time_range.start_unix_nano, time_range.end_unix_nano
+        if low < self.time_range.start_unix_nano or high > self.time_range.end_unix_nano:
+            return None
+        if len(found) >= _CATALOGUE and low <= found[0].start_time_unix_nano:
+            return None  # the listing was cut at its oldest end
+        return found[bisect.bisect_left(self._starts, low) : bisect.bisect_left(self._starts, high)]
+
+
+def _run_catalogue(
+    store: TelemetryStore,
+    time_range: TimeRange,
+    problems: Sequence[Problem],
+    step: int,
+    grouping: GroupingConfig,
+) -> _Catalogue:
+    """The run's :class:`_Catalogue`: the union of what steps 4, 6 and 7 read.
+
+    From ``history_ns`` before the judged range (step 6's reference; a problem starts in the
+    range, so its reference is inside it) to the latest of a step after the range's end (a
+    sample window, step 7) and a problem's trace window (step 4).
+    """
+    high = time_range.end_unix_nano + step  # a sample window ends a step after its problem
+    for problem in problems:
+        high = max(
+            high,
+            problem.end_unix_nano + step,
+            _trace_window(problem, step, grouping).end_unix_nano + 1,
+        )
+    low = min([time_range.start_unix_nano, *(p.start_unix_nano for p in problems)])
+    return _Catalogue(
+        store, TimeRange(start_unix_nano=low - grouping.history_ns, end_unix_nano=high)
+    )
+
+
 async def _with_traces(
     store: TelemetryStore,
     problems: list[Problem],
@@ -521,30 +647,23 @@ async def _with_traces(
     step: int,
     opts: DetectionOptions,
     cache: TraceCache,
+    catalogue: _Catalogue,
+    profiles: dict[str, TraceProfile | None],
 ) -> list[Problem]:
-    """Rank again the problems whose window holds traces (module docstring, step 4)."""
+    """Rank again the problems whose window holds traces (module docstring, step 4).
+
+    ``catalogue`` is listed only when a window is not in ``cache``; ``profiles`` holds
+    every trace the run read and analysed, by trace id (read once per run).
+    """
     done = 0
     ranked = list(problems)
-    profiles: dict[str, TraceProfile | None] = {}
     by_window: dict[tuple[int, int], TraceBlame | None] = {}
-    catalogue: list[TraceSummary] | None = None  # the run's trace summaries, read once
     series_index: SeriesIndex | None = None  # the run's series by service, built once
-    starts: list[int] = []
     for index in sorted(range(len(problems)), key=lambda i: -problems[i].start_unix_nano):
         if opts.trace_problems is not None and done >= opts.trace_problems:
             break
         problem = problems[index]
-        began = evidence_window(problem, opts.grouping)
-        # Metric points are stamped at their bucket's start: the window's last bucket runs
-        # one step further. The traces are read while the problem lasts (a delay shows in
-        # requests that started after it began), at most _TRACE_SPAN_NS from its start.
-        window = TimeRange(
-            start_unix_nano=began.start_unix_nano,
-            end_unix_nano=min(
-                max(began.end_unix_nano, problem.end_unix_nano) + step,
-                began.start_unix_nano + _TRACE_SPAN_NS,
-            ),
-        )
+        window = _trace_window(problem, step, opts.grouping)
         key = (problem.problem_id, window.start_unix_nano, window.end_unix_nano)
         if key in cache:
             blame = cache[key]
@@ -552,10 +671,9 @@ async def _with_traces(
             blame = by_window[(window.start_unix_nano, window.end_unix_nano)]
             cache[key] = blame
         else:
-            if catalogue is None:
-                catalogue = await _catalogue(store, window, opts.grouping.history_ns, problems)
-                starts = [t.start_time_unix_nano for t in catalogue]
-            pool = catalogue[
+            summaries = await catalogue.summaries()
+            starts = catalogue.starts
+            pool = summaries[
                 bisect.bisect_left(starts, window.start_unix_nano) : bisect.bisect_left(
                     starts, window.end_unix_nano
                 )
@@ -567,7 +685,7 @@ async def _with_traces(
             compared, blame = await _reference_blame(
                 store,
                 pool,
-                catalogue,
+                summaries,
                 window,
                 opts.grouping.history_ns,
                 opts.trace_samples,
@@ -597,19 +715,24 @@ async def _trace_only_problems(
     series: list[Series],
     step: int,
     opts: DetectionOptions,
+    listing: _Catalogue,
+    profiles: dict[str, TraceProfile | None],
 ) -> list[Problem]:
-    """``problems`` plus those opened from traces alone (module docstring, step 6)."""
+    """``problems`` plus those opened from traces alone (module docstring, step 6).
+
+    Its traces are those of ``listing`` from ``history_ns`` before ``time_range`` to its
+    end; ``profiles`` as for :func:`_with_traces`.
+    """
     alpha = opts.trace_alpha
     if alpha is None:
         return problems
     history = opts.grouping.history_ns
-    catalogue = await _catalogue_of(
-        store,
-        TimeRange(
-            start_unix_nano=time_range.start_unix_nano - history,
-            end_unix_nano=time_range.end_unix_nano,
-        ),
-    )
+    everything = await listing.summaries()
+    catalogue = everything[
+        bisect.bisect_left(
+            listing.starts, time_range.start_unix_nano - history
+        ) : bisect.bisect_left(listing.starts, time_range.end_unix_nano)
+    ]
     if not catalogue:
         return problems
     starts = [t.start_time_unix_nano for t in catalogue]
@@ -637,7 +760,6 @@ async def _trace_only_problems(
     found = [run for run in found if not any(a < run[0] + step and run[0] < b for a, b in covered)]
     if not found:
         return problems
-    profiles: dict[str, TraceProfile | None] = {}
     added: list[Problem] = []
     for first, last, anomaly in found:
         # As for the series' problems: the traces of at most _TRACE_SPAN_NS from its start.
@@ -803,19 +925,6 @@ async def _profiles(
     return found
 
 
-async def _catalogue(
-    store: TelemetryStore, window: TimeRange, history_ns: int, problems: Sequence[Problem]
-) -> list[TraceSummary]:
-    """The trace summaries the problems' comparisons use, oldest first.
-
-    From ``history_ns`` before the earliest problem to the latest end; read once per run,
-    at most :data:`_CATALOGUE` of them (the newest).
-    """
-    low = min(p.start_unix_nano for p in problems) - history_ns
-    high = max(max(p.end_unix_nano for p in problems), window.end_unix_nano) + 1
-    return await _catalogue_of(store, TimeRange(start_unix_nano=low, end_unix_nano=high))
-
-
 async def _reference_blame(
     store: TelemetryStore,
     pool: Sequence[TraceSummary],
@@ -927,43 +1036,215 @@ async def _trace_blame(
     )
 
 
-async def _with_samples(store: TelemetryStore, problem: Problem, step: int, count: int) -> Problem:
-    """Add sample trace ids and log lines of the problem's most likely origin."""
-    if not problem.services:
+async def _with_samples(
+    store: TelemetryStore,
+    problem: Problem,
+    step: int,
+    opts: DetectionOptions,
+    listing: _Catalogue,
+    profiles: Mapping[str, TraceProfile | None],
+) -> Problem:
+    """Sample traces and log lines for each of the problem's first ranked services (step 7).
+
+    The first ``opts.sample_candidates`` services of the ranking each get up to
+    ``opts.samples`` trace ids (:func:`_trace_samples`) and log lines
+    (:func:`_log_samples`) of the problem's window — from its start to a step after its
+    end — and a note saying how they were chosen. The problem's own
+    ``sample_trace_ids``/``sample_log_lines`` are its origin's (the first service's).
+    """
+    if not problem.ranking or opts.sample_candidates <= 0:
         return problem
-    origin = problem.services[0]
     window = TimeRange(
         start_unix_nano=problem.start_unix_nano,
         end_unix_nano=problem.end_unix_nano + step,
     )
-    trace_ids: list[str] = []
-    errors = await store.search_traces(
-        TraceQuery(time_range=window, service_name=origin, status="error"), limit=count
+    history = opts.grouping.history_ns
+    before = TimeRange(
+        start_unix_nano=window.start_unix_nano - history, end_unix_nano=window.start_unix_nano
     )
-    trace_ids.extend(t.trace_id for t in errors.items)
-    if len(trace_ids) < count:
-        slow = [
-            a
-            for a in problem.anomalies
-            if a.service_name == origin and a.signal == "latency" and a.unit == "s"
-        ]
-        threshold = int(min(a.baseline for a in slow) * 1e9) if slow else None
-        more = await store.search_traces(
-            TraceQuery(time_range=window, service_name=origin, min_duration_ns=threshold),
-            limit=count,
+    pool = await listing.covering(window)
+    period = await listing.covering(before)
+    if pool is None or period is None:  # outside the run's listing: list this window's own
+        both = await _catalogue_of(
+            store,
+            TimeRange(start_unix_nano=before.start_unix_nano, end_unix_nano=window.end_unix_nano),
         )
-        trace_ids.extend(t.trace_id for t in more.items if t.trace_id not in trace_ids)
-    logs = await store.search_logs(
-        LogQuery(time_range=window, service_name=origin, min_severity_number=_WARN_SEVERITY),
-        limit=count,
+        split = bisect.bisect_left([t.start_time_unix_nano for t in both], window.start_unix_nano)
+        period, pool = both[:split], both[split:]
+    slow = {
+        pool[i].trace_id
+        for i in slow_by_summary(
+            [(_kind(t), t.duration_ns) for t in pool],
+            ((_kind(t), t.duration_ns) for t in period),
+        )
+    }
+    ranking = list(problem.ranking)
+    for index, rank in enumerate(ranking[: opts.sample_candidates]):
+        service = rank.service_name
+        trace_ids, traces_note = _trace_samples(
+            service, pool, slow, bool(period), profiles, opts.samples
+        )
+        lines, logs_note = await _log_samples(store, service, window, before, opts.samples)
+        ranking[index] = msgspec.structs.replace(
+            rank,
+            sample_trace_ids=trace_ids,
+            sample_log_lines=lines,
+            samples_note=f"{traces_note}; {logs_note}",
+        )
+    origin = ranking[0]
+    return msgspec.structs.replace(
+        problem,
+        ranking=ranking,
+        sample_trace_ids=list(origin.sample_trace_ids),
+        sample_log_lines=list(origin.sample_log_lines),
     )
-    lines = [
+
+
+def _trace_samples(
+    service: str,
+    pool: Sequence[TraceSummary],
+    slow: set[str],
+    referenced: bool,
+    profiles: Mapping[str, TraceProfile | None],
+    count: int,
+) -> tuple[list[str], str]:
+    """Up to ``count`` traces of the window that show ``service``'s part, and how chosen.
+
+    Among the window's traces passing through ``service`` (``pool``: summaries, oldest
+    first): first those with an error — ones the run analysed where ``service`` itself
+    originated an error before the others, and none the run analysed whose errors all
+    came from other services; then the slow ones (``slow``: slow against the same kind of
+    request before the window, :func:`~coremetry.detection.spectrum.slow_by_summary`) —
+    analysed ones with the most critical-path time of ``service`` first, none analysed
+    without ``service`` on its critical path, then the slowest; then, when none is either,
+    the slowest of its traces (said so).
+    """
+    through = [t for t in pool if service in t.services]
+    if not through:
+        return [], "traces: none of the problem's window passes through it"
+
+    def own_error(summary: TraceSummary) -> bool:
+        found = profiles.get(summary.trace_id)
+        return summary.error_count > 0 and (found is None or service in found.error_origins)
+
+    def on_path_ns(summary: TraceSummary) -> int | None:
+        """Its critical-path ns in an analysed trace; ``None``: not analysed."""
+        found = profiles.get(summary.trace_id)
+        return None if found is None else found.critical_ns.get(service, 0)
+
+    errors = sorted(
+        (t for t in through if own_error(t)),
+        key=lambda t: (profiles.get(t.trace_id) is None, -t.duration_ns, t.trace_id),
+    )
+    slow_through = sorted(
+        (t for t in through if t.trace_id in slow and on_path_ns(t) != 0),
+        key=lambda t: (
+            (path := on_path_ns(t)) is None,
+            -(path if path is not None else t.duration_ns),
+            t.trace_id,
+        ),
+    )
+    chosen: list[str] = []
+    for summary in [*errors, *slow_through]:
+        if summary.trace_id not in chosen:
+            chosen.append(summary.trace_id)
+    chosen = chosen[:count]
+    erred = sum(1 for t in errors if t.trace_id in chosen)
+    if chosen:
+        parts = [f"{erred} with an error"] if erred else []
+        if len(chosen) > erred:
+            parts.append(f"{len(chosen) - erred} slow against the same requests before")
+        return chosen, (
+            f"traces: {' and '.join(parts)}, of the {len(through)} of the problem's window "
+            "passing through it"
+        )
+    slowest = sorted(through, key=lambda t: (-t.duration_ns, t.trace_id))[:count]
+    why = "none slow against the same requests before" if referenced else "no earlier traces"
+    return [t.trace_id for t in slowest], (
+        f"traces: the slowest of the {len(through)} of the problem's window passing through "
+        f"it ({why}, none with an error of its own)"
+    )
+
+
+async def _log_samples(
+    store: TelemetryStore,
+    service: str,
+    window: TimeRange,
+    before: TimeRange,
+    count: int,
+) -> tuple[list[str], str]:
+    """Up to ``count`` log lines of ``service`` that show the problem, and how chosen.
+
+    Its WARN-and-worse lines of ``window`` (newest first; found among the newest
+    :data:`_LOG_READ` of its lines, else asked for); without any, the lines of its
+    *most-changed template*: its lines of ``window`` and of ``before`` (the newest
+    :data:`_LOG_READ` of each) are mined into templates together
+    (:class:`~coremetry.detection.templates.TemplateMiner`) and the template whose share of
+    its lines grew most from ``before`` to ``window`` is shown with its share before and in
+    the window (percentages). None grew: no lines, said so.
+    """
+    during = await store.search_logs(
+        LogQuery(time_range=window, service_name=service), limit=_LOG_READ
+    )
+    if not during.items:
+        return [], "log lines: none of it in the window"
+    warn = [r for r in during.items if r.severity_number >= _WARN_SEVERITY][:count]
+    if len(warn) < count and during.next_cursor is not None:  # older lines were not read
+        warn = (
+            await store.search_logs(
+                LogQuery(
+                    time_range=window, service_name=service, min_severity_number=_WARN_SEVERITY
+                ),
+                limit=count,
+            )
+        ).items
+    if warn:
+        return [_log_line(r) for r in warn], "log lines: its WARN and worse in the window"
+    earlier = await store.search_logs(
+        LogQuery(time_range=before, service_name=service), limit=_LOG_READ
+    )
+    miner = TemplateMiner()
+    tally: dict[int, list[int]] = {}  # template id -> [lines before, lines in the window]
+    joined: list[tuple[LogRecord, Template]] = []
+    for side, records in ((0, earlier.items), (1, during.items)):
+        for record in reversed(records):  # oldest first: the miner's result depends on order
+            template = miner.add(record.body)
+            tally.setdefault(template.template_id, [0, 0])[side] += 1
+            if side:
+                joined.append((record, template))
+    total_before, total_during = len(earlier.items), len(during.items)
+
+    def growth(template_id: int) -> float:
+        old, new = tally[template_id]
+        return new / total_during - (old / total_before if total_before else 0.0)
+
+    best = max(tally, key=lambda t: (growth(t), -t))
+    if growth(best) <= 0:
+        return [], (
+            f"log lines: no WARN or worse; its {total_during} lines in the window keep the "
+            "shares of templates they had before"
+        )
+    template = miner.templates[best - 1]
+    lines = [_log_line(r) for r, t in reversed(joined) if t.template_id == best][:count]
+    old, new = tally[best]
+    share_before = f"{old / total_before:.0%}" if total_before else "none (no lines before)"
+    read = (
+        f"the newest {total_during} of its lines"
+        if during.next_cursor is not None
+        else f"its {total_during} lines"
+    )
+    return lines, (
+        f"log lines: no WARN or worse; its template whose share grew most, "
+        f"{template.text[:_TEMPLATE_CHARS]!r}: {share_before} of its lines before, "
+        f"{new / total_during:.0%} of {read} in the window"
+    )
+
+
+def _log_line(record: LogRecord) -> str:
+    """``"<RFC 3339 time> <severity> <body>"``, the body cut to :data:`_LOG_LINE_CHARS`."""
+    return (
         f"{_rfc3339(record.time_unix_nano)} {record.severity_text or record.severity_number} "
         f"{record.body[:_LOG_LINE_CHARS]}"
-        for record in logs.items
-    ]
-    return msgspec.structs.replace(
-        problem, sample_trace_ids=trace_ids[:count], sample_log_lines=lines
     )
 
 

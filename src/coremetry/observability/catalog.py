@@ -287,9 +287,10 @@ TOOLS: Final = (
         handler=ObservabilityTools.get_problem,
         description=(
             "One detected problem by id (from list_problems): the origin ranking with a reason and "
-            "evidence per service (its anomalous callers and callees), its anomalies strongest "
-            "first (series, signal, unit, baseline vs observed, score, start/end), sample trace "
-            "ids and log lines. A large problem is cut to fit: ranking_total/ranking_shown and "
+            "evidence per service (its anomalous callers and callees; the first's reason says why "
+            "it beats the second; the first three with sample trace ids and log lines of their "
+            "own), its anomalies strongest first (series, signal, unit, baseline vs observed, "
+            "score, start/end). A large problem is cut to fit: ranking_total/ranking_shown and "
             "anomaly_count/anomalies_shown say what is shown, cursor continues the anomalies. "
             "service narrows to one service of the problem: its rank, all its evidence and "
             "anomalies. An id a later detection run merged into another problem answers that "

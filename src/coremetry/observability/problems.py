@@ -11,12 +11,18 @@ start``). Times are RFC 3339 UTC, values in the series' own unit (named in ``uni
 
 ``get_problem`` (:func:`problem_page`) always answers the problem, whatever its size: the
 origin ranking first (the first :data:`FULL_RANKS` services with every evidence line, the rest
-with their strongest one and a shorter reason), the :data:`FIRST_PAGE_ANOMALIES` strongest
-anomalies (by score; a ``cursor`` continues them, weakest last), then the samples. Each list
-carries its total and how many are shown; the output budget cuts the sample log lines first,
-then the ranking's tail, then the list of service names, then the anomalies — never below the
-origin and the strongest anomaly. With ``service`` it answers that one service's place in the
-ranking, all its evidence and its anomalies.
+with their strongest one and a shorter reason; each service the detector sampled — the first
+three by default — with its own ``sample_trace_ids``, ``sample_log_lines`` and
+``samples_note``, and ``candidate_samples`` saying so when later ones were not), the
+:data:`FIRST_PAGE_ANOMALIES` strongest anomalies (by score; a ``cursor`` continues them,
+weakest last), then the problem's samples (its origin's). Each list carries its total and how
+many are shown; the output budget cuts the problem's sample log lines first, then each sampled
+service's (the last one's first), then the ranking's tail, then the list of service names,
+then the anomalies — never below the origin and the strongest anomaly. The origin's reason
+always keeps its last sentence, why it is ahead of the second
+(:func:`.window_origin.reason_text`), in ``get_problem`` and ``list_problems`` alike. With
+``service`` it answers that one service's place in the ranking, all its evidence and its
+anomalies.
 """
 
 from collections.abc import Callable, Sequence
@@ -39,7 +45,7 @@ from .budget import (
     shrink_value,
 )
 from .ranges import rfc3339
-from .window_origin import REASON_CHARS, problem_origin
+from .window_origin import REASON_CHARS, problem_origin, reason_text
 
 __all__ = [
     "DETECTED_BY",
@@ -124,7 +130,7 @@ def problem_row(problem: Problem) -> JsonObject:
         "end": rfc3339(problem.end_unix_nano),
         "detected": rfc3339(problem.detected_unix_nano),
         "origin": problem_origin(problem),
-        "origin_reason": shorten(reason, REASON_CHARS),
+        "origin_reason": reason_text(reason),
         "services": problem.services,
         "anomaly_count": len(problem.anomalies),
         "sample_trace_ids": problem.sample_trace_ids,
@@ -134,11 +140,11 @@ def problem_row(problem: Problem) -> JsonObject:
 def _rank_row(
     rank: ServiceRank, evidence_lines: int = 5, reason_chars: int = REASON_CHARS
 ) -> JsonObject:
-    return {
+    row: JsonObject = {
         "service": rank.service_name,
         "role": rank.role,
         "symptomatic": rank.symptomatic,
-        "reason": shorten(rank.reason, reason_chars),
+        "reason": reason_text(rank.reason, reason_chars),
         "evidence": [shorten(line, 200) for line in rank.evidence[:evidence_lines]],
         "evidence_total": len(rank.evidence),
         "anomalous_callers": rank.anomalous_callers,
@@ -147,6 +153,27 @@ def _rank_row(
         "first_anomaly": rfc3339(rank.first_anomaly_unix_nano),
         "max_score": round(rank.max_score, 2),
     }
+    if rank.samples_note:  # sampled by the detector: its own traces and log lines
+        row["sample_trace_ids"] = list(rank.sample_trace_ids)
+        row["sample_log_lines"] = [shorten(line, 300) for line in rank.sample_log_lines]
+        row["samples_note"] = shorten(rank.samples_note, _NOTE_CHARS)
+    return row
+
+
+_NOTE_CHARS: Final = 400
+
+
+def _samples_cut(ranks: Sequence[ServiceRank]) -> str | None:
+    """What ``get_problem`` says when only the first services of a ranking were sampled."""
+    sampled = sum(1 for rank in ranks if rank.samples_note)
+    if not sampled or sampled == len(ranks):
+        return None
+    return (
+        f"the first {sampled} of the {len(ranks)} ranked services carry their own sample "
+        "traces and log lines (the detector samples the first three at most: "
+        "DetectionOptions.sample_candidates); for another one, search_traces and "
+        "search_logs with its service over the problem's start..end"
+    )
 
 
 def anomaly_row(anomaly: Anomaly) -> JsonObject:
@@ -249,6 +276,9 @@ def problem_page(
             body["ranking"] = [_rank_row(rank) for rank in ranks]
         body["ranking_total"] = len(ranks)
         body["ranking_shown"] = len(ranks)
+        cut = _samples_cut(problem.ranking) if service is None else None
+        if cut is not None:
+            body["candidate_samples"] = cut
     else:
         body["anomalies_offset"] = offset
     body["anomaly_count"] = len(ordered)
@@ -259,6 +289,13 @@ def problem_page(
         body["sample_trace_ids"] = list(problem.sample_trace_ids)
         body["sample_log_lines"] = [shorten(line, 300) for line in problem.sample_log_lines]
         trimmable.append(Trimmable(("sample_log_lines",)))
+    if offset == 0:
+        # Then each sampled candidate's log lines, the last candidate's first.
+        trimmable.extend(
+            Trimmable(("ranking", index, "sample_log_lines"))
+            for index in reversed(range(len(ranks)))
+            if ranks[index].sample_log_lines
+        )
     body["detected_by"] = DETECTED_BY
     body["next"] = (
         "get_problem(problem_id, service=...) for one service's evidence and anomalies; "

@@ -286,6 +286,12 @@ class RankRow(msgspec.Struct, kw_only=True):
     depth: int | UnsetType = UNSET
     first_anomaly: str | UnsetType = UNSET
     max_score: float | UnsetType = UNSET
+    sample_trace_ids: list[str] | UnsetType = UNSET
+    """Traces of the problem's window showing this service's part (sampled services only)."""
+    sample_log_lines: list[str] | UnsetType = UNSET
+    """Its log lines of the problem's window (sampled services only)."""
+    samples_note: str | UnsetType = UNSET
+    """How its samples were chosen; present exactly when the detector sampled it."""
 
 
 class OperationRow(msgspec.Struct, kw_only=True):
@@ -514,13 +520,17 @@ class GetProblemResult(Result, kw_only=True):
     ranking: list[RankRow] | UnsetType = UNSET
     ranking_total: int | UnsetType = UNSET
     ranking_shown: int | UnsetType = UNSET
+    candidate_samples: str | UnsetType = UNSET
+    """Present when only the first ranked services carry their own samples: says so."""
     anomalies_offset: int | UnsetType = UNSET
     anomaly_count: int
     anomalies_shown: int
     anomalies: list[AnomalyRow]
     anomalies_order: str
     sample_trace_ids: list[str] | UnsetType = UNSET
+    """The origin's sample traces (as ``ranking[0]``'s)."""
     sample_log_lines: list[str] | UnsetType = UNSET
+    """The origin's sample log lines (as ``ranking[0]``'s)."""
     detected_by: str
 
 

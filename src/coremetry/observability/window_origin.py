@@ -46,6 +46,7 @@ __all__ = [
     "REASON_CHARS",
     "leading_problem",
     "problem_origin",
+    "reason_text",
     "window_origin",
 ]
 
@@ -56,6 +57,26 @@ _SLOWEST_SLACK_NS: Final = 60 * NS_PER_S
 REASON_CHARS: Final = 700
 """Longest origin reason shown (characters): room for the rule that put the first service
 ahead of the second with the figures it compared; the output budget still bounds the whole."""
+
+
+_AHEAD: Final = ". Ahead of "
+
+
+def reason_text(reason: str, max_chars: int = REASON_CHARS) -> str:
+    """A ranking reason cut to ``max_chars``, its "why ahead of the second" kept whole.
+
+    The first service's reason ends with ``". Ahead of <second>: <the rule and figures>"``
+    (:func:`coremetry.detection.problems.rank_origins`); when the reason is too long, its
+    head is cut (:func:`.budget.shorten`) and that sentence kept (itself cut to half of
+    ``max_chars`` at most), so every tool showing the origin says why it beat the second.
+    """
+    if len(reason) <= max_chars:
+        return reason
+    cut = reason.rfind(_AHEAD)
+    if cut < 0:
+        return shorten(reason, max_chars)
+    tail = shorten(reason[cut:], max_chars // 2)
+    return shorten(reason[:cut], max_chars - len(tail)) + tail
 
 
 def problem_origin(problem: Problem) -> str | None:
@@ -122,7 +143,7 @@ def _rank_row(rank: ServiceRank) -> JsonObject:
     return {
         "service": rank.service_name,
         "role": rank.role,
-        "reason": shorten(rank.reason, REASON_CHARS),
+        "reason": reason_text(rank.reason),
         "evidence": [shorten(line, 200) for line in rank.evidence[:3]],
     }
 
@@ -224,7 +245,7 @@ async def window_origin(
     body["problem_start"] = rfc3339(problem.start_unix_nano)
     body["summary"] = (
         f"{origin} is the likely origin: detected problem {problem.problem_id} ranks it first "
-        f"({shorten(first.reason, REASON_CHARS)}); {agreement.rstrip('.')}."
+        f"({reason_text(first.reason)}); {agreement.rstrip('.')}."
     )
     body["ranking"] = [_rank_row(rank) for rank in problem.ranking[:RANKING_ROWS]]
     if evidence:
