@@ -2,6 +2,7 @@
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -73,3 +74,30 @@ async def test_serve_names_the_data_dir_from_the_environment(tmp_path: Path) -> 
     data_dir = tmp_path / "from-env"
     assert lines[0] == f"data dir {data_dir} (telemetry store: {data_dir / 'telemetry.db'})"
     assert LISTENING.fullmatch(lines[1]), lines
+
+
+async def test_a_later_start_says_how_to_make_a_token(tmp_path: Path) -> None:
+    # The first start of a data dir prints its admin token (stdout) once; a later start — or
+    # a fresh clone run against a data dir used before — says how to make another, and the
+    # command it names works on that data dir.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COREMETRY_")}
+    env["COREMETRY_DATA_DIR"] = str(tmp_path / "used before")
+    env["COREMETRY_DETECTION_ENABLED"] = "false"
+    with trio.fail_after(LIMIT_S):
+        first, _ = await start_lines(["serve", "--port", "0"], env)
+        later, _ = await start_lines(["serve", "--port", "0"], env)
+    data_dir = tmp_path / "used before"
+    assert len(first) == 2, first
+    assert later[0] == first[0]
+    assert later[1] == (
+        "this data dir already has service tokens (its admin token was printed on its first "
+        f"start); make another with: coremetry token create --data-dir '{data_dir}' "
+        "--name <name> --role admin"
+    )
+    assert LISTENING.fullmatch(later[2]), later
+    command = later[1].split("make another with: ", 1)[1].replace("<name>", "second")
+    with trio.fail_after(LIMIT_S):
+        created = await trio.run_process(
+            [sys.executable, "-m", *shlex.split(command)], env=env, capture_stdout=True
+        )
+    assert created.stdout.decode().strip().startswith("cmk_"), created.stdout

@@ -12,6 +12,7 @@ call is in flight the listener closes; hypercorn then gives the connections stil
 ``graceful_shutdown_s`` more before cancelling them and closing their sockets.
 """
 
+import shlex
 import shutil
 import signal
 import sys
@@ -171,6 +172,27 @@ def data_dir_line(config: Config) -> str:
     """
     data_dir = Path(config.data_dir).expanduser().absolute()
     return f"data dir {data_dir} (telemetry store: {store_location(config)})"
+
+
+def tokens_hint(config: Config) -> str:
+    """What ``serve`` says when the data dir already had its admin token (not a first start).
+
+    The first start of a data dir prints its admin token once (:func:`first_start_message`);
+    a later start, or a fresh clone run against a data dir used before, would otherwise print
+    no way in. The line names the command that makes another token for this data dir.
+    """
+    data_dir = shlex.quote(str(Path(config.data_dir).expanduser().absolute()))
+    return (
+        "this data dir already has service tokens (its admin token was printed on its first "
+        f"start); make another with: coremetry token create --data-dir {data_dir} "
+        "--name <name> --role admin"
+    )
+
+
+def _preface(config: Config, security: "Security | None", first_admin_token: str | None) -> str:
+    if security is None or first_admin_token is not None:
+        return data_dir_line(config)
+    return f"{data_dir_line(config)}\n{tokens_hint(config)}"
 
 
 class Security:
@@ -455,7 +477,7 @@ async def serve_with_store(
                 security=security,
                 first_admin_token=first_admin_token,
                 store=store,
-                preface=data_dir_line(config) if name_data_dir else None,
+                preface=_preface(config, security, first_admin_token) if name_data_dir else None,
                 task_status=task_status,
             )
         finally:
