@@ -28,11 +28,13 @@ Completion suggests service names, trace ids, metric names and versions (prefix 
 then substring), from the last 24 h of stored data.
 """
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Final
 
 import msgspec
 
+from coremetry.detection import Problem
 from coremetry.mcp import CallContext, NotFound, ProtocolError, codes
 from coremetry.store import (
     MAX_LIMIT,
@@ -44,8 +46,17 @@ from coremetry.store import (
 
 from ._reading import stored_extent
 from .anchoring import anchored_args
-from .budget import MIN_BUDGET_BYTES, JsonObject, Shaped, Trimmable, encoded_size, fit
+from .budget import (
+    MIN_BUDGET_BYTES,
+    JsonObject,
+    Shaped,
+    Trimmable,
+    encoded_size,
+    fit,
+    shorten,
+)
 from .origin import latency_metric_names, latency_shifts
+from .problems import NO_DETECTION_NOTE, in_window
 from .ranges import RangeArgs, resolve_range, rfc3339
 from .tools import (
     SEVERITIES,
@@ -63,7 +74,7 @@ from .tools import (
     log_row,
     service_row,
 )
-from .window_origin import window_origin
+from .window_origin import problem_origin, reason_text, window_origin
 
 __all__ = ["PROMPT_ENVELOPE_BYTES", "ObservabilityEntries"]
 
@@ -229,7 +240,10 @@ class ObservabilityEntries:
         frame = f"{instruction}\n\nData (JSON):\n```json\n\n```"
         room = limit - encoded_size(frame)
         while True:
-            data = _JSON.encode(fit(shaped, max(MIN_BUDGET_BYTES, room))).decode()
+            # fit() cuts the body in place: each try starts from the whole data, so the
+            # counts it records (``omitted``) are of the data as built, not of an earlier try.
+            trial = Shaped(copy.deepcopy(shaped.body), shaped.trimmable)
+            data = _JSON.encode(fit(trial, max(MIN_BUDGET_BYTES, room))).decode()
             text = f"{instruction}\n\nData (JSON):\n```json\n{data}\n```"
             size = encoded_size(text)
             if size <= limit or room <= MIN_BUDGET_BYTES:
@@ -387,12 +401,13 @@ class ObservabilityEntries:
         summaries = (await self.store.services(tr, limit=MAX_LIMIT)).items
         edges = await self.store.service_edges(tr, limit=MAX_LIMIT)
         await ctx.report_progress(1, 3, "analysing slow traces")
+        stored = await self.tools.problems.load()
         origin = await window_origin(
             self.store,
             tr,
             summaries,
             edges,
-            await self.tools.problems.load(),
+            stored,
             slow_traces=self.tools.origin_slow_traces,
             typical_traces=self.tools.origin_typical_traces,
         )
@@ -407,11 +422,23 @@ class ObservabilityEntries:
         ranked_services = sorted(
             summaries, key=lambda s: (-s.error_rate, -(s.p95_duration_ns or 0), s.service_name)
         )
+        # The rows the likely origin names come first: a cut keeps them (the origin, and the
+        # service whose raw latency is highest because it waits on the origin).
+        key_names = [
+            name
+            for name in (origin.body.get("service"), _get(origin.body, "highest_raw_latency"))
+            if isinstance(name, str)
+        ]
+        ranked_services.sort(
+            key=lambda s: (
+                key_names.index(s.service_name) if s.service_name in key_names else len(key_names)
+            )
+        )
         body: JsonObject = {
             "window": window.as_json(),
             "window_anchor": "ends at the newest stored record",
             "likely_origin": origin.body,
-            **(await self.tools.problems_of(None, tr)),
+            **brief_problems(stored, tr, window.as_json(), origin.body),
             "error_logs": {
                 "sampled": len(logs.items),
                 "sample_is_complete": logs.next_cursor is None,
@@ -435,11 +462,14 @@ class ObservabilityEntries:
             )
         return Shaped(
             body,
+            # Least needed first. Services and problems come key rows first (the origin's
+            # rows, the problem it cites), so a cut keeps what the likely origin stands on.
             [
-                Trimmable(("services",)),
-                Trimmable(("problems",)),
+                Trimmable(("likely_origin", "sampled")),
                 Trimmable(("error_logs", "examples")),
+                Trimmable(("services",)),
                 Trimmable(("metric_shifts",)),
+                Trimmable(("problems",)),
                 Trimmable(("likely_origin", "candidates")),
             ],
         )
@@ -455,3 +485,75 @@ class ObservabilityEntries:
             key=lambda s: ("server" not in str(s["metric"]), -float(str(s["peak_to_median"])))
         )
         return shifts[:8]
+
+
+_BRIEF_PROBLEM_ROWS: Final = 5
+"""Problems a triage brief lists at most (the cited first, then the newest)."""
+_BRIEF_TEXT_CHARS: Final = 120
+"""Characters a brief's problem title or origin reason keeps (``list_problems`` has them whole)."""
+_BRIEF_ROW_SERVICES: Final = 4
+"""Services a brief's problem row names (``services_total`` counts them all)."""
+
+
+def _get(body: JsonObject, key: str) -> object:
+    """``body[key]["service"]``, or ``None``."""
+    value = body.get(key)
+    return value.get("service") if isinstance(value, dict) else None
+
+
+def brief_problem_row(problem: Problem, cited: bool) -> JsonObject:
+    """One problem as a triage brief lists it: a compact :func:`.problems.problem_row`.
+
+    No samples, the title shortened to ``_BRIEF_TEXT_CHARS`` characters, the first
+    ``_BRIEF_ROW_SERVICES`` services and ``services_total``; the origin's reason (shortened the
+    same way) only on the problem the likely origin cites (``cited``). The whole row is
+    ``list_problems``' / ``get_problem``'s.
+    """
+    reason = problem.ranking[0].reason if problem.ranking and cited else ""
+    row: JsonObject = {
+        "problem_id": problem.problem_id,
+        "status": problem.status,
+        "title": shorten(problem.title, _BRIEF_TEXT_CHARS),
+        "start": rfc3339(problem.start_unix_nano),
+        "end": rfc3339(problem.end_unix_nano),
+        "origin": problem_origin(problem),
+        "services": problem.services[:_BRIEF_ROW_SERVICES],
+        "services_total": len(problem.services),
+        "anomaly_count": len(problem.anomalies),
+    }
+    if reason:
+        row["origin_reason"] = shorten(reason_text(reason), _BRIEF_TEXT_CHARS)
+    return row
+
+
+def brief_problems(
+    stored: Sequence[Problem] | None, tr: TimeRange, window: JsonObject, origin: JsonObject
+) -> JsonObject:
+    """The ``problems`` of a triage brief over ``tr``: the ones a reader needs, compact.
+
+    The problem the likely origin cites (``origin["problem_id"]``) first, then the newest
+    (latest start) — at most ``_BRIEF_PROBLEM_ROWS`` rows of :func:`brief_problem_row`.
+    ``problems_total`` counts every stored problem overlapping the window; when rows are left
+    out (here or by the output budget, which then sets ``omitted.problems``),
+    ``problems_more`` says how to list them all (``list_problems`` over the same window).
+    Without a detection run: no rows and ``problems_note``.
+    """
+    if stored is None:
+        return {"problems": [], "problems_note": NO_DETECTION_NOTE}
+    cited = origin.get("problem_id")
+    chosen = sorted(
+        (p for p in stored if in_window(p, tr)),
+        key=lambda p: (p.problem_id != cited, -p.start_unix_nano, p.problem_id),
+    )
+    body: JsonObject = {
+        "problems": [
+            brief_problem_row(p, p.problem_id == cited) for p in chosen[:_BRIEF_PROBLEM_ROWS]
+        ],
+        "problems_total": len(chosen),
+    }
+    if chosen:
+        body["problems_more"] = (
+            f"list_problems(start={window['start']}, end={window['end']}) lists all "
+            f"{len(chosen)} with whole rows; get_problem(problem_id) for one's evidence"
+        )
+    return body
