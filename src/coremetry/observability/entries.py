@@ -45,7 +45,7 @@ from coremetry.store import (
 )
 
 from ._reading import stored_extent
-from .anchoring import anchored_args
+from .anchoring import ANCHORED_DEFAULT, anchored_args
 from .budget import (
     MIN_BUDGET_BYTES,
     JsonObject,
@@ -252,6 +252,7 @@ class ObservabilityEntries:
 
     async def explain_trace(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
         """``explain_trace(trace_id)``."""
+        check_prompt_arguments("explain_trace", arguments, ("trace_id",))
         trace_id = arguments["trace_id"]
         shaped = await self.tools.get_trace(GetTraceArgs(trace_id=trace_id, limit=60), ctx)
         return self._message(
@@ -264,6 +265,7 @@ class ObservabilityEntries:
 
     async def suggest_runbook(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
         """``suggest_runbook(problem_id | service)``."""
+        check_prompt_arguments("suggest_runbook", arguments, ("problem_id", "service"))
         problem_id = arguments.get("problem_id", "").strip()
         service = arguments.get("service", "").strip()
         if not problem_id and not service:
@@ -311,6 +313,9 @@ class ObservabilityEntries:
 
     async def compare_deploys(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
         """``compare_deploys(service, from_version?, to_version?)``."""
+        check_prompt_arguments(
+            "compare_deploys", arguments, ("service", "from_version", "to_version")
+        )
         window = await self._window("30d")
         args = CompareDeploysArgs(
             service=arguments["service"],
@@ -345,6 +350,7 @@ class ObservabilityEntries:
 
     async def investigate_service(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
         """``investigate_service(service, range?)``."""
+        check_prompt_arguments("investigate_service", arguments, ("service", "range"))
         service = arguments["service"]
         window = await self._window(arguments.get("range") or None)
         overview = await self.tools.get_service(
@@ -381,8 +387,25 @@ class ObservabilityEntries:
         )
 
     async def triage_brief(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
-        """``triage_brief(range?)``."""
-        shaped = await self.triage_data(arguments.get("range") or None, ctx)
+        """``triage_brief(range?, start?, end?)``.
+
+        Without ``start``/``end`` the window is ``range`` (default 24 h) ending at the newest
+        stored record; with them it is resolved as the tools resolve it
+        (:func:`.ranges.resolve_range`, default length 24 h).
+
+        Raises:
+            ProtocolError: an argument the prompt does not take (``-32602``, naming it).
+            BadArgs: a malformed or inverted window (naming ``range``, ``start`` or ``end``).
+        """
+        check_prompt_arguments("triage_brief", arguments, TRIAGE_ARGUMENTS)
+        start = arguments.get("start") or None
+        end = arguments.get("end") or None
+        range_text = arguments.get("range") or None
+        if start is None and end is None:
+            shaped = await self.triage_data(range_text, ctx)
+        else:
+            given = RangeArgs(range=range_text, start=start, end=end)
+            shaped = await self.triage_data(range_text, ctx, given)
         origin = shaped.body.get("likely_origin")
         lead = origin.get("summary") if isinstance(origin, dict) else None
         return self._message(
@@ -393,10 +416,20 @@ class ObservabilityEntries:
             shaped,
         )
 
-    async def triage_data(self, range_text: str | None, ctx: CallContext) -> Shaped:
-        """The data of ``triage_brief``: likely origin first, then the supporting evidence."""
-        window_args = await self._window(range_text)
-        window = resolve_range(window_args, self.tools.clock())
+    async def triage_data(
+        self, range_text: str | None, ctx: CallContext, given: RangeArgs | None = None
+    ) -> Shaped:
+        """The data of ``triage_brief``: likely origin first, then the supporting evidence.
+
+        The window: ``given`` (explicit ``start``/``end``, resolved like the tools' windows,
+        default length 24 h), else ``range_text`` (default 24 h) ending at the newest record.
+        """
+        if given is None:
+            window = resolve_range(await self._window(range_text), self.tools.clock())
+            anchor = "ends at the newest stored record"
+        else:
+            window = resolve_range(given, self.tools.clock(), ANCHORED_DEFAULT)
+            anchor = "as given (start/end)"
         tr = window.time_range
         summaries = (await self.store.services(tr, limit=MAX_LIMIT)).items
         edges = await self.store.service_edges(tr, limit=MAX_LIMIT)
@@ -436,7 +469,7 @@ class ObservabilityEntries:
         )
         body: JsonObject = {
             "window": window.as_json(),
-            "window_anchor": "ends at the newest stored record",
+            "window_anchor": anchor,
             "likely_origin": origin.body,
             **brief_problems(stored, tr, window.as_json(), origin.body),
             "error_logs": {
@@ -557,3 +590,26 @@ def brief_problems(
             f"{len(chosen)} with whole rows; get_problem(problem_id) for one's evidence"
         )
     return body
+
+
+TRIAGE_ARGUMENTS: Final = ("range", "start", "end")
+"""The arguments ``triage_brief`` takes."""
+
+
+def check_prompt_arguments(
+    name: str, arguments: Mapping[str, str], accepted: Sequence[str]
+) -> None:
+    """Refuse arguments prompt ``name`` does not take, as the tools refuse unknown fields.
+
+    Raises:
+        ProtocolError: ``-32602`` (invalid params) naming the unknown argument(s) and the
+            accepted ones; ``data``: ``{"unknown": [...], "accepted": [...]}``.
+    """
+    unknown = sorted(key for key in arguments if key not in accepted)
+    if unknown:
+        raise ProtocolError(
+            codes.INVALID_PARAMS,
+            f"Unknown argument(s) for prompt {name!r}: {', '.join(k[:64] for k in unknown)} "
+            f"(accepted: {', '.join(accepted)})",
+            {"unknown": [k[:64] for k in unknown[:20]], "accepted": list(accepted)},
+        )
