@@ -21,8 +21,9 @@ text as the JSON string it travels as (quotes escaped) plus the envelope and the
 description (:data:`PROMPT_ENVELOPE_BYTES`) — stays within the output budget:
 ``explain_trace(trace_id)``, ``suggest_runbook(problem_id | service)``,
 ``compare_deploys(service, from_version?, to_version?)``, ``investigate_service(service,
-range?)``, ``triage_brief(range?)``. A missing required argument is ``-32602`` naming it
-(the dispatcher checks declared ones; ``suggest_runbook`` checks its either-or itself).
+range?)``, ``triage_brief(range? | start?, end?)``. A missing required argument is ``-32602``
+naming it (the dispatcher checks declared ones; ``suggest_runbook`` checks its either-or
+itself), and so is an argument the prompt does not take (:func:`check_prompt_arguments`).
 
 Completion suggests service names, trace ids, metric names and versions (prefix match first,
 then substring), from the last 24 h of stored data.
