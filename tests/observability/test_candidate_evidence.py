@@ -63,7 +63,9 @@ async def check_the_four_tools(demo_server: DemoServer) -> None:
         assert done.returncode == 0, done.stderr
         async with mcp_client(demo_server.mcp_url, demo_server.admin_token) as client:
             brief = await client.get_prompt("triage_brief", {"range": RANGE})
-            triage = obj(embedded_json(prompt_text(brief))["likely_origin"])
+            brief_data = embedded_json(prompt_text(brief))
+            triage = obj(brief_data["likely_origin"])
+            default_brief = embedded_json(prompt_text(await client.get_prompt("triage_brief", {})))
             service = obj(
                 structured(
                     await client.call_tool("get_service", {"service": GATEWAY, "range": RANGE})
@@ -118,6 +120,33 @@ async def check_the_four_tools(demo_server: DemoServer) -> None:
     }
     assert set(origins.values()) == {origin}, origins
     assert service["problem_id"] == problem_id
+
+    # The brief keeps the problems a reader needs within its budget, with stored problems:
+    # the one its likely origin cites first, compact rows, how many there are and how to list
+    # them all; and the service rows the origin stands on (the origin, the gateway whose raw
+    # latency is highest because it waits on it). Its default window is the same 24 h.
+    for data in (brief_data, default_brief):
+        kept = objs(data["problems"])
+        assert kept, data.get("omitted")
+        assert kept[0]["problem_id"] == problem_id, kept[0]
+        assert kept[0]["origin"] == origin
+        assert all("sample_trace_ids" not in row for row in kept)
+        assert data["problems_total"] == listed["total"]
+        assert int(str(listed["total"])) > 1
+        assert set(str(r["problem_id"]) for r in kept) <= set(rows)
+        omitted = data.get("omitted")
+        left_out = obj(omitted).get("problems", 0) if omitted is not None else 0
+        assert len(kept) + int(str(left_out)) <= int(str(listed["total"]))
+        if len(kept) < int(str(listed["total"])):
+            assert "list_problems(start=" in str(data["problems_more"])
+        names = {str(s["service"]) for s in objs(data["services"])}
+        assert {origin, GATEWAY} <= names, names
+        assert obj(data["likely_origin"])["service"] == origin
+        assert any(s["service"] == origin for s in objs(data["metric_shifts"]))
+    window = obj(default_brief["window"])
+    assert f"list_problems(start={window['start']}, end={window['end']})" in str(
+        default_brief["problems_more"]
+    )
 
     # Why the first beats the second: said by the problem and by both window answers.
     assert len(ranking) >= 2

@@ -13,12 +13,14 @@ from typing import Final
 
 import msgspec
 from conftest import check_emitted
+from jsonschema import Draft202012Validator
 
 from coremetry.mcp import Connection, Server
 from coremetry.mcp.versions import LATEST_HANDSHAKE
 from coremetry.observability.ranges import rfc3339
+from coremetry.observability.results import GetServiceResult, output_schema
 from coremetry.server import build_mcp_server
-from coremetry.store import SpanKind, TelemetryBatch
+from coremetry.store import MetricPoint, SpanKind, TelemetryBatch
 from coremetry.store.sqlite import open_sqlite_store
 
 from ._support import SKEW, ZIPKIN, decode
@@ -241,3 +243,55 @@ async def test_red_tools_state_the_percentile_error(tmp_path: Path) -> None:
             await call(server, "compare_deploys", {"service": "auth", **window}),
         ]
     assert [a.get("percentile_relative_error") for a in answers] == [0.01] * 4
+
+
+async def test_get_service_without_spans_in_the_window_answers_with_its_metrics(
+    tmp_path: Path,
+) -> None:
+    spans = decode(OAUTH).spans
+    first = min(s.start_time_unix_nano for s in spans)
+    # Metrics of a service no span names, a minute before the traces; then the traces' window.
+    quiet = {
+        "start": rfc3339(first - 120 * 1_000_000_000),
+        "end": rfc3339(first - 30 * 1_000_000_000),
+    }
+    points = [
+        MetricPoint(
+            name="process.cpu.utilization",
+            type="gauge",
+            service_name=name,
+            time_unix_nano=first - 60 * 1_000_000_000 + k * 1_000_000_000,
+            value=0.5,
+        )
+        for name in ("auth", "metrics-only")
+        for k in range(3)
+    ]
+    async with open_sqlite_store(tmp_path / "telemetry.db", retention_days=0) as store:
+        await store.write(decode(OAUTH))
+        await store.write(TelemetryBatch(metrics=points))
+        server = build_mcp_server(store=store, output_budget_bytes=4096)
+        auth = await call(server, "get_service", {"service": "auth", **quiet})
+        only = await call(server, "get_service", {"service": "metrics-only", **quiet})
+        nothing = await call(server, "get_service", {"service": "auth", **window_of(OAUTH)})
+        unknown = await call(server, "get_service", {"service": "no-such-service", **quiet})
+    schema = output_schema(GetServiceResult)
+    for answer in (auth, only):
+        # Not not_found: what exists in the window, and why RED and likely_origin are absent.
+        Draft202012Validator(schema).validate(answer)
+        assert answer["metrics"] == ["process.cpu.utilization"]
+        assert answer["metrics_total"] == 1
+        assert "red" not in answer
+        assert "likely_origin" not in answer
+        assert "no spans" in str(answer["note"])
+        assert "likely_origin" in str(answer["note"])
+    # With spans in the window: the usual answer.
+    Draft202012Validator(schema).validate(nothing)
+    assert number(as_row(nothing["red"])["span_count"]) > 0
+    assert "likely_origin" in nothing
+    # Neither spans nor metrics: still not_found.
+    assert unknown["error"] == "not_found"
+
+
+def as_row(value: object) -> dict[str, object]:
+    assert isinstance(value, dict), value
+    return value

@@ -228,3 +228,108 @@ def test_the_leading_problem_agrees_with_the_traces_holds_the_slowest_then_is_la
     assert leading_problem(problems, focus, service="d") is None
     assert problem_origin(late) == "b"
     assert problem_origin(msgspec.structs.replace(late, services=[], ranking=[])) is None
+
+
+async def ask_error(server: Server, method: str, params: dict[str, object]) -> dict[str, object]:
+    """One request as a client sends it; the JSON-RPC error object (a result fails the test)."""
+    request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    reply = await server.handle(
+        msgspec.json.encode(request), Connection(protocol_version=LATEST_HANDSHAKE)
+    )
+    assert reply is not None
+    message = json.loads(reply.body)
+    check_emitted(message, LATEST_HANDSHAKE, method)
+    error = message.get("error")
+    assert isinstance(error, dict), message
+    return error
+
+
+def brief_data(result: dict[str, object]) -> dict[str, object]:
+    messages = result["messages"]
+    assert isinstance(messages, list)
+    data = embedded_json(messages[0]["content"]["text"])
+    assert isinstance(data, dict)
+    return data
+
+
+async def test_triage_brief_over_a_window_keeps_the_cited_problem_among_many(
+    tmp_path: Path,
+) -> None:
+    async with open_sqlite_store(tmp_path / "telemetry.db", retention_days=0) as store:
+        await store.write(telemetry())
+        judged = TimeRange(start_unix_nano=T0, end_unix_nano=T0 + MINUTES * MINUTE)
+        run = await detect_in_store(store, judged)
+        assert run.problems, "the synthetic incident opens a problem"
+        # Many more problems in the window, newer than the incident's, with long titles: the
+        # brief cannot carry them all within its budget.
+        noise = [
+            msgspec.structs.replace(
+                stored(f"prb_noise{k:02d}", 196, ["search", "frontend"], series=3),
+                title="search latency up " + "x" * 400,
+            )
+            for k in range(40)
+        ]
+        save_problems(tmp_path / PROBLEMS_FILE, run.time_range, [*run.problems, *noise])
+        server = build_mcp_server(store=store, problems_path=tmp_path / PROBLEMS_FILE)
+        window = {
+            "start": rfc3339(T0 + (FAULT.start - 5) * MINUTE),
+            "end": rfc3339(T0 + MINUTES * MINUTE),
+        }
+        listed = content(
+            await ask(
+                server,
+                "tools/call",
+                {"name": "list_problems", "arguments": {**window, "limit": 200}},
+            )
+        )
+        brief = brief_data(
+            await ask(server, "prompts/get", {"name": "triage_brief", "arguments": window})
+        )
+        bad_start = await ask_error(
+            server,
+            "prompts/get",
+            {"name": "triage_brief", "arguments": {"start": "yesterday", "end": window["end"]}},
+        )
+        inverted = await ask_error(
+            server,
+            "prompts/get",
+            {"name": "triage_brief", "arguments": {"start": window["end"], "end": window["start"]}},
+        )
+        bogus = await ask_error(
+            server, "prompts/get", {"name": "triage_brief", "arguments": {"bogus": "x"}}
+        )
+    # The window is the one given, as list_problems resolves it.
+    assert brief["window"] == listed["window"]
+    assert brief["window_anchor"] == "as given (start/end)"
+    origin = brief["likely_origin"]
+    assert isinstance(origin, dict)
+    assert origin["service"] == "payment"
+    assert origin["source"] == "problem"
+    # The problem the origin cites leads the (compact) rows; the rest are counted and listed
+    # by list_problems over the same window.
+    rows = brief["problems"]
+    assert isinstance(rows, list)
+    assert rows[0]["problem_id"] == origin["problem_id"]
+    assert rows[0]["origin"] == "payment"
+    assert rows[0]["origin_reason"]
+    assert all(len(str(r["title"])) <= 120 for r in rows)
+    assert all("sample_trace_ids" not in r for r in rows)
+    assert brief["problems_total"] == listed["total"] == len(run.problems) + 40
+    assert len(rows) < len(run.problems) + 40
+    shown = brief["window"]
+    assert isinstance(shown, dict)
+    assert f"list_problems(start={shown['start']}, end={shown['end']})" in str(
+        brief["problems_more"]
+    )
+    # The likely origin's service row is kept.
+    services = brief["services"]
+    assert isinstance(services, list)
+    assert services[0]["service"] == "payment"
+    # Bad windows and unknown arguments: invalid params naming the argument.
+    assert bad_start["code"] == -32602
+    assert "start" in str(bad_start["message"])
+    assert inverted["code"] == -32602
+    assert "end" in str(inverted["message"])
+    assert bogus["code"] == -32602
+    assert "bogus" in str(bogus["message"])
+    assert "range, start, end" in str(bogus["message"])

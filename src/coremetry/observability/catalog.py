@@ -99,7 +99,8 @@ TOOLS: Final = (
             "makes every caller slow; trust likely_origin over raw latency. Cost: a few aggregates "
             "plus reading up to 40 traces. "
             + _WINDOW.format(default=GetServiceArgs.default_range)
-            + " Unknown service: "
+            + " Metrics but no spans in the window: its metric names, no red/likely_origin "
+            "(note). Unknown service: "
             "not_found naming the services seen. Do not invent causes beyond the evidence. Next: "
             "get_trace on a slow trace id, search_logs, query_metric."
         ),

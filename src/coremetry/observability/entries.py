@@ -21,18 +21,21 @@ text as the JSON string it travels as (quotes escaped) plus the envelope and the
 description (:data:`PROMPT_ENVELOPE_BYTES`) — stays within the output budget:
 ``explain_trace(trace_id)``, ``suggest_runbook(problem_id | service)``,
 ``compare_deploys(service, from_version?, to_version?)``, ``investigate_service(service,
-range?)``, ``triage_brief(range?)``. A missing required argument is ``-32602`` naming it
-(the dispatcher checks declared ones; ``suggest_runbook`` checks its either-or itself).
+range?)``, ``triage_brief(range? | start?, end?)``. A missing required argument is ``-32602``
+naming it (the dispatcher checks declared ones; ``suggest_runbook`` checks its either-or
+itself), and so is an argument the prompt does not take (:func:`check_prompt_arguments`).
 
 Completion suggests service names, trace ids, metric names and versions (prefix match first,
 then substring), from the last 24 h of stored data.
 """
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Final
 
 import msgspec
 
+from coremetry.detection import Problem
 from coremetry.mcp import CallContext, NotFound, ProtocolError, codes
 from coremetry.store import (
     MAX_LIMIT,
@@ -43,9 +46,18 @@ from coremetry.store import (
 )
 
 from ._reading import stored_extent
-from .anchoring import anchored_args
-from .budget import MIN_BUDGET_BYTES, JsonObject, Shaped, Trimmable, encoded_size, fit
+from .anchoring import ANCHORED_DEFAULT, anchored_args
+from .budget import (
+    MIN_BUDGET_BYTES,
+    JsonObject,
+    Shaped,
+    Trimmable,
+    encoded_size,
+    fit,
+    shorten,
+)
 from .origin import latency_metric_names, latency_shifts
+from .problems import NO_DETECTION_NOTE, in_window
 from .ranges import RangeArgs, resolve_range, rfc3339
 from .tools import (
     SEVERITIES,
@@ -63,7 +75,7 @@ from .tools import (
     log_row,
     service_row,
 )
-from .window_origin import window_origin
+from .window_origin import problem_origin, reason_text, window_origin
 
 __all__ = ["PROMPT_ENVELOPE_BYTES", "ObservabilityEntries"]
 
@@ -229,7 +241,10 @@ class ObservabilityEntries:
         frame = f"{instruction}\n\nData (JSON):\n```json\n\n```"
         room = limit - encoded_size(frame)
         while True:
-            data = _JSON.encode(fit(shaped, max(MIN_BUDGET_BYTES, room))).decode()
+            # fit() cuts the body in place: each try starts from the whole data, so the
+            # counts it records (``omitted``) are of the data as built, not of an earlier try.
+            trial = Shaped(copy.deepcopy(shaped.body), shaped.trimmable)
+            data = _JSON.encode(fit(trial, max(MIN_BUDGET_BYTES, room))).decode()
             text = f"{instruction}\n\nData (JSON):\n```json\n{data}\n```"
             size = encoded_size(text)
             if size <= limit or room <= MIN_BUDGET_BYTES:
@@ -238,6 +253,7 @@ class ObservabilityEntries:
 
     async def explain_trace(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
         """``explain_trace(trace_id)``."""
+        check_prompt_arguments("explain_trace", arguments, ("trace_id",))
         trace_id = arguments["trace_id"]
         shaped = await self.tools.get_trace(GetTraceArgs(trace_id=trace_id, limit=60), ctx)
         return self._message(
@@ -250,6 +266,7 @@ class ObservabilityEntries:
 
     async def suggest_runbook(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
         """``suggest_runbook(problem_id | service)``."""
+        check_prompt_arguments("suggest_runbook", arguments, ("problem_id", "service"))
         problem_id = arguments.get("problem_id", "").strip()
         service = arguments.get("service", "").strip()
         if not problem_id and not service:
@@ -297,6 +314,9 @@ class ObservabilityEntries:
 
     async def compare_deploys(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
         """``compare_deploys(service, from_version?, to_version?)``."""
+        check_prompt_arguments(
+            "compare_deploys", arguments, ("service", "from_version", "to_version")
+        )
         window = await self._window("30d")
         args = CompareDeploysArgs(
             service=arguments["service"],
@@ -331,6 +351,7 @@ class ObservabilityEntries:
 
     async def investigate_service(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
         """``investigate_service(service, range?)``."""
+        check_prompt_arguments("investigate_service", arguments, ("service", "range"))
         service = arguments["service"]
         window = await self._window(arguments.get("range") or None)
         overview = await self.tools.get_service(
@@ -367,8 +388,25 @@ class ObservabilityEntries:
         )
 
     async def triage_brief(self, arguments: Mapping[str, str], ctx: CallContext) -> str:
-        """``triage_brief(range?)``."""
-        shaped = await self.triage_data(arguments.get("range") or None, ctx)
+        """``triage_brief(range?, start?, end?)``.
+
+        Without ``start``/``end`` the window is ``range`` (default 24 h) ending at the newest
+        stored record; with them it is resolved as the tools resolve it
+        (:func:`.ranges.resolve_range`, default length 24 h).
+
+        Raises:
+            ProtocolError: an argument the prompt does not take (``-32602``, naming it).
+            BadArgs: a malformed or inverted window (naming ``range``, ``start`` or ``end``).
+        """
+        check_prompt_arguments("triage_brief", arguments, TRIAGE_ARGUMENTS)
+        start = arguments.get("start") or None
+        end = arguments.get("end") or None
+        range_text = arguments.get("range") or None
+        if start is None and end is None:
+            shaped = await self.triage_data(range_text, ctx)
+        else:
+            given = RangeArgs(range=range_text, start=start, end=end)
+            shaped = await self.triage_data(range_text, ctx, given)
         origin = shaped.body.get("likely_origin")
         lead = origin.get("summary") if isinstance(origin, dict) else None
         return self._message(
@@ -379,20 +417,31 @@ class ObservabilityEntries:
             shaped,
         )
 
-    async def triage_data(self, range_text: str | None, ctx: CallContext) -> Shaped:
-        """The data of ``triage_brief``: likely origin first, then the supporting evidence."""
-        window_args = await self._window(range_text)
-        window = resolve_range(window_args, self.tools.clock())
+    async def triage_data(
+        self, range_text: str | None, ctx: CallContext, given: RangeArgs | None = None
+    ) -> Shaped:
+        """The data of ``triage_brief``: likely origin first, then the supporting evidence.
+
+        The window: ``given`` (explicit ``start``/``end``, resolved like the tools' windows,
+        default length 24 h), else ``range_text`` (default 24 h) ending at the newest record.
+        """
+        if given is None:
+            window = resolve_range(await self._window(range_text), self.tools.clock())
+            anchor = "ends at the newest stored record"
+        else:
+            window = resolve_range(given, self.tools.clock(), ANCHORED_DEFAULT)
+            anchor = "as given (start/end)"
         tr = window.time_range
         summaries = (await self.store.services(tr, limit=MAX_LIMIT)).items
         edges = await self.store.service_edges(tr, limit=MAX_LIMIT)
         await ctx.report_progress(1, 3, "analysing slow traces")
+        stored = await self.tools.problems.load()
         origin = await window_origin(
             self.store,
             tr,
             summaries,
             edges,
-            await self.tools.problems.load(),
+            stored,
             slow_traces=self.tools.origin_slow_traces,
             typical_traces=self.tools.origin_typical_traces,
         )
@@ -407,11 +456,23 @@ class ObservabilityEntries:
         ranked_services = sorted(
             summaries, key=lambda s: (-s.error_rate, -(s.p95_duration_ns or 0), s.service_name)
         )
+        # The rows the likely origin names come first: a cut keeps them (the origin, and the
+        # service whose raw latency is highest because it waits on the origin).
+        key_names = [
+            name
+            for name in (origin.body.get("service"), _get(origin.body, "highest_raw_latency"))
+            if isinstance(name, str)
+        ]
+        ranked_services.sort(
+            key=lambda s: (
+                key_names.index(s.service_name) if s.service_name in key_names else len(key_names)
+            )
+        )
         body: JsonObject = {
             "window": window.as_json(),
-            "window_anchor": "ends at the newest stored record",
+            "window_anchor": anchor,
             "likely_origin": origin.body,
-            **(await self.tools.problems_of(None, tr)),
+            **brief_problems(stored, tr, window.as_json(), origin.body),
             "error_logs": {
                 "sampled": len(logs.items),
                 "sample_is_complete": logs.next_cursor is None,
@@ -435,11 +496,14 @@ class ObservabilityEntries:
             )
         return Shaped(
             body,
+            # Least needed first. Services and problems come key rows first (the origin's
+            # rows, the problem it cites), so a cut keeps what the likely origin stands on.
             [
-                Trimmable(("services",)),
-                Trimmable(("problems",)),
+                Trimmable(("likely_origin", "sampled")),
                 Trimmable(("error_logs", "examples")),
+                Trimmable(("services",)),
                 Trimmable(("metric_shifts",)),
+                Trimmable(("problems",)),
                 Trimmable(("likely_origin", "candidates")),
             ],
         )
@@ -455,3 +519,98 @@ class ObservabilityEntries:
             key=lambda s: ("server" not in str(s["metric"]), -float(str(s["peak_to_median"])))
         )
         return shifts[:8]
+
+
+_BRIEF_PROBLEM_ROWS: Final = 5
+"""Problems a triage brief lists at most (the cited first, then the newest)."""
+_BRIEF_TEXT_CHARS: Final = 120
+"""Characters a brief's problem title or origin reason keeps (``list_problems`` has them whole)."""
+_BRIEF_ROW_SERVICES: Final = 4
+"""Services a brief's problem row names (``services_total`` counts them all)."""
+
+
+def _get(body: JsonObject, key: str) -> object:
+    """``body[key]["service"]``, or ``None``."""
+    value = body.get(key)
+    return value.get("service") if isinstance(value, dict) else None
+
+
+def brief_problem_row(problem: Problem, cited: bool) -> JsonObject:
+    """One problem as a triage brief lists it: a compact :func:`.problems.problem_row`.
+
+    No samples, the title shortened to ``_BRIEF_TEXT_CHARS`` characters, the first
+    ``_BRIEF_ROW_SERVICES`` services and ``services_total``; the origin's reason (shortened the
+    same way) only on the problem the likely origin cites (``cited``). The whole row is
+    ``list_problems``' / ``get_problem``'s.
+    """
+    reason = problem.ranking[0].reason if problem.ranking and cited else ""
+    row: JsonObject = {
+        "problem_id": problem.problem_id,
+        "status": problem.status,
+        "title": shorten(problem.title, _BRIEF_TEXT_CHARS),
+        "start": rfc3339(problem.start_unix_nano),
+        "end": rfc3339(problem.end_unix_nano),
+        "origin": problem_origin(problem),
+        "services": problem.services[:_BRIEF_ROW_SERVICES],
+        "services_total": len(problem.services),
+        "anomaly_count": len(problem.anomalies),
+    }
+    if reason:
+        row["origin_reason"] = shorten(reason_text(reason), _BRIEF_TEXT_CHARS)
+    return row
+
+
+def brief_problems(
+    stored: Sequence[Problem] | None, tr: TimeRange, window: JsonObject, origin: JsonObject
+) -> JsonObject:
+    """The ``problems`` of a triage brief over ``tr``: the ones a reader needs, compact.
+
+    The problem the likely origin cites (``origin["problem_id"]``) first, then the newest
+    (latest start) — at most ``_BRIEF_PROBLEM_ROWS`` rows of :func:`brief_problem_row`.
+    ``problems_total`` counts every stored problem overlapping the window; when rows are left
+    out (here or by the output budget, which then sets ``omitted.problems``),
+    ``problems_more`` says how to list them all (``list_problems`` over the same window).
+    Without a detection run: no rows and ``problems_note``.
+    """
+    if stored is None:
+        return {"problems": [], "problems_note": NO_DETECTION_NOTE}
+    cited = origin.get("problem_id")
+    chosen = sorted(
+        (p for p in stored if in_window(p, tr)),
+        key=lambda p: (p.problem_id != cited, -p.start_unix_nano, p.problem_id),
+    )
+    body: JsonObject = {
+        "problems": [
+            brief_problem_row(p, p.problem_id == cited) for p in chosen[:_BRIEF_PROBLEM_ROWS]
+        ],
+        "problems_total": len(chosen),
+    }
+    if chosen:
+        body["problems_more"] = (
+            f"list_problems(start={window['start']}, end={window['end']}) lists all "
+            f"{len(chosen)} with whole rows; get_problem(problem_id) for one's evidence"
+        )
+    return body
+
+
+TRIAGE_ARGUMENTS: Final = ("range", "start", "end")
+"""The arguments ``triage_brief`` takes."""
+
+
+def check_prompt_arguments(
+    name: str, arguments: Mapping[str, str], accepted: Sequence[str]
+) -> None:
+    """Refuse arguments prompt ``name`` does not take, as the tools refuse unknown fields.
+
+    Raises:
+        ProtocolError: ``-32602`` (invalid params) naming the unknown argument(s) and the
+            accepted ones; ``data``: ``{"unknown": [...], "accepted": [...]}``.
+    """
+    unknown = sorted(key for key in arguments if key not in accepted)
+    if unknown:
+        raise ProtocolError(
+            codes.INVALID_PARAMS,
+            f"Unknown argument(s) for prompt {name!r}: {', '.join(k[:64] for k in unknown)} "
+            f"(accepted: {', '.join(accepted)})",
+            {"unknown": [k[:64] for k in unknown[:20]], "accepted": list(accepted)},
+        )

@@ -265,7 +265,17 @@ def _register_prompts(server: Server, entries: ObservabilityEntries) -> None:
             entries.triage_brief,
             min_role="",
             completer=entries.complete,
-            arguments=[range_arg],
+            arguments=[
+                range_arg,
+                PromptArgument(
+                    name="start",
+                    description='Window start, RFC 3339 with zone, e.g. "2023-01-30T13:00:00Z" '
+                    "(with start or end the window is as given, not anchored)",
+                ),
+                PromptArgument(
+                    name="end", description="Window end (exclusive), RFC 3339 with zone"
+                ),
+            ],
         ),
     )
     for prompt in prompts:

@@ -395,8 +395,14 @@ class GetServiceResult(Result, kw_only=True):
 
     service: str
     window: Window
-    red: ServiceRow
-    likely_origin: Object
+    red: ServiceRow | UnsetType = UNSET
+    """Absent when the service has no spans in the window (``note`` says so)."""
+    likely_origin: Object | UnsetType = UNSET
+    """Absent when the service has no spans in the window (``note`` says so)."""
+    metrics: list[str] | UnsetType = UNSET
+    """Without spans in the window: the names of its metrics with points in it (up to 20)."""
+    metrics_total: int | UnsetType = UNSET
+    """Without spans in the window: how many metric names have its points in it."""
     operations: list[OperationRow]
     operations_total: int | None
     upstream: list[EdgeRow]

@@ -963,6 +963,11 @@ class ObservabilityTools:
         """``get_service``: one service's RED, operations, edges, deploys and likely origin."""
         window = resolve_range(args, self.clock())
         tr = window.time_range
+        summaries = await self._all_services(tr)
+        if not any(s.service_name == args.service for s in summaries):
+            metric_counts = await self._metric_services(tr)
+            if args.service in metric_counts:
+                return await self._service_without_spans(args, window, metric_counts)
         summary, summaries = await self._find_service(args.service, window)
         operations = await self.store.operations(args.service, tr, limit=10)
         edges = await self.store.service_edges(tr, limit=100, service_name=args.service)
@@ -1018,6 +1023,40 @@ class ObservabilityTools:
                 Trimmable(("likely_origin", "candidates")),
             ],
         )
+
+    async def _service_without_spans(
+        self, args: GetServiceArgs, window: ResolvedRange, metric_counts: Mapping[str, int]
+    ) -> Shaped:
+        """``get_service`` for a service with metrics but no spans in the window.
+
+        What exists instead of ``not_found``: the names of its metrics with points in the
+        window (``metrics``, at most 20; ``metrics_total``), its deploys and problems; no
+        ``red``, operations or ``likely_origin`` (they are read from spans), said in ``note``.
+        """
+        tr = window.time_range
+        names = await self.store.metric_names(tr, limit=MAX_LIMIT)
+        mine = [d.name for d in names.items if args.service in d.service_names]
+        edges = await self.store.service_edges(tr, limit=100, service_name=args.service)
+        deploys = await self.store.deploys(tr, limit=5, service_name=args.service)
+        body: JsonObject = {
+            "service": args.service,
+            "window": window.as_json(),
+            "metrics": mine[:20],
+            "metrics_total": metric_counts.get(args.service, len(mine)),
+            "operations": [],
+            "operations_total": 0,
+            "upstream": [edge_row(e) for e in edges if e.callee == args.service],
+            "downstream": [edge_row(e) for e in edges if e.caller == args.service],
+            "deploys": [deploy_row(d) for d in deploys],
+            **(await self.problems_of(args.service, tr)),
+            "truncated": False,
+            "note": f"no spans of service {args.service!r} in this window (no traces): no RED, "
+            "operations or likely_origin, which are read from spans; its metrics in the window "
+            "are listed",
+            "next": "query_metric(name, service) for its metrics; search_logs(service) for its "
+            "logs; widen the window (range or start/end) for its traces",
+        }
+        return Shaped(body, [Trimmable(("deploys",)), Trimmable(("problems",))])
 
     async def get_service_map(self, args: GetServiceMapArgs, ctx: CallContext) -> Shaped:
         """``get_service_map``: services and caller -> callee edges with RED."""
