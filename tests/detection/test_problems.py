@@ -379,15 +379,18 @@ def test_a_silent_callee_carries_its_callers_waits_and_its_own_normal_level_as_e
     first = problem.ranking[0]
     assert (first.service_name, first.role) == ("route", "silent_callee")
     [waits, own] = first.evidence
-    assert waits.startswith("api's calls (it among its callees): http.client.request.duration: ")
+    assert waits.startswith(
+        "api's calls (to it and its other callees): http.client.request.duration: "
+    )
     assert "2.1 s at peak (client latency" in waits
     assert own.startswith("its own http.server.request.duration: ")
     assert " s usually, " in own
-    assert "(server latency, normal: z " in own
+    assert "(server latency, no symptom: z " in own
     # The "why" says whose server latency stayed normal: route's, not api's (api's rose).
-    assert "route's server latency stayed normal (" in first.reason
+    assert "route's server latency stayed within its usual spread (0.1" in first.reason
     assert "its caller api waits longer on its calls" in first.reason
     assert "api waits longer on calls while its own server latency" not in first.reason
+    assert "api's server latency" not in first.reason
     assert all(rank.evidence for rank in problem.ranking)
 
 

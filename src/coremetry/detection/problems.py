@@ -603,18 +603,19 @@ def _kind(one: Series, peak: float, cfg: GroupingConfig) -> SymptomKind | None:
 
 
 def _symptom(
-    one: Series,
-    times: Sequence[int],
-    low: int,
-    high: int,
-    cfg: GroupingConfig,
-    *,
-    normal: bool = False,
+    one: Series, times: Sequence[int], low: int, high: int, cfg: GroupingConfig
 ) -> Symptom | None:
-    """The series' symptom in ``[low, high]`` against the ``history_ns`` before ``low``.
+    """The series' symptom in ``[low, high]`` against the ``history_ns`` before ``low``."""
+    level, shown = _measure(one, times, low, high, cfg)
+    return level if shown else None
 
-    With ``normal``, the opposite: the levels of a latency series that had points there and
-    showed *no* symptom (its usual level, peak and z), ``None`` for a symptom.
+
+def _measure(
+    one: Series, times: Sequence[int], low: int, high: int, cfg: GroupingConfig
+) -> tuple[Symptom | None, bool]:
+    """The series' level in ``[low, high]`` (usual level, peak, z) and whether it is a symptom.
+
+    ``(None, False)`` without enough history, points in the window, or a symptom kind.
     """
     points = one.points
     first = bisect.bisect_left(times, low - cfg.history_ns)
@@ -623,7 +624,7 @@ def _symptom(
     history = sorted(v for _, v in points[first:begin] if math.isfinite(v))
     window = [v for _, v in points[begin:stop] if math.isfinite(v)]
     if len(history) < cfg.min_history_points or not window:
-        return None
+        return None, False
     last = len(history) - 1
 
     def quantile(q: float) -> float:
@@ -644,13 +645,11 @@ def _symptom(
         shown = peak >= cfg.evidence_ratio * median if median > 0 else peak > median
     kind = _kind(one, peak, cfg)
     if kind is None:
-        return None
+        return None, False
     level = Symptom(
         kind=kind, series_name=one.name, baseline=median, peak=peak, z=round(z, 3), unit=one.unit
     )
-    if not shown or z < cfg.evidence_z:
-        return None if not normal else (level if one.signal == "latency" else None)
-    return None if normal else level
+    return level, shown and z >= cfg.evidence_z
 
 
 _SCALE_FLOOR: Final = 0.05
@@ -736,13 +735,12 @@ def _evidence_of(
     for one, times in judged:
         if one.signal not in ("latency", "saturation", "errors", "logs"):
             continue
-        symptom = _symptom(one, times, low, high, config)
+        level, shown = _measure(one, times, low, high, config)
+        symptom = level if shown else None
         if symptom is not None:
             symptoms.append(symptom)
-        elif one.signal == "latency":
-            level = _symptom(one, times, low, high, config, normal=True)
-            if level is not None:
-                levels.append(level)
+        elif level is not None and one.signal == "latency":
+            levels.append(level)
         if one.signal == "latency" and (
             symptom is not None or bisect.bisect_left(times, low) < bisect.bisect_right(times, high)
         ):
@@ -1099,13 +1097,14 @@ def _role(
         levels = [n for n in found.normal_levels if n.kind == "server_latency"]
         level = (
             f" ({value_with_unit(levels[0].baseline, levels[0].unit)} usually, "
-            f"{value_with_unit(levels[0].peak, levels[0].unit)} at peak)"
+            f"{value_with_unit(levels[0].peak, levels[0].unit)} at peak, z {levels[0].z:.1f})"
             if levels
             else ""
         )
         one = len(silent_for) == 1
         return "silent_callee", (
-            f"no symptom of its own: {service}'s server latency stayed normal{level}, while "
+            f"no symptom of its own: {service}'s server latency stayed within its usual "
+            f"spread{level}, while "
             f"its caller{'' if one else 's'} {_names(silent_for)} wait{'s' if one else ''} "
             f"longer on {'its' if one else 'their'} calls (client latency up) and no service "
             f"below {'it' if one else 'them'} shows a symptom: the time is lost between "
@@ -1148,7 +1147,9 @@ def _silent_evidence(
     lines: list[str] = []
     for waiter in waiters[:3]:
         waits = [s for s in seen[waiter].symptoms if s.kind == "client_latency"][:1]
-        lines += [f"{waiter}'s calls (it among its callees): {_describe_symptom(s)}" for s in waits]
+        lines += [
+            f"{waiter}'s calls (to it and its other callees): {_describe_symptom(s)}" for s in waits
+        ]
     levels = [n for n in found.normal_levels if n.kind == "server_latency"][:2]
     lines += [f"its own {_describe_level(n)}" for n in levels]
     if not levels:
@@ -1163,7 +1164,7 @@ def _describe_level(level: Symptom) -> str:
     return (
         f"{level.series_name}: {value_with_unit(level.baseline, level.unit)} usually, "
         f"{value_with_unit(level.peak, level.unit)} at peak "
-        f"({level.kind.replace('_', ' ')}, normal: z {level.z:.1f})"
+        f"({level.kind.replace('_', ' ')}, no symptom: z {level.z:.1f})"
     )
 
 
