@@ -66,7 +66,8 @@ among few moves a percentile). Within a role: services without a symptomatic cal
 (the fault does not come from further down), then more symptomatic callers (the fault spread
 upwards as it should), deeper along the symptomatic call chain, earlier first anomaly, larger
 score, name. Every :class:`ServiceRank` carries its reason in words and its evidence (series
-with usual level and peak in the series' unit; the trace figures against the reference); the
+with usual level and peak in the series' unit; the trace figures against the reference; for a
+silent callee, its waiting callers' client latency and its own server latency levels); the
 first one's reason also says why it is ahead of the second: the first of these rules on which
 the two differ, with the figures it compared.
 
@@ -268,7 +269,10 @@ class ServiceRank(msgspec.Struct, frozen=True, kw_only=True):
             it is ahead of the second (the rule and the figures it compared).
         role: its :data:`Role`.
         evidence: its symptoms, one line each (series, usual level and peak, each with its
-            unit: :func:`value_with_unit`).
+            unit: :func:`value_with_unit`). Never empty: a silent callee's lines are its
+            waiting callers' client latency (named as theirs) and its own server latency
+            levels; a service only the traces blame, their figures; a traffic-only service,
+            its traffic anomalies; otherwise one line saying nothing supports it.
         sample_trace_ids: traces of the problem's window that show this service's part (the
             runner fills them for the first ``DetectionOptions.sample_candidates`` services:
             :mod:`coremetry.detection.runner`, step 7); empty from :func:`rank_origins`.
