@@ -350,7 +350,7 @@ def test_a_callee_whose_callers_wait_while_its_own_server_latency_is_normal_is_n
         "gateway": "symptomatic",
     }  # cache has no series: unobserved, not listed
     assert problem.services[2:] == ["api", "gateway"]  # api is the deeper waiting service
-    assert "api waits longer on calls" in problem.ranking[0].reason
+    assert "api waits longer on its calls" in problem.ranking[0].reason
     assert problem.title.startswith(f"{problem.services[0]} (likely origin): ")
     # With route's server latency up, route is the origin: its own work slowed.
     judged[3] = server("route", SLOW)
@@ -360,6 +360,63 @@ def test_a_callee_whose_callers_wait_while_its_own_server_latency_is_normal_is_n
     assert "its own work slowed" in problem.ranking[0].reason
     assert any("http.server.request.duration" in line for line in problem.ranking[0].evidence)
     assert "station" not in problem.services  # api's wait is explained by route now
+
+
+def test_a_silent_callee_carries_its_callers_waits_and_its_own_normal_level_as_evidence() -> None:
+    # Issue 16: a callee ranked for what others show names those figures, with units and
+    # whose series they are; never an empty evidence list.
+    judged = [
+        server("gateway", SLOW),
+        client("api", [2.0, 2.1, 1.9, 2.0]),  # api waits on its calls: 0.1 s -> 2.1 s
+        server("api", SLOW),  # its own server latency is up too (it waits)
+        server("route", FLAT),  # route's own server latency stays at 0.1 s
+    ]
+    found = [
+        at(60, "gateway", "http.server.request.duration", side="server"),
+        at(60, "api", "http.server.request.duration", side="server"),
+    ]
+    [problem] = group_problems(found, GRAPH, series=judged)
+    first = problem.ranking[0]
+    assert (first.service_name, first.role) == ("route", "silent_callee")
+    [waits, own] = first.evidence
+    assert waits.startswith(
+        "api's calls (to it and its other callees): http.client.request.duration: "
+    )
+    assert "2.1 s at peak (client latency" in waits
+    assert own.startswith("its own http.server.request.duration: ")
+    assert " s usually, " in own
+    assert "(server latency, no symptom: z " in own
+    # The "why" says whose server latency stayed normal: route's, not api's (api's rose).
+    assert "route's server latency stayed within its usual spread (0.1" in first.reason
+    assert "its caller api waits longer on its calls" in first.reason
+    assert "api waits longer on calls while its own server latency" not in first.reason
+    assert "api's server latency" not in first.reason
+    assert all(rank.evidence for rank in problem.ranking)
+
+
+def test_every_ranked_candidate_states_its_evidence_even_when_only_traces_or_traffic_rank_it() -> (
+    None
+):
+    judged = [client("api", SLOW), server("route", FLAT)]
+    found = [
+        at(60, "api", "c", side="client"),
+        at(60, "station", "rpc.server.request.rate", signal="traffic", direction="down"),
+    ]
+    [problem] = group_problems(found, GRAPH, series=judged)
+    blame = TraceBlame(
+        service_name="cache", excess_ns=800e6, gap_ns=1000e6, slow_traces=5, typical_traces=9
+    )
+    again = with_trace_blame(problem, blame, GRAPH, judged)
+    evidence = {rank.service_name: rank.evidence for rank in again.ranking}
+    # cache has no series at all: the traces that blamed it are its evidence.
+    assert again.services[0] == "cache"
+    assert evidence["cache"] == [
+        "traces: critical-path time 800.0 ms per trace above typical ones, of a 1,000.0 ms gap "
+        "(5 slow and 9 typical traces)"
+    ]
+    # station only changed traffic: its traffic anomaly is the line.
+    assert evidence["station"] == ["rpc.server.request.rate down: 0.2 -> 1.5 s (score 10.0)"]
+    assert all(evidence.values())
 
 
 def test_a_callee_is_only_blamed_by_the_deepest_waiting_service() -> None:

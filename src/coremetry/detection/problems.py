@@ -66,7 +66,8 @@ among few moves a percentile). Within a role: services without a symptomatic cal
 (the fault does not come from further down), then more symptomatic callers (the fault spread
 upwards as it should), deeper along the symptomatic call chain, earlier first anomaly, larger
 score, name. Every :class:`ServiceRank` carries its reason in words and its evidence (series
-with usual level and peak in the series' unit; the trace figures against the reference); the
+with usual level and peak in the series' unit; the trace figures against the reference; for a
+silent callee, its waiting callers' client latency and its own server latency levels); the
 first one's reason also says why it is ahead of the second: the first of these rules on which
 the two differ, with the figures it compared.
 
@@ -268,7 +269,10 @@ class ServiceRank(msgspec.Struct, frozen=True, kw_only=True):
             it is ahead of the second (the rule and the figures it compared).
         role: its :data:`Role`.
         evidence: its symptoms, one line each (series, usual level and peak, each with its
-            unit: :func:`value_with_unit`).
+            unit: :func:`value_with_unit`). Never empty: a silent callee's lines are its
+            waiting callers' client latency (named as theirs) and its own server latency
+            levels; a service only the traces blame, their figures; a traffic-only service,
+            its traffic anomalies; otherwise one line saying nothing supports it.
         sample_trace_ids: traces of the problem's window that show this service's part (the
             runner fills them for the first ``DetectionOptions.sample_candidates`` services:
             :mod:`coremetry.detection.runner`, step 7); empty from :func:`rank_origins`.
@@ -606,6 +610,17 @@ def _symptom(
     one: Series, times: Sequence[int], low: int, high: int, cfg: GroupingConfig
 ) -> Symptom | None:
     """The series' symptom in ``[low, high]`` against the ``history_ns`` before ``low``."""
+    level, shown = _measure(one, times, low, high, cfg)
+    return level if shown else None
+
+
+def _measure(
+    one: Series, times: Sequence[int], low: int, high: int, cfg: GroupingConfig
+) -> tuple[Symptom | None, bool]:
+    """The series' level in ``[low, high]`` (usual level, peak, z) and whether it is a symptom.
+
+    ``(None, False)`` without enough history, points in the window, or a symptom kind.
+    """
     points = one.points
     first = bisect.bisect_left(times, low - cfg.history_ns)
     begin = bisect.bisect_left(times, low)
@@ -613,7 +628,7 @@ def _symptom(
     history = sorted(v for _, v in points[first:begin] if math.isfinite(v))
     window = [v for _, v in points[begin:stop] if math.isfinite(v)]
     if len(history) < cfg.min_history_points or not window:
-        return None
+        return None, False
     last = len(history) - 1
 
     def quantile(q: float) -> float:
@@ -632,14 +647,13 @@ def _symptom(
         peak = max(window)
         z = (peak - median) / _floored(scale, median, peak)
         shown = peak >= cfg.evidence_ratio * median if median > 0 else peak > median
-    if not shown or z < cfg.evidence_z:
-        return None
     kind = _kind(one, peak, cfg)
     if kind is None:
-        return None
-    return Symptom(
+        return None, False
+    level = Symptom(
         kind=kind, series_name=one.name, baseline=median, peak=peak, z=round(z, 3), unit=one.unit
     )
+    return level, shown and z >= cfg.evidence_z
 
 
 _SCALE_FLOOR: Final = 0.05
@@ -673,10 +687,14 @@ class ServiceEvidence(msgspec.Struct, frozen=True, kw_only=True):
         symptoms: its series that showed a symptom.
         observed: the latency kinds (``server_latency``, ``client_latency``) of its series
             that had points in the window, symptom or not: "observed and normal" is evidence.
+        normal_levels: its latency series that had points in the window and enough history
+            but showed no symptom, with their usual level and peak (series unit): what a
+            silent callee's "server latency stayed normal" rests on.
     """
 
     symptoms: list[Symptom] = msgspec.field(default_factory=list)
     observed: list[SymptomKind] = msgspec.field(default_factory=list)
+    normal_levels: list[Symptom] = msgspec.field(default_factory=list)
 
     def shows(self, kind: SymptomKind) -> bool:
         """It has a symptom of that kind."""
@@ -716,13 +734,17 @@ def _evidence_of(
     judged: Sequence[tuple[Series, list[int]]], low: int, high: int, config: GroupingConfig
 ) -> ServiceEvidence | None:
     symptoms: list[Symptom] = []
+    levels: list[Symptom] = []
     observed: set[SymptomKind] = set()
     for one, times in judged:
         if one.signal not in ("latency", "saturation", "errors", "logs"):
             continue
-        symptom = _symptom(one, times, low, high, config)
+        level, shown = _measure(one, times, low, high, config)
+        symptom = level if shown else None
         if symptom is not None:
             symptoms.append(symptom)
+        elif level is not None and one.signal == "latency":
+            levels.append(level)
         if one.signal == "latency" and (
             symptom is not None or bisect.bisect_left(times, low) < bisect.bisect_right(times, high)
         ):
@@ -730,7 +752,8 @@ def _evidence_of(
     if not symptoms and not observed:
         return None
     symptoms.sort(key=lambda s: (-s.z, s.series_name))
-    return ServiceEvidence(symptoms=symptoms, observed=sorted(observed))
+    levels.sort(key=lambda s: (s.kind != "server_latency", -s.z, s.series_name))
+    return ServiceEvidence(symptoms=symptoms, observed=sorted(observed), normal_levels=levels)
 
 
 # -- ranking ---------------------------------------------------------------------------------
@@ -773,6 +796,7 @@ def _with_anomalies(
         if kind in ("server_latency", "client_latency"):
             observed.add(kind)
         merged[anomaly.service_name] = ServiceEvidence(
+            normal_levels=[n for n in current.normal_levels if n.kind != kind],
             symptoms=[
                 *current.symptoms,
                 Symptom(
@@ -933,6 +957,20 @@ def _rank(
             bad_callees=bad_callees,
         )
         scores = [_bounded_score(a) for a in own] + [s.z for s in found.symptoms]
+        evidence = [_describe_symptom(s) for s in found.symptoms[:5]]
+        if service in trace_lines:
+            evidence.append(f"traces: {trace_lines[service]}")
+        elif role == "trace_origin" and traces is not None:
+            evidence.append(_trace_line(traces))
+        if role == "silent_callee":
+            evidence += _silent_evidence(service, found, silent.get(service, []), seen)
+        if role == "traffic_only":
+            evidence += [describe_anomaly(a) for a in own[:5]]
+        if not evidence:
+            evidence.append(
+                "none: no series of its own showed a symptom in the problem's window, and "
+                "nothing else ranked it"
+            )
         ranks.append(
             ServiceRank(
                 service_name=service,
@@ -944,8 +982,7 @@ def _rank(
                 max_score=round(max(scores, default=0.0), 3),
                 reason=reason,
                 role=role,
-                evidence=[_describe_symptom(s) for s in found.symptoms[:5]]
-                + ([f"traces: {trace_lines[service]}"] if service in trace_lines else []),
+                evidence=evidence,
             )
         )
     # Within own_cause, the strongest kind of own evidence first (module docstring).
@@ -1061,10 +1098,21 @@ def _role(
             "normal: its own work slowed" + _callers_text(bad_callers, bad_callees)
         )
     if silent_for:
+        levels = [n for n in found.normal_levels if n.kind == "server_latency"]
+        level = (
+            f" ({value_with_unit(levels[0].baseline, levels[0].unit)} usually, "
+            f"{value_with_unit(levels[0].peak, levels[0].unit)} at peak, z {levels[0].z:.1f})"
+            if levels
+            else ""
+        )
+        one = len(silent_for) == 1
         return "silent_callee", (
-            f"no symptom of its own, but {_names(silent_for)} "
-            f"wait{'s' if len(silent_for) == 1 else ''} longer on calls while its own server "
-            "latency stayed normal: the time is lost between them (its network or queueing)"
+            f"no symptom of its own: {service}'s server latency stayed within its usual "
+            f"spread{level}, while "
+            f"its caller{'' if one else 's'} {_names(silent_for)} wait{'s' if one else ''} "
+            f"longer on {'its' if one else 'their'} calls (client latency up) and no service "
+            f"below {'it' if one else 'them'} shows a symptom: the time is lost between "
+            f"them ({service}'s network or queueing)"
         )
     if not symptomatic:
         return (
@@ -1072,6 +1120,56 @@ def _role(
             "only its traffic changed, usually a consequence of its callers' trouble",
         )
     return "symptomatic", _reason(bad_callers, bad_callees, waiting)
+
+
+def _trace_line(traces: TraceBlame) -> str:
+    """The evidence line of the service the traces blame, when no candidate line names it."""
+    if traces.reference:
+        return (
+            f"traces: score {traces.score or 0:.2f} against {traces.typical_traces} reference "
+            f"traces ({traces.slow_traces} of the problem's); the requests took "
+            f"{traces.gap_ns / 1e6:,.1f} ms longer than usual"
+        )
+    return (
+        f"traces: critical-path time {traces.excess_ns / 1e6:,.1f} ms per trace above typical "
+        f"ones, of a {traces.gap_ns / 1e6:,.1f} ms gap ({traces.slow_traces} slow and "
+        f"{traces.typical_traces} typical traces)"
+    )
+
+
+def _silent_evidence(
+    service: str,
+    found: ServiceEvidence,
+    waiters: list[str],
+    seen: Mapping[str, ServiceEvidence],
+) -> list[str]:
+    """A silent callee's evidence: its waiting callers' client latency, its own normal level.
+
+    The client latency series are the callers' (all their outgoing calls: the series do not
+    say which callee), named as such; the server latency line is the callee's own.
+    """
+    lines: list[str] = []
+    for waiter in waiters[:3]:
+        waits = [s for s in seen[waiter].symptoms if s.kind == "client_latency"][:1]
+        lines += [
+            f"{waiter}'s calls (to it and its other callees): {_describe_symptom(s)}" for s in waits
+        ]
+    levels = [n for n in found.normal_levels if n.kind == "server_latency"][:2]
+    lines += [f"its own {_describe_level(n)}" for n in levels]
+    if not levels:
+        lines.append(
+            f"{service}'s own server latency: observed in the window without a symptom (too "
+            "little history before it for a usual level)"
+        )
+    return lines
+
+
+def _describe_level(level: Symptom) -> str:
+    return (
+        f"{level.series_name}: {value_with_unit(level.baseline, level.unit)} usually, "
+        f"{value_with_unit(level.peak, level.unit)} at peak "
+        f"({level.kind.replace('_', ' ')}, no symptom: z {level.z:.1f})"
+    )
 
 
 def _callers_text(bad_callers: list[str], bad_callees: list[str]) -> str:
