@@ -10,11 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+import msgspec
 import pytest
 
 from coremetry.detection import Anomaly, group_problems
 from coremetry.detection.events import LogEvent, log_pattern_anomalies, with_log_patterns
-from coremetry.detection.problems import GroupingConfig
+from coremetry.detection.problems import NO_EVIDENCE, GroupingConfig
 from coremetry.detection.runner import DetectionOptions, run_detection
 from coremetry.store import TimeRange
 from coremetry.store.sqlite import open_sqlite_store
@@ -203,6 +204,27 @@ def test_a_pattern_change_joins_the_problem_of_its_service_as_evidence() -> None
     )
     assert untouched == other[0]
     assert too_late == later[0]
+
+
+def test_a_pattern_change_replaces_the_no_evidence_line() -> None:
+    # A ranked service nothing else supported says so ("none: ..."); once its log patterns
+    # join, that line goes and the patterns are its evidence.
+    def make(step: int, i: int, rng: random.Random) -> list[tuple[str, str]]:
+        if step == FAULT_STEP:
+            return [("cart", RECEIVED), ("cart", REPLIED)]
+        return _usual(step, i, rng)
+
+    config = GroupingConfig()
+    [problem] = group_problems([_symptom("cart", T0 + FAULT_STEP * MINUTE)], config=config)
+    bare = msgspec.structs.replace(
+        problem,
+        ranking=[msgspec.structs.replace(r, evidence=[NO_EVIDENCE]) for r in problem.ranking],
+    )
+    [joined] = with_log_patterns([bare], _judge(_records(make)), config, MINUTE)
+    [rank] = joined.ranking
+    assert rank.evidence, rank
+    assert NO_EVIDENCE not in rank.evidence
+    assert all(line.startswith("log pattern: ") for line in rank.evidence)
 
 
 async def test_the_option_is_checked(tmp_path: Path) -> None:

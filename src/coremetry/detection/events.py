@@ -65,7 +65,7 @@ import msgspec
 from coremetry.store import TimeRange
 
 from .detector import Anomaly
-from .problems import GroupingConfig, Problem, evidence_window
+from .problems import NO_EVIDENCE, GroupingConfig, Problem, ServiceRank, evidence_window
 from .templates import TemplateMiner
 
 __all__ = [
@@ -433,15 +433,12 @@ def with_log_patterns(
             found.append(problem)
             continue
         ranking = [
-            msgspec.structs.replace(
+            _with_patterns(
                 rank,
-                evidence=[
-                    *rank.evidence,
-                    *(
-                        f"log pattern: {a.labels['log.pattern']}"
-                        for a in joined
-                        if a.service_name == rank.service_name
-                    ),
+                [
+                    f"log pattern: {a.labels['log.pattern']}"
+                    for a in joined
+                    if a.service_name == rank.service_name
                 ],
             )
             for rank in problem.ranking
@@ -451,3 +448,11 @@ def with_log_patterns(
         )
         found.append(msgspec.structs.replace(problem, ranking=ranking, anomalies=anomalies))
     return found
+
+
+def _with_patterns(rank: ServiceRank, patterns: list[str]) -> ServiceRank:
+    """``rank`` with its log-pattern lines appended (its "none: ..." line gone when any join)."""
+    if not patterns:
+        return rank
+    kept = [line for line in rank.evidence if line != NO_EVIDENCE]
+    return msgspec.structs.replace(rank, evidence=[*kept, *patterns])

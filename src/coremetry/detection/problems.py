@@ -98,6 +98,7 @@ from coremetry.store import TimeRange
 from .detector import Anomaly, Series
 
 __all__ = [
+    "NO_EVIDENCE",
     "GroupingConfig",
     "Problem",
     "ProblemStatus",
@@ -339,6 +340,13 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
         """``(first onset, latest symptom onset)`` in unix ns: when the problem began."""
         symptoms = [a.start_unix_nano for a in self.anomalies if a.signal != "traffic"]
         return self.start_unix_nano, max(symptoms, default=self.start_unix_nano)
+
+
+NO_EVIDENCE: Final = (
+    "none: no series of its own showed a symptom in the problem's window, and nothing else "
+    "ranked it"
+)
+"""The evidence line of a ranked service nothing supports (a later step may add evidence)."""
 
 
 # -- grouping --------------------------------------------------------------------------------
@@ -967,10 +975,7 @@ def _rank(
         if role == "traffic_only":
             evidence += [describe_anomaly(a) for a in own[:5]]
         if not evidence:
-            evidence.append(
-                "none: no series of its own showed a symptom in the problem's window, and "
-                "nothing else ranked it"
-            )
+            evidence.append(NO_EVIDENCE)
         ranks.append(
             ServiceRank(
                 service_name=service,
