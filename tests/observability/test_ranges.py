@@ -63,6 +63,8 @@ def test_resolution_table(args: RangeArgs, start: int, end: int) -> None:
         (RangeArgs(range="yesterday"), r"^range: 'yesterday' is not a relative length"),
         (RangeArgs(range="0m"), r"^range: '0m' is not a relative length"),
         (RangeArgs(range="401d"), r"^range: '401d' is longer than the 400-day maximum"),
+        (RangeArgs(range="99999999d"), r"^range: '99999999d' is longer than the 400-day maximum"),
+        (RangeArgs(range="9" * 60 + "s"), r"^range: '9{40}' is longer than the 400-day maximum"),
         (RangeArgs(start="30/01/2023"), r"^start: '30/01/2023' is not an RFC 3339 time"),
         (RangeArgs(end="2023-01-30T13:00:00"), r'^end: .* has no zone; add "Z" for UTC'),
         (

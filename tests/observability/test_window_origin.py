@@ -73,15 +73,22 @@ def telemetry(seed: int = 7) -> TelemetryBatch:
     return TelemetryBatch(spans=spans)
 
 
-async def ask(server: Server, method: str, params: dict[str, object]) -> dict[str, object]:
-    """One request as a client sends it; the result object (an error fails the test)."""
+async def exchange(server: Server, method: str, params: dict[str, object]) -> dict[str, object]:
+    """One request as a client sends it; the reply message, checked against the schema."""
     request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
     reply = await server.handle(
         msgspec.json.encode(request), Connection(protocol_version=LATEST_HANDSHAKE)
     )
     assert reply is not None
     message = json.loads(reply.body)
+    assert isinstance(message, dict)
     check_emitted(message, LATEST_HANDSHAKE, method)
+    return message
+
+
+async def ask(server: Server, method: str, params: dict[str, object]) -> dict[str, object]:
+    """One request as a client sends it; the result object (an error fails the test)."""
+    message = await exchange(server, method, params)
     result = message["result"]
     assert isinstance(result, dict)
     assert not result.get("isError"), result
@@ -232,13 +239,7 @@ def test_the_leading_problem_agrees_with_the_traces_holds_the_slowest_then_is_la
 
 async def ask_error(server: Server, method: str, params: dict[str, object]) -> dict[str, object]:
     """One request as a client sends it; the JSON-RPC error object (a result fails the test)."""
-    request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-    reply = await server.handle(
-        msgspec.json.encode(request), Connection(protocol_version=LATEST_HANDSHAKE)
-    )
-    assert reply is not None
-    message = json.loads(reply.body)
-    check_emitted(message, LATEST_HANDSHAKE, method)
+    message = await exchange(server, method, params)
     error = message.get("error")
     assert isinstance(error, dict), message
     return error
