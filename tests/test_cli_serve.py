@@ -49,10 +49,16 @@ async def start_lines(args: list[str], env: dict[str, str]) -> tuple[list[str], 
     return stderr.decode().splitlines(), health.status_code
 
 
-async def test_serve_names_the_data_dir_given_with_data_dir(tmp_path: Path) -> None:
+def serve_env(**changes: str) -> dict[str, str]:
+    """This process's environment without ``COREMETRY_*``, detection off, plus ``changes``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COREMETRY_")}
-    env["HOME"] = str(tmp_path / "home")
     env["COREMETRY_DETECTION_ENABLED"] = "false"
+    env.update(changes)
+    return env
+
+
+async def test_serve_names_the_data_dir_given_with_data_dir(tmp_path: Path) -> None:
+    env = serve_env(HOME=str(tmp_path / "home"))
     # "~" as a user would type it in a config file or quoted on the command line: the line
     # names the directory the server actually uses, expanded.
     with trio.fail_after(LIMIT_S):
@@ -66,9 +72,7 @@ async def test_serve_names_the_data_dir_given_with_data_dir(tmp_path: Path) -> N
 
 
 async def test_serve_names_the_data_dir_from_the_environment(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COREMETRY_")}
-    env["COREMETRY_DATA_DIR"] = str(tmp_path / "from-env")
-    env["COREMETRY_DETECTION_ENABLED"] = "false"
+    env = serve_env(COREMETRY_DATA_DIR=str(tmp_path / "from-env"))
     with trio.fail_after(LIMIT_S):
         lines, _ = await start_lines(["serve", "--port", "0"], env)
     data_dir = tmp_path / "from-env"
@@ -80,9 +84,7 @@ async def test_a_later_start_says_how_to_make_a_token(tmp_path: Path) -> None:
     # The first start of a data dir prints its admin token (stdout) once; a later start — or
     # a fresh clone run against a data dir used before — says how to make another, and the
     # command it names works on that data dir.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COREMETRY_")}
-    env["COREMETRY_DATA_DIR"] = str(tmp_path / "used before")
-    env["COREMETRY_DETECTION_ENABLED"] = "false"
+    env = serve_env(COREMETRY_DATA_DIR=str(tmp_path / "used before"))
     with trio.fail_after(LIMIT_S):
         first, _ = await start_lines(["serve", "--port", "0"], env)
         later, _ = await start_lines(["serve", "--port", "0"], env)
