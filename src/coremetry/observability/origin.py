@@ -48,7 +48,6 @@ from typing import Final
 import msgspec
 
 from coremetry.analysis import CriticalPathTally as _Tally
-from coremetry.analysis import analyse_trace
 from coremetry.store import (
     MAX_TRACES_PER_READ,
     Aggregation,
@@ -299,11 +298,7 @@ async def _analyse(
         )
         for tally, page in zip(tallies[first:], pages, strict=False):
             if page.items:
-                analysis = analyse_trace(page.items)
-                tally.add(analysis, scope)
-                for node in analysis.nodes:  # parent <-> children cycles: free them now
-                    node.parent = None
-                    node.children.clear()
+                tally.add_spans(page.items, scope)  # only what the tally needs of the analysis
 
 
 def latency_metric_names(descriptors: Sequence[MetricDescriptor]) -> list[MetricDescriptor]:
