@@ -861,9 +861,10 @@ class ObservabilityTools:
         return page.items
 
     async def _find_service(
-        self, name: str, window: ResolvedRange
+        self, name: str, window: ResolvedRange, summaries: list[ServiceSummary] | None = None
     ) -> tuple[ServiceSummary, list[ServiceSummary]]:
-        summaries = await self._all_services(window.time_range)
+        if summaries is None:  # else the caller read them over the same window
+            summaries = await self._all_services(window.time_range)
         for summary in summaries:
             if summary.service_name == name:
                 return summary, summaries
@@ -968,7 +969,7 @@ class ObservabilityTools:
             metric_counts = await self._metric_services(tr)
             if args.service in metric_counts:
                 return await self._service_without_spans(args, window, metric_counts)
-        summary, summaries = await self._find_service(args.service, window)
+        summary, summaries = await self._find_service(args.service, window, summaries)
         operations = await self.store.operations(args.service, tr, limit=10)
         edges = await self.store.service_edges(tr, limit=100, service_name=args.service)
         deploys = await self.store.deploys(tr, limit=5, service_name=args.service)
