@@ -8,8 +8,10 @@ service doing the work, or, for a span waiting on a call into another service, t
 traces with typical ones shows whose share grew: the likely origin.
 
 :class:`CriticalPathTally` accumulates traces (optionally scoped to one service and its
-downstream); :func:`critical_path_excess` compares a slow tally with a typical one. All times
-are nanoseconds; means are per trace.
+downstream), analysed (:meth:`~CriticalPathTally.add`) or straight from their spans
+(:meth:`~CriticalPathTally.add_spans`: the same tally for a fraction of the work);
+:func:`critical_path_excess` compares a slow tally with a typical one. All times are
+nanoseconds; means are per trace.
 """
 
 from __future__ import annotations
