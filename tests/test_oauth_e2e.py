@@ -198,6 +198,7 @@ async def test_the_sdk_oauth_client_signs_in_and_calls_tools(tmp_path: Path) -> 
                     echoed = await client.call_tool("echo", {"text": "via oauth"})
                     with pytest.raises(MCPError, match="requires role admin"):
                         await client.call_tool("admin_only", {})
+            await live.security.audit.wait_flushed()
             rows = await trio.to_thread.run_sync(lambda: live.security.audit.tail(50))
     assert "echo" in {tool.name for tool in tools.tools}
     assert "admin_only" not in {tool.name for tool in tools.tools}  # an editor's view

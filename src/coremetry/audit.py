@@ -31,9 +31,13 @@ Writing — never on the call's path:
   refused because of the audit log.
 - :meth:`AuditLog.run_writer` (a long-running task) takes what is queued in batches of up to
   ``batch_size`` records and writes each batch in one transaction in a worker thread
-  (:func:`trio.to_thread.run_sync`). A batch that fails to write (``sqlite3.Error``, or any
-  other exception: a bug is logged with its traceback) is logged and counted as failed; the
-  writer goes on — a failure never ends the server.
+  (:func:`trio.to_thread.run_sync`). After the first record of a batch arrives it gathers for
+  up to ``gather_s`` seconds (0.05 by default; a full batch, :meth:`AuditLog.wait_flushed` or
+  :meth:`AuditLog.aclose` end the wait at once), so a busy server writes a few large
+  transactions a second instead of one per handful of calls: each batch costs a worker-thread
+  hand-off and a commit, paid on the event loop's core. A batch that fails to write
+  (``sqlite3.Error``, or any other exception: a bug is logged with its traceback) is logged and
+  counted as failed; the writer goes on — a failure never ends the server.
 - Retention: when ``retention_days > 0`` the writer deletes rows older than that when it starts
   and then every ``retention_interval_s`` seconds (trio's clock).
 - Shutdown: :meth:`AuditLog.aclose` stops accepting records and waits until everything queued
@@ -96,6 +100,9 @@ RECENT_URI: Final = "coremetry://audit/recent"
 
 RECENT_LIMIT: Final = 100
 """How many rows :data:`RECENT_URI` returns, newest first."""
+
+RECENT_FLUSH_WAIT_S: Final = 1.0
+"""Longest a read of :data:`RECENT_URI` waits for the records queued before it, in seconds."""
 
 NANOS_PER_DAY: Final = 86_400 * 1_000_000_000
 
@@ -245,6 +252,8 @@ class AuditLog:
             everything.
         queue_size: records that may wait for the writer before new ones are dropped.
         batch_size: most records written in one transaction.
+        gather_s: seconds the writer waits, after a batch's first record, for more records
+            before it writes (0: write at once). Only the audit rows' visibility waits.
         retention_interval_s: how often the writer enforces retention, in seconds.
 
     Raises:
@@ -259,6 +268,7 @@ class AuditLog:
         queue_size: int = 10_000,
         batch_size: int = 500,
         retention_interval_s: float = 3600.0,
+        gather_s: float = 0.05,
     ) -> None:
         if retention_days < 0:
             raise ValueError(f"retention_days must not be negative, got {retention_days}")
@@ -266,11 +276,14 @@ class AuditLog:
             raise ValueError("queue_size and batch_size must be at least 1")
         if not retention_interval_s > 0:
             raise ValueError("retention_interval_s must be positive")
+        if not 0 <= gather_s <= 60:
+            raise ValueError(f"gather_s must be between 0 and 60 seconds, got {gather_s}")
         self.path = Path(path)
         self.retention_days = retention_days
         self.batch_size = batch_size
         self.retention_interval_s = retention_interval_s
         self.queue_size = queue_size
+        self.gather_s = gather_s
         # A plain deque, bounded by hand (a full queue drops the *new* record, counted), and a
         # wake-up Event the writer sets up only while it waits for an empty queue: a record
         # costs an append, and only the first record after an idle spell pays a wake-up.
@@ -278,6 +291,10 @@ class AuditLog:
         self._writing = 0  # the oldest records of the queue, being written (not counted)
         self._closed = False
         self._wakeup: trio.Event | None = None
+        # Set while the writer gathers a batch; observe() sets it when the batch is full,
+        # wait_flushed() and aclose() at once.
+        self._gathering: trio.Event | None = None
+        self._flush_waiters = 0  # wait_flushed() callers: the writer does not gather for them
         self._conn: sqlite3.Connection | None = None
         self._writer_started = False
         self._writer_done = trio.Event()
@@ -316,6 +333,8 @@ class AuditLog:
             if wakeup is not None:
                 self._wakeup = None
                 wakeup.set()
+            elif self._gathering is not None and len(queue) >= self.batch_size:
+                self._end_gathering()
             return
         first = self._dropped == self._dropped_reported
         self._dropped += 1
@@ -389,8 +408,13 @@ class AuditLog:
         pending, e.g. after :meth:`aclose`. Cancellable; cancelling it affects nothing else.
         """
         target = self._accepted
-        while self._written + self._failed < target and not self._writer_done.is_set():
-            await self._progress.wait()
+        self._flush_waiters += 1
+        self._end_gathering()
+        try:
+            while self._written + self._failed < target and not self._writer_done.is_set():
+                await self._progress.wait()
+        finally:
+            self._flush_waiters -= 1
 
     async def _write_loop(self) -> None:
         queue = self._queue
@@ -401,6 +425,13 @@ class AuditLog:
                 await self._purge()
                 next_purge = trio.current_time() + self.retention_interval_s
             if queue:
+                if (
+                    self.gather_s > 0
+                    and len(queue) < self.batch_size
+                    and not self._closed
+                    and not self._flush_waiters
+                ):
+                    await self._gather()
                 await self._write_batch()
                 continue
             if self._closed:
@@ -410,10 +441,25 @@ class AuditLog:
                 await wakeup.wait()
             self._wakeup = None
 
+    async def _gather(self) -> None:
+        """Wait up to ``gather_s`` for the batch to fill (cut short by :meth:`_end_gathering`)."""
+        gathering = self._gathering = trio.Event()
+        try:
+            with trio.move_on_after(self.gather_s):
+                await gathering.wait()
+        finally:
+            self._gathering = None
+
+    def _end_gathering(self) -> None:
+        gathering, self._gathering = self._gathering, None
+        if gathering is not None:
+            gathering.set()
+
     def _wake_writer(self) -> None:
         wakeup, self._wakeup = self._wakeup, None
         if wakeup is not None:
             wakeup.set()
+        self._end_gathering()
 
     async def _drain(self) -> None:
         while self._queue:
@@ -703,6 +749,10 @@ def register_audit_resource(
     """
 
     async def recent(uri: str, ctx: CallContext) -> str:
+        # The calls made before this read are listed: their records may still be queued or
+        # gathering into a batch (``gather_s``); a writer that is down does not hold the read.
+        with trio.move_on_after(RECENT_FLUSH_WAIT_S):
+            await audit.wait_flushed()
         # Blocking sqlite read of at most RECENT_LIMIT rows through an index: off the loop.
         entries = await trio.to_thread.run_sync(audit.tail, RECENT_LIMIT)
         return recent_audit_json(entries, budget_bytes).decode()

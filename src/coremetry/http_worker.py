@@ -53,7 +53,7 @@ from typing import Final
 import h11
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.events import Closed, Event, RawData
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.statsd import StatsdLogger
@@ -136,6 +136,15 @@ _BARE_STATUS_LINE: Final = re.compile(rb"HTTP/1\.1 ([1-5][0-9][0-9]) \r\n")
 """An HTTP/1.1 status line without a reason phrase, as h11 writes it for hypercorn."""
 
 
+def _length_declared(head: bytes) -> bool:
+    r"""Whether ``head`` is a whole final (2xx-5xx) response head with a ``Content-Length``.
+
+    ASGI header names are lower case (ASGI HTTP spec, "Response Start"), and h11 writes them as
+    given, so the header is matched as ``\r\ncontent-length:``.
+    """
+    return head.endswith(b"\r\n\r\n") and head[9:10] != b"1" and b"\r\ncontent-length:" in head
+
+
 def with_reason_phrase(data: bytes) -> bytes:
     r"""Give an HTTP/1.1 response head written by h11 its standard reason phrase.
 
@@ -160,51 +169,96 @@ class ContainedTCPServer(TCPServer):
     """hypercorn's connection handler with its close/send race defused (module docstring).
 
     It also writes each HTTP/1.1 status line with its reason phrase (:func:`with_reason_phrase`)
-    and times idle connections and request heads apart (module docstring, item 3).
+    and times idle connections and request heads apart (module docstring, item 3) with one
+    watcher task per connection whose deadline moves, where hypercorn starts a task per answer.
     """
 
     _fresh = True
     """No idle period has begun yet: the connection is new."""
     _arrived = False
     """Bytes arrived during the current idle period."""
-    _idle_scope: trio.CancelScope | None = None
-    """The current idle period's cancel scope: bytes arriving cancel it."""
+    _idle = True
+    """No request is being served: the connection waits for a complete request head."""
+    _ended = False
+    """The reader is done (the client closed, or the connection broke): the watcher returns."""
+    _deadline = math.inf
+    """When the current idle period or request head times out (trio clock, s); inf: serving."""
+    _watch: trio.CancelScope | None = None
+    """The idle watcher's current cancel scope, whose deadline is :attr:`_deadline`."""
 
     async def _read_data(self) -> None:
-        # hypercorn's TCPServer._read_data, noting arrivals for _idle_timeout.
+        # hypercorn's TCPServer._read_data, noting arrivals for the idle watcher.
         while True:
             try:
                 with trio.fail_after(self.config.read_timeout or math.inf):
                     data = await self.stream.receive_some(MAX_RECV)
             except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError):
                 break
-            if self._idle_scope is not None:
+            if self._idle and not self._arrived:
+                # A request has begun: its head gets REQUEST_HEAD_TIMEOUT_S from now.
                 self._arrived = True
-                self._idle_scope.cancel()
+                self._set_deadline(trio.current_time() + REQUEST_HEAD_TIMEOUT_S)
             await self.protocol.handle(RawData(bytes(data)))
             if data == b"":
                 break
         await self.protocol.handle(Closed())
+        self._ended = True
+        self._set_deadline(-math.inf)
+
+    def _set_deadline(self, deadline: float) -> None:
+        self._deadline = deadline
+        if self._watch is not None:
+            self._watch.deadline = deadline
+
+    def _idle_began(self) -> None:
+        """An answer is complete (``Updated(idle=True)``), or the connection is new."""
+        self._idle = True
+        self._arrived = self._buffered()  # the next request's first bytes came with the answer
+        fresh, self._fresh = self._fresh, False
+        if self.context.terminated.is_set():
+            self._set_deadline(-math.inf)  # shutting down: an idle connection closes now
+            return
+        idle_s = (
+            REQUEST_HEAD_TIMEOUT_S if fresh or self._arrived else self.config.keep_alive_timeout
+        )
+        self._set_deadline(trio.current_time() + idle_s)
+
+    def _idle_ended(self) -> None:
+        """A request head is complete (``Updated(idle=False)``): no timer while it is served."""
+        self._idle = False
+        self._set_deadline(math.inf)
 
     async def _idle_timeout(self) -> None:
-        # Runs while no request is being served; cancelled when a request head is complete.
-        # One cancel scope and no child task: it runs once per request, and the two watcher
-        # tasks it used to spawn cost ~5 % of a keep-alive request's CPU (bench/http_echo.py).
-        self._arrived = self._buffered()  # the next request's first bytes came with the answer
-        idle_s = REQUEST_HEAD_TIMEOUT_S if self._fresh else self.config.keep_alive_timeout
-        self._fresh = False
+        # The connection's idle watcher: hypercorn starts it once, from run(), through its
+        # idle task. hypercorn's own restarts it (a new task through nursery.start, the old
+        # one cancelled) on every answer and stops it on every request head, several
+        # scheduler round trips per request; here protocol_send's Updated events move the
+        # deadline of this one task's cancel scope instead.
+        self._idle_began()
         terminated = self.context.terminated
-        if not self._arrived:
-            with trio.move_on_after(idle_s) as scope:
-                self._idle_scope = scope
+        while True:
+            with trio.CancelScope(deadline=self._deadline) as scope:
+                self._watch = scope
                 try:
-                    await terminated.wait()
+                    if terminated.is_set():
+                        await trio.sleep_forever()  # serving while shutting down: wait for idle
+                    else:
+                        await terminated.wait()
                 finally:
-                    self._idle_scope = None
-        if not terminated.is_set() and (self._arrived or self._readable()):
-            # A request has begun: its head gets REQUEST_HEAD_TIMEOUT_S.
-            with trio.move_on_after(REQUEST_HEAD_TIMEOUT_S):
-                await terminated.wait()
+                    self._watch = None
+            if self._ended:  # mypy cannot see _read_data set it during the wait
+                return
+            if not self._idle:
+                continue  # shutdown began while a request is served: it is answered first
+            if terminated.is_set():
+                break
+            if trio.current_time() < self._deadline:
+                continue  # the deadline moved while this task was waking up
+            if not self._arrived and self._readable():
+                self._arrived = True  # a request the reader has not taken yet: serve it
+                self._set_deadline(trio.current_time() + REQUEST_HEAD_TIMEOUT_S)
+                continue
+            break
         with trio.CancelScope(shield=True):
             await self._initiate_server_close()
 
@@ -224,10 +278,46 @@ class ContainedTCPServer(TCPServer):
             return False
         return bool(ready)
 
+    _held: bytes | None = None
+    """A response head with a ``Content-Length``, waiting to go out with its body."""
+
     async def protocol_send(self, event: Event) -> None:
-        """Write ``event`` (see ``TCPServer``); a write racing the close is dropped."""
-        if isinstance(event, RawData) and event.data.startswith(b"HTTP/1.1 "):
-            event = RawData(data=with_reason_phrase(event.data), address=event.address)
+        """Write ``event`` (see ``TCPServer``); a write racing the close is dropped.
+
+        A response head whose length is declared (``Content-Length``) is held and written with
+        the protocol's next bytes (its body) in one ``send_all``, and the empty write h11 makes
+        for the end of such a body is skipped: a JSON answer is one write and one scheduler
+        round trip instead of three. Any other event writes a held head first. ``Updated``
+        events (a request head complete, an answer complete) move the idle watcher's deadline
+        (:meth:`_idle_timeout`).
+        """
+        if isinstance(event, RawData):
+            data = event.data
+            if data.startswith(b"HTTP/1.1 "):
+                data = with_reason_phrase(data)
+                if self._held is None and _length_declared(data):
+                    self._held = data
+                    return
+            held = self._held
+            if held is not None:
+                self._held = None
+                data = held + data
+            elif not data:
+                return  # h11 had nothing to write (the end of a Content-Length body)
+            event = RawData(data=data, address=event.address)
+        else:
+            if self._held is not None:
+                held, self._held = self._held, None
+                await self._send(RawData(data=held))
+            if isinstance(event, Updated):  # the idle watcher's deadline moves; no task starts
+                if event.idle:
+                    self._idle_began()
+                else:
+                    self._idle_ended()
+                return
+        await self._send(event)
+
+    async def _send(self, event: Event) -> None:
         try:
             await super().protocol_send(event)
         except trio.BusyResourceError:

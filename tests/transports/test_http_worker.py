@@ -154,6 +154,9 @@ class BrokenApp:
             return
         if scope["path"] == "/boom":
             raise RuntimeError("a bug in a handler")
+        if scope["path"] == "/stream":  # a head of unknown length, then nothing for a while
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await trio.sleep_forever()
         await send(
             {
                 "type": "http.response.start",
@@ -237,3 +240,79 @@ async def test_a_serving_worker_freezes_its_startup_objects_and_still_collects_c
     finally:
         gc.unfreeze()
         gc.set_threshold(*threshold)
+
+
+# ---- one write per answer ---------------------------------------------------------------------
+
+
+class RecordingStream:
+    """Stands in for the connection's ``SocketStream``: records each ``send_all``."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    async def send_all(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    async def send_eof(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+def recording_server() -> tuple[ContainedTCPServer, RecordingStream]:
+    stream = RecordingStream()
+    server = ContainedTCPServer(
+        ContainedApp(never_called),
+        HypercornConfig(),
+        WorkerContext(None),
+        ConnectionState({}),
+        stream,  # type: ignore[arg-type]  # hypercorn annotates an SSLStream; send_all is all it uses here
+    )
+    server.protocol = cast(ProtocolWrapper, RecordingProtocol())
+    return server, stream
+
+
+LENGTH_HEAD = b"HTTP/1.1 200 \r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n"
+
+
+async def test_a_head_with_a_content_length_goes_out_with_its_body_in_one_write() -> None:
+    server, stream = recording_server()
+    await server.protocol_send(RawData(data=LENGTH_HEAD))  # h11's three writes of an answer
+    await server.protocol_send(RawData(data=b"{}"))
+    await server.protocol_send(RawData(data=b""))
+    assert stream.writes == [LENGTH_HEAD.replace(b"200 ", b"200 OK") + b"{}"]
+
+
+async def test_a_held_head_is_written_before_any_other_event() -> None:
+    server, stream = recording_server()
+    await server.protocol_send(RawData(data=LENGTH_HEAD))
+    await server.protocol_send(Closed())  # the app ended before its body
+    assert stream.writes == [LENGTH_HEAD.replace(b"200 ", b"200 OK")]
+
+
+async def test_a_streamed_or_informational_head_is_written_at_once() -> None:
+    server, stream = recording_server()
+    chunked = b"HTTP/1.1 200 \r\ntransfer-encoding: chunked\r\n\r\n"
+    await server.protocol_send(RawData(data=b"HTTP/1.1 100 \r\n\r\n"))
+    await server.protocol_send(RawData(data=chunked))
+    assert stream.writes == [b"HTTP/1.1 100 Continue\r\n\r\n", chunked.replace(b"200 ", b"200 OK")]
+
+
+async def test_a_streamed_answer_s_head_reaches_the_client_before_any_body() -> None:
+    """An SSE-like answer (no Content-Length) whose first event is long in coming: the client
+    has the status line and headers at once (a held head would keep it waiting)."""
+    with trio.fail_after(LIMIT_S):
+        async with serving(BrokenApp()) as (host, port):
+            stream = await trio.open_tcp_stream(host, port)
+            async with stream:
+                await stream.send_all(f"GET /stream HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+                head = b""
+                with trio.fail_after(5):
+                    while b"\r\n\r\n" not in head:
+                        head += await stream.receive_some()
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+            answer = await get(host, port, "/fine")
+            assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert answer.endswith(b"\r\n\r\nok")

@@ -264,6 +264,43 @@ async def test_keep_alive_timeout_is_the_configured_one() -> None:
                 assert await client.at_end()
 
 
+async def test_every_answer_restarts_the_keep_alive_period() -> None:
+    # Three requests each 0.6 s after the last answer, on a 1 s keep-alive: 1.2 s after the
+    # first answer the connection is still served, because each answer starts a new period;
+    # idle for longer than one, it is closed.
+    with trio.fail_after(LIMIT_S):
+        async with live_server(keep_alive_timeout_s=1.0) as live:
+            client = RawClient(await trio.open_tcp_stream(live.host, live.port), live.host)
+            async with client.stream:
+                for _ in range(3):
+                    assert (await client.post("/api/mcp", PING, MCP_POST)).status == 200
+                    await trio.sleep(0.6)
+                assert (await client.post("/api/mcp", PING, MCP_POST)).status == 200
+                assert await client.at_end()
+
+
+async def test_shutdown_closes_an_idle_kept_alive_connection_at_once() -> None:
+    # The drain does not wait out the 75 s keep-alive of a connection between requests.
+    stop = trio.Event()
+    config = load_config(
+        environ={},
+        overrides={"http": {"port": 0, "graceful_shutdown_s": 20.0, "max_body_bytes": CAP}},
+    )
+    with trio.fail_after(10):  # far below both the keep-alive and the graceful period
+        async with trio.open_nursery() as nursery:
+            url: str = await nursery.start(
+                partial(
+                    serve, config, build_mcp_server(fixture=True), announce=False, shutdown=stop
+                )
+            )
+            host, port = url.removeprefix("http://").rsplit(":", 1)
+            client = RawClient(await trio.open_tcp_stream(host, int(port)), host)
+            async with client.stream:
+                assert (await client.post("/api/mcp", PING, MCP_POST)).status == 200
+                stop.set()
+                assert await client.at_end()
+
+
 async def test_a_slow_request_head_on_a_kept_alive_connection_is_cut_off() -> None:
     # The long keep-alive is for idle connections only: once a request's first bytes arrive,
     # its head must be complete within REQUEST_HEAD_TIMEOUT_S (slowloris), as on a new one.

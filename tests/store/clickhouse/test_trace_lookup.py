@@ -131,6 +131,28 @@ async def test_the_read_is_bounded_by_the_lookup_and_falls_back_without_a_row() 
     assert rest.total == len(spans)
 
 
+async def test_several_traces_are_read_within_their_bounds_or_by_id_when_one_lacks_a_row() -> None:
+    """``get_traces`` bounds its one read by the union of the traces' lookup rows; an id the
+    lookup does not know makes it read by the ids alone, so no span of any trace is lost."""
+    spans = _edge_trace()
+    other = _neighbours()
+    async with open_fresh_store(ENGINE) as store:
+        await store.write(TelemetryBatch(spans=[*spans, *other]))
+        whole = await store.get_traces([TRACE, OTHER], limit=100)
+        # Both rows say the traces end before midnight: the read believes the union of them.
+        before = [(MIDNIGHT - 6 * SECOND) // SECOND, MIDNIGHT // SECOND - 1]
+        await _replace_lookup(store, TRACE, before)
+        await _replace_lookup(store, OTHER, before)
+        bounded = await store.get_traces([TRACE, OTHER], limit=100)
+        await _replace_lookup(store, OTHER, [])  # one id without a row: by the ids alone
+        by_id = await store.get_traces([TRACE, OTHER], limit=100)
+    assert [[s.span_id for s in page.items] for page in whole] == [_ids(spans), _ids(other)]
+    assert [page.total for page in whole] == [len(spans), len(other)]
+    early = [[s for s in trace if s.start_time_unix_nano < MIDNIGHT] for trace in (spans, other)]
+    assert [[s.span_id for s in page.items] for page in bounded] == [_ids(t) for t in early]
+    assert [[s.span_id for s in page.items] for page in by_id] == [_ids(spans), _ids(other)]
+
+
 async def test_a_span_after_2106_is_found() -> None:
     """``DateTime`` ends in 2106: our view stores a later time as its largest value."""
     late = (LOOKUP_MAX_S + 86_400 * 365) * SECOND

@@ -548,6 +548,75 @@ class Reader:
             next_cursor = _CURSORS.encode(qhash, (last.start_time_unix_nano, last.span_id))
         return Page(items=items, next_cursor=next_cursor, total=total)
 
+    async def get_traces(self, trace_ids: Sequence[str], limit: int) -> list[Page[Span]]:
+        """The first page of each trace, as :meth:`get_trace` gives it, in one statement.
+
+        ``TraceId IN`` the ids; each trace's spans are numbered by start time then span id and
+        cut after ``limit`` (a window per trace), its total a window count, its cursor the one
+        :meth:`get_trace` would give (so paging goes on with it).
+
+        With the lookup table the read is bounded by the union of the traces' bounds (the
+        earliest ``Start`` to the latest ``End`` + 1 s) when every id has a row there and none
+        wraps (``End`` before ``Start``); otherwise by the ids alone, as :meth:`get_trace` does
+        without a row. ``trace_ids`` are normalised (``check_trace_ids``); a repeated id gets
+        the same page again, an unknown one an empty page with total 0.
+        """
+        unique = list(dict.fromkeys(trace_ids))
+        if not unique:
+            return []
+        params: dict[str, Param] = {"ids": unique, "limit": limit, "count": len(unique)}
+        bounds = ""
+        where = "TraceId IN {ids:Array(String)}"
+        if self.trace_lookup is not None:
+            bounds = f"""
+                WITH (
+                    SELECT tuple(toUnixTimestamp64Nano(toDateTime64(min(Start), 9)),
+                                 toUnixTimestamp64Nano(toDateTime64(max(End), 9)),
+                                 uniqExact(TraceId), countIf(End < Start))
+                    FROM {self.trace_lookup} WHERE TraceId IN {{ids:Array(String)}}
+                ) AS bounds
+            """
+            where += (
+                " AND (bounds.3 < {count:UInt64} OR bounds.4 > 0"
+                " OR (Timestamp >= fromUnixTimestamp64Nano(bounds.1)"
+                " AND Timestamp < fromUnixTimestamp64Nano("
+                f"if(bounds.2 >= {LOOKUP_MAX_S * SECOND}, {MAX_NS}, bounds.2 + {SECOND}))))"
+            )
+        # One scan of the traces' granules; rank and total are windows over each whole trace.
+        rows = await self.run.query(
+            f"""
+            SELECT * EXCEPT (start, rank) FROM (
+                {bounds}
+                SELECT {SPAN_SELECT}, count() OVER (PARTITION BY TraceId) AS total,
+                       toUnixTimestamp64Nano(Timestamp) AS start,
+                       row_number() OVER (PARTITION BY TraceId ORDER BY start, SpanId) AS rank
+                FROM {self.traces}
+                WHERE {where}
+            )
+            WHERE rank <= {{limit:UInt32}} + 1
+            ORDER BY TraceId, start, SpanId
+            """,
+            params,
+        )
+        found: dict[str, list[Span]] = {}
+        totals: dict[str, int] = {}
+        for row in rows:
+            span = span_from_row(cast(SpanOut, row[:19]))
+            found.setdefault(span.trace_id, []).append(span)
+            totals[span.trace_id] = cast(int, row[19])
+        pages: dict[str, Page[Span]] = {}
+        for tid in unique:
+            spans = found.get(tid, [])
+            items = spans[:limit]
+            next_cursor = None
+            if len(spans) > limit:
+                last = items[-1]
+                next_cursor = _CURSORS.encode(
+                    query_hash("get_trace", tid), (last.start_time_unix_nano, last.span_id)
+                )
+            pages[tid] = Page(items=items, next_cursor=next_cursor, total=totals.get(tid, 0))
+        return [pages[tid] for tid in trace_ids]
+
     async def search_traces(
         self, query: TraceQuery, limit: int, cursor: str | None
     ) -> Page[TraceSummary]:

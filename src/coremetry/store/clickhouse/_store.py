@@ -540,11 +540,11 @@ class ClickHouseStore:
         return await self._reader.get_trace(tid, limit, cursor)
 
     async def get_traces(self, trace_ids: Sequence[str], *, limit: int) -> list[Page[Span]]:
-        """See :meth:`TelemetryStore.get_traces`: one :meth:`get_trace` statement per id."""
+        """See :meth:`TelemetryStore.get_traces`: one statement for every id."""
         self._check_open()
         tids = check_trace_ids(trace_ids)
         check_limit(limit)
-        return [await self._reader.get_trace(tid, limit, None) for tid in tids]
+        return await self._reader.get_traces(tids, limit)
 
     async def search_traces(
         self, query: TraceQuery, *, limit: int, cursor: str | None = None
