@@ -124,6 +124,7 @@ import trio
 from coremetry.analysis import CriticalPathTally, analyse_trace, critical_path_excess
 from coremetry.store import (
     MAX_LIMIT,
+    MAX_TRACES_PER_READ,
     LogQuery,
     LogRecord,
     TelemetryStore,
@@ -1012,10 +1013,12 @@ async def _trace_blame(
         typical = lower[:: max(1, len(lower) // samples)][:samples]
         slow_tally, typical_tally = CriticalPathTally(), CriticalPathTally()
         for chosen, tally in ((slow, slow_tally), (typical, typical_tally)):
-            for summary in chosen:
-                page = await store.get_trace(summary.trace_id, limit=_ANALYSIS_SPANS)
-                if page.items:
-                    tally.add(analyse_trace(page.items))
+            ids = [summary.trace_id for summary in chosen]
+            for at in range(0, len(ids), MAX_TRACES_PER_READ):  # a read takes at most 100 ids
+                part = ids[at : at + MAX_TRACES_PER_READ]
+                for page in await store.get_traces(part, limit=_ANALYSIS_SPANS):
+                    if page.items:
+                        tally.add_spans(page.items)
         if not slow_tally.traces or not typical_tally.traces:
             continue
         slow_read += slow_tally.traces
