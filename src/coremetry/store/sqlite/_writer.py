@@ -33,6 +33,8 @@ __all__ = ["Writer"]
 _JSON_TEXT: Final = msgspec.json.Encoder(order="sorted").encode
 """Canonical JSON (sorted keys), as :func:`._codec.encode_json` writes it."""
 
+_DAY: Final = 86_400 * 1_000_000_000
+"""A UTC day in nanoseconds: the roll-ups' widest bucket (``_rollups.WIDTHS``)."""
 _CACHE_MAX: Final = 100_000
 """Interned ids remembered per kind; the cache is cleared when it grows past this."""
 
@@ -108,6 +110,8 @@ class Writer:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+        self.closed_days = _rollups.ClosedDays()
+        """The readers' cache of merged past days; told which days each commit changes."""
         self._resources: dict[bytes, int] = {}
         self._series: dict[bytes, int] = {}
         self._rollups_stale = False  # retention deleted spans; straddling buckets not rebuilt
@@ -304,6 +308,8 @@ class Writer:
                     _rollups.apply_written(
                         conn, last_span, span_rows if spans == len(span_rows) else None
                     )
+                    # Their days' cached merges are invalid from now until after the COMMIT.
+                    self.closed_days.begin({r[6] - r[6] % _DAY for r in span_rows})
             if batch.logs:
                 rows = self._log_rows(batch, memo)
                 last = conn.execute("SELECT coalesce(max(id), 0) FROM logs").fetchone()[0]
@@ -333,6 +339,8 @@ class Writer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        finally:
+            self.closed_days.end()
         return WriteResult(
             spans_written=spans,
             spans_duplicate=len(batch.spans) - spans,
@@ -348,12 +356,14 @@ class Writer:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            seen = _rollups.resolve_pending(conn, self._parents_seen)
+            seen = _rollups.resolve_pending(conn, self._parents_seen, self.closed_days)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        finally:
+            self.closed_days.end()
         self._parents_seen = seen
 
     def delete_chunk(self, cutoff_unix_nano: int, chunk: int) -> RetentionResult:
@@ -368,6 +378,9 @@ class Writer:
         conn.execute("BEGIN IMMEDIATE")
         try:
             spans = conn.execute(_DELETE_SPANS, (cutoff_unix_nano, chunk)).rowcount
+            if spans or self._rollups_stale:
+                # Any day's roll-up rows may change (dropped, rebuilt): every cached merge.
+                self.closed_days.begin_all()
             if spans:
                 self._rollups_stale = True
                 _rollups.drop_before(conn, cutoff_unix_nano)
@@ -399,6 +412,8 @@ class Writer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        finally:
+            self.closed_days.end()
         if spans:
             # Row ids may be reused once the newest rows are gone: the next pass checks all.
             self._parents_seen = None
