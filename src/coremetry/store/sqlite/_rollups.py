@@ -51,7 +51,10 @@ sketch's 1 % of the raw nearest-rank one (``percentile_relative_error`` on each 
 ``services`` reads one service's rows only when given its name (``compare_deploys``).
 Before planning, each end of the window moves out across any stretch that holds no span
 (:func:`widened`: the window ending *now* is read as whole days at its end), which changes
-no figure and reads far fewer rows.
+no figure and reads far fewer rows. The whole UTC days of a window that ended before now are
+taken merged, one row per group, from the store's :class:`ClosedDays` (filled by the first
+read of those days, invalidated by the writer's per-day generations), so a week costs about
+what an hour does.
 
 **Retention** (:func:`drop_before`, :func:`rebuild_straddling`): rows whose bucket ends at or
 before the cutoff go with the spans; the bucket of each width that straddles the cutoff is
