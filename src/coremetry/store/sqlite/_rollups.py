@@ -226,6 +226,11 @@ class _Batch:
             else:
                 sketch.bins[key] = sketch.bins.get(key, 0) + 1
 
+    def days(self) -> set[int]:
+        """The UTC days (their starts, unix ns) whose rows :meth:`write` changes."""
+        minutes = {key[0] for key in self.services} | {key[0] for key in self.edges}
+        return {minute - minute % _DAY for minute in minutes}
+
     def add_calls(self, calls: Iterable[Call]) -> None:
         edges = self.edges
         for caller, callee, start, duration, error in calls:
@@ -435,7 +440,7 @@ def resolve_pending(
         batch = _Batch()
         batch.add_calls(row[2:] for row in waiting if row[2] != row[3])
         if days is not None:
-            days.begin({row[4] - row[4] % _DAY for row in waiting if row[2] != row[3]})
+            days.begin(batch.days())
         conn.executemany(
             "DELETE FROM edge_pending WHERE trace_id = ? AND parent_span_id = ?",
             sorted({(row[0], row[1]) for row in waiting}),
@@ -444,8 +449,11 @@ def resolve_pending(
     return top
 
 
-def apply_written(conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | None) -> None:
+def apply_written(conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | None) -> set[int]:
     """Roll up the spans a write just stored (blocking; inside the write's transaction).
+
+    Returns the UTC days (their starts, unix ns) whose roll-up rows changed: the writer tells
+    :class:`ClosedDays` (:meth:`ClosedDays.begin`) before it commits.
 
     Args:
         conn: the writer connection (:func:`register_functions` done).
@@ -499,6 +507,7 @@ def apply_written(conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | 
             orphans,
         )
     batch.write(conn)
+    return batch.days()
 
 
 _LOG_ROLLUP: Final = (

@@ -33,8 +33,6 @@ __all__ = ["Writer"]
 _JSON_TEXT: Final = msgspec.json.Encoder(order="sorted").encode
 """Canonical JSON (sorted keys), as :func:`._codec.encode_json` writes it."""
 
-_DAY: Final = 86_400 * 1_000_000_000
-"""A UTC day in nanoseconds: the roll-ups' widest bucket (``_rollups.WIDTHS``)."""
 _CACHE_MAX: Final = 100_000
 """Interned ids remembered per kind; the cache is cleared when it grows past this."""
 
@@ -305,11 +303,12 @@ class Writer:
                 if spans:
                     # The RED roll-ups in the same transaction; from the rows at hand when all
                     # of them were new (else ``apply_written`` reads the new ones back).
-                    _rollups.apply_written(
+                    days = _rollups.apply_written(
                         conn, last_span, span_rows if spans == len(span_rows) else None
                     )
                     # Their days' cached merges are invalid from now until after the COMMIT.
-                    self.closed_days.begin({r[6] - r[6] % _DAY for r in span_rows})
+                    if days:  # (``None`` in bench/rollup_ingest.py's run without roll-ups)
+                        self.closed_days.begin(days)
             if batch.logs:
                 rows = self._log_rows(batch, memo)
                 last = conn.execute("SELECT coalesce(max(id), 0) FROM logs").fetchone()[0]
