@@ -774,6 +774,8 @@ its epoch, so that every entry and every read's token made before is invalid).""
 _Token = tuple[int, dict[int, int]]
 _Tag = tuple[int, tuple[tuple[int, int], ...]]
 _CachedRow = tuple[SqlParam, ...]
+_Part = tuple[tuple[int, int, int], ...]
+"""Whole-bucket ranges ``(width, first bucket, end)`` of a window (:func:`plan`'s)."""
 
 
 def _tag(token: _Token, low: int, high: int) -> _Tag:
@@ -838,9 +840,7 @@ class ClosedDays:
         self._generations: dict[int, int] = {}
         self._writing: set[int] = set()
         self._writing_all = False
-        self._entries: OrderedDict[tuple[str, int, int], tuple[_Tag, list[_CachedRow]]] = (
-            OrderedDict()
-        )
+        self._entries: OrderedDict[tuple[str, _Part], tuple[_Tag, list[_CachedRow]]] = OrderedDict()
         self.hits = 0
         """Reads served from an entry (for benches and tests)."""
         self.fills = 0
@@ -890,17 +890,21 @@ class ClosedDays:
     def rows(
         self,
         kind: str,
-        days: tuple[int, int],
+        part: _Part,
         token: _Token,
         fill: Callable[[], list[_CachedRow]],
     ) -> list[_CachedRow]:
-        """The merged rows of ``kind`` over the days ``[low, high)``: kept, or ``fill()``'s.
+        """The merged rows of ``kind`` over ``part``'s buckets: kept, or ``fill()``'s.
 
-        ``fill`` computes them in the read's snapshot (blocking); see the class for when
+        ``part``: ``(width, first bucket, end)`` ranges of whole buckets (unix ns), as
+        :func:`plan` gives; the entry depends on the generations of every day they touch.
+        ``fill`` computes the rows in the read's snapshot (blocking); see the class for when
         they are kept and served.
         """
-        low, high = days
-        key = (kind, low, high)
+        low = min(first for _, first, _ in part)
+        low -= low % _DAY
+        high = max(end for _, _, end in part)
+        key = (kind, part)
         mine = _tag(token, low, high)
         with self._lock:
             found = self._entries.get(key)
@@ -923,27 +927,35 @@ class ClosedDays:
         return computed
 
 
-def _closed_days(time_range: TimeRange) -> tuple[int, int] | None:
-    """The whole UTC days of the window's plan that ended before now (``None``: none)."""
+def _closed_part(time_range: TimeRange) -> _Part | None:
+    """The window's whole hours and days that ended before today (UTC) (``None``: none).
+
+    Not its minutes: a window ending now reads a different minute every minute, and an
+    hour's answer stays a read of SQLite rows.
+    """
     today = time.time_ns() // _DAY * _DAY
+    part = []
     for width, low, high in plan(time_range.start_unix_nano, time_range.end_unix_nano)[1]:
-        if width == WIDTHS[-1] and low < min(high, today):
-            return low, min(high, today)
-    return None
+        if width >= WIDTHS[1] and low < min(high, today):
+            part.append((width, low, min(high, today)))
+    return tuple(part) or None
 
 
-def _merged_service_days(ctx: ReadContext, days: tuple[int, int]) -> list[_CachedRow]:
-    """``red_services``' day rows of ``days`` merged per (service, version), all services.
+def _merged_services(ctx: ReadContext, part: _Part, service_name: str | None) -> list[_CachedRow]:
+    """``red_services``' rows of ``part`` merged per (service, version); one service's if named.
 
     Rows as :func:`services` reads them: (name, version, span count, first start, last
     start, requests, errors, sketch).
     """
+    each: tuple[str, list[SqlParam]] | None = None
+    if service_name is not None:
+        each = (_OF_SERVICE, [service_name])
+    where, params = _rolled_sql(list(part), "x", each)
     rows = ctx.execute(
         "SELECT r.service_name, r.version, x.span_count, x.first_start, x.last_start, "
         "x.request_count, x.error_count, x.sketch "
-        "FROM red_services x JOIN resources r ON r.id = x.resource_id "
-        "WHERE x.width = ? AND x.bucket >= ? AND x.bucket < ?",
-        (WIDTHS[-1], *days),
+        f"FROM red_services x JOIN resources r ON r.id = x.resource_id WHERE {where}",
+        params,
     )
     merged: dict[tuple[SqlParam, SqlParam], list[int]] = {}
     owners: list[int] = []
@@ -964,30 +976,47 @@ def _merged_service_days(ctx: ReadContext, days: tuple[int, int]) -> list[_Cache
     ]
 
 
-def _merged_edge_days(ctx: ReadContext, days: tuple[int, int]) -> list[_CachedRow]:
-    """``red_edges``' day rows of ``days`` merged per (caller, callee).
+def _merged_counts(rows: list[tuple[SqlParam, ...]], width: int) -> list[_CachedRow]:
+    """Rows ``(*key, count, errors, sketch)`` (``width`` key columns) merged per key."""
+    merged: dict[tuple[SqlParam, ...], list[int]] = {}
+    owners: list[int] = []
+    for row in rows:
+        key = row[:width]
+        found = merged.get(key)
+        if found is None:
+            found = merged[key] = [len(merged), 0, 0]
+        found[1] += cast(int, row[width])
+        found[2] += cast(int, row[width + 1])
+        owners.append(found[0])
+    blobs = merge_encoded_groups(owners, [cast(bytes, row[-1]) for row in rows], len(merged))
+    return [(*key, count, errors, blobs[index]) for key, (index, count, errors) in merged.items()]
+
+
+def _merged_edges(ctx: ReadContext, part: _Part) -> list[_CachedRow]:
+    """``red_edges``' rows of ``part`` merged per (caller, callee).
 
     Rows as :func:`service_edges` reads them: (caller, callee, calls, errors, sketch).
     """
+    where, params = _rolled_sql(list(part), "x", None)
     rows = ctx.execute(
         "SELECT x.caller, x.callee, x.call_count, x.error_count, x.sketch FROM red_edges x "
-        "WHERE x.width = ? AND x.bucket >= ? AND x.bucket < ?",
-        (WIDTHS[-1], *days),
+        f"WHERE {where}",
+        params,
     )
-    merged: dict[tuple[SqlParam, SqlParam], list[int]] = {}
-    owners: list[int] = []
-    for caller, callee, count, errors, _ in rows:
-        found = merged.get((caller, callee))
-        if found is None:
-            found = merged[(caller, callee)] = [len(merged), 0, 0]
-        found[1] += cast(int, count)
-        found[2] += cast(int, errors)
-        owners.append(found[0])
-    blobs = merge_encoded_groups(owners, [cast(bytes, row[4]) for row in rows], len(merged))
-    return [
-        (caller, callee, count, errors, blobs[index])
-        for (caller, callee), (index, count, errors) in merged.items()
-    ]
+    return _merged_counts(rows, 2)
+
+
+def _merged_operations(ctx: ReadContext, part: _Part, service_name: str) -> list[_CachedRow]:
+    """One service's ``red_operations`` rows of ``part`` merged per span name.
+
+    Rows as :func:`operations` reads them: (name, spans, errors, sketch).
+    """
+    where, params = _rolled_sql(list(part), "x", (_OF_SERVICE, [service_name]))
+    rows = ctx.execute(
+        f"SELECT x.name, x.span_count, x.error_count, x.sketch FROM red_operations x WHERE {where}",
+        params,
+    )
+    return _merged_counts(rows, 1)
 
 
 _MAX_LISTED_BUCKETS: Final = 2000
@@ -1003,11 +1032,11 @@ def _ranges(
     start_column: str,
     *,
     each_bucket: tuple[str, list[SqlParam]] | None = None,
-    skip_days: tuple[int, int] | None = None,
+    skip: _Part | None = None,
 ) -> tuple[str | None, list[SqlParam], str | None, list[SqlParam]]:
     """SQL conditions (and parameters) for the roll-up rows and the raw spans of a window.
 
-    ``skip_days``: whole days of the plan not to read (:class:`ClosedDays` has them).
+    ``skip``: whole-bucket ranges of the plan not to read (:class:`ClosedDays` has them).
 
     ``each_bucket``: a condition on the resource (and its parameters) for a read of one
     service's rows: the roll-up buckets are then listed one by one (``bucket IN (...)``, at
@@ -1017,8 +1046,17 @@ def _ranges(
     ``red_operations`` are megabytes: 43 ms against 0.7 ms for one service on the 5 M store).
     """
     raw, rolled = plan(time_range.start_unix_nano, time_range.end_unix_nano)
-    if skip_days is not None:
-        rolled = _without(rolled, skip_days)
+    if skip is not None:
+        rolled = _without(rolled, skip)
+    return (*_rolled_sql(rolled, alias, each_bucket), *_raw_condition(raw, start_column))
+
+
+def _rolled_sql(
+    rolled: list[tuple[int, int, int]],
+    alias: str,
+    each_bucket: tuple[str, list[SqlParam]] | None,
+) -> tuple[str | None, list[SqlParam]]:
+    """The condition (and parameters) for the roll-up rows of ``rolled`` (see :func:`_ranges`)."""
     if (
         each_bucket is not None
         and sum((high - low) // (width * _NS) for width, low, high in rolled) > _MAX_LISTED_BUCKETS
@@ -1029,11 +1067,7 @@ def _ranges(
             f"({alias}.width = ? AND {alias}.bucket >= ? AND {alias}.bucket < ? AND {also})"
             for _ in rolled
         )
-        return (
-            f"({terms})",
-            [v for r in rolled for v in (*r, *also_params)],
-            *_raw_condition(raw, start_column),
-        )
+        return f"({terms})", [v for r in rolled for v in (*r, *also_params)]
     if each_bucket is not None:
         also, also_params = each_bucket
         listed = [(width, list(range(low, high, width * _NS))) for width, low, high in rolled]
@@ -1048,7 +1082,6 @@ def _ranges(
         return (
             f"({rolled_sql})" if rolled_sql else None,
             [v for width, buckets in listed for v in (width, *buckets, *also_params)],
-            *_raw_condition(raw, start_column),
         )
     rolled_sql = (
         " OR ".join(
@@ -1056,27 +1089,26 @@ def _ranges(
         )
         or None
     )
-    return (
-        f"({rolled_sql})" if rolled_sql else None,
-        [v for r in rolled for v in r],
-        *_raw_condition(raw, start_column),
-    )
+    return f"({rolled_sql})" if rolled_sql else None, [v for r in rolled for v in r]
 
 
-def _without(
-    rolled: list[tuple[int, int, int]], days: tuple[int, int]
-) -> list[tuple[int, int, int]]:
-    """``rolled`` (:func:`plan`'s) without the day rows of ``days``."""
+def _without(rolled: list[tuple[int, int, int]], part: _Part) -> list[tuple[int, int, int]]:
+    """``rolled`` (:func:`plan`'s ranges) without ``part``'s (each a piece of one of them)."""
     kept = []
     for width, low, high in rolled:
-        if width != WIDTHS[-1]:
-            kept.append((width, low, high))
-            continue
-        kept += [
-            (width, a, b)
-            for a, b in ((low, min(high, days[0])), (max(low, days[1]), high))
-            if a < b
-        ]
+        pieces = [(low, high)]
+        for cut_width, cut_low, cut_high in part:
+            if cut_width == width:
+                pieces = [
+                    (a, b)
+                    for piece_low, piece_high in pieces
+                    for a, b in (
+                        (piece_low, min(piece_high, cut_low)),
+                        (max(piece_low, cut_high), piece_high),
+                    )
+                    if a < b
+                ]
+        kept += [(width, a, b) for a, b in pieces]
     return kept
 
 
@@ -1168,6 +1200,11 @@ class _Groups(dict[_K, _Group]):
         return [int(v) for v in found.tolist()]
 
 
+def _services_kind(service_name: str | None) -> str:
+    """:class:`ClosedDays`' kind of the ``red_services`` rows of every service, or of one."""
+    return "services" if service_name is None else f"services\0{service_name}"
+
+
 def services(
     ctx: ReadContext,
     time_range: TimeRange,
@@ -1182,12 +1219,15 @@ def services(
     """
     token = cache.token() if cache is not None else None
     time_range = widened(ctx, time_range)
-    days = _closed_days(time_range) if cache is not None else None
+    part = _closed_part(time_range) if cache is not None else None
     cached: list[_CachedRow] = []
-    if cache is not None and token is not None and days is not None:
-        cached = cache.rows("services", days, token, lambda: _merged_service_days(ctx, days))
-        if service_name is not None:
-            cached = [row for row in cached if row[0] == service_name]
+    if cache is not None and token is not None and part is not None:
+        cached = cache.rows(
+            _services_kind(service_name),
+            part,
+            token,
+            lambda: _merged_services(ctx, part, service_name),
+        )
     only = ""
     only_params: list[SqlParam] = []
     each_bucket = None
@@ -1196,7 +1236,7 @@ def services(
         only_params = [service_name]
         each_bucket = (_OF_SERVICE, only_params)
     rolled, rolled_params, raw, raw_params = _ranges(
-        time_range, "x", "s.start_unix_nano", each_bucket=each_bucket, skip_days=days
+        time_range, "x", "s.start_unix_nano", each_bucket=each_bucket, skip=part
     )
     groups: _Groups[str] = _Groups()
     if rolled is not None or cached:
@@ -1274,21 +1314,44 @@ def services(
 
 
 def operations(
-    ctx: ReadContext, service_name: str, time_range: TimeRange, limit: int
+    ctx: ReadContext,
+    service_name: str,
+    time_range: TimeRange,
+    limit: int,
+    cache: ClosedDays | None = None,
 ) -> Page[OperationSummary]:
-    """RED per span name of one service from the roll-ups (see :class:`OperationSummary`)."""
+    """RED per span name of one service from the roll-ups (see :class:`OperationSummary`).
+
+    ``cache``: as :func:`services`'.
+    """
+    token = cache.token() if cache is not None else None
     time_range = widened(ctx, time_range)
+    part = _closed_part(time_range) if cache is not None else None
+    cached: list[_CachedRow] = []
+    if cache is not None and token is not None and part is not None:
+        cached = cache.rows(
+            f"operations\0{service_name}",
+            part,
+            token,
+            lambda: _merged_operations(ctx, part, service_name),
+        )
     rolled, rolled_params, raw, raw_params = _ranges(
-        time_range, "x", "s.start_unix_nano", each_bucket=(_OF_SERVICE, [service_name])
+        time_range,
+        "x",
+        "s.start_unix_nano",
+        each_bucket=(_OF_SERVICE, [service_name]),
+        skip=part,
     )
     mine = "IN (SELECT r.id FROM resources r WHERE r.service_name = ?)"
     groups: _Groups[str] = _Groups()
-    if rolled is not None:
-        rows = ctx.execute(
-            f"SELECT x.name, x.span_count, x.error_count, x.sketch FROM red_operations x "
-            f"WHERE {rolled}",
-            rolled_params,
-        )
+    if rolled is not None or cached:
+        rows = cached
+        if rolled is not None:
+            rows = cached + ctx.execute(
+                f"SELECT x.name, x.span_count, x.error_count, x.sketch FROM red_operations x "
+                f"WHERE {rolled}",
+                rolled_params,
+            )
         if rows:
             names, counts, errors, blobs = zip(*rows, strict=True)
             groups.add_rolled_rows(
@@ -1398,13 +1461,13 @@ def service_edges(
     """
     token = cache.token() if cache is not None else None
     time_range = widened(ctx, time_range)
-    days = _closed_days(time_range) if cache is not None else None
+    part = _closed_part(time_range) if cache is not None else None
     cached: list[_CachedRow] = []
-    if cache is not None and token is not None and days is not None:
-        cached = cache.rows("edges", days, token, lambda: _merged_edge_days(ctx, days))
+    if cache is not None and token is not None and part is not None:
+        cached = cache.rows("edges", part, token, lambda: _merged_edges(ctx, part))
         if service_name is not None:
             cached = [row for row in cached if service_name in (row[0], row[1])]
-    rolled, rolled_params, _, _ = _ranges(time_range, "x", "c.start_unix_nano", skip_days=days)
+    rolled, rolled_params, _, _ = _ranges(time_range, "x", "c.start_unix_nano", skip=part)
     raw_ranges = plan(time_range.start_unix_nano, time_range.end_unix_nano)[0]
     groups: _Groups[tuple[str, str]] = _Groups()
     if rolled is not None or cached:
@@ -1475,16 +1538,21 @@ def deploys(
     """
     token = cache.token() if cache is not None else None
     time_range = widened(ctx, time_range)
-    days = _closed_days(time_range) if cache is not None else None
+    part = _closed_part(time_range) if cache is not None else None
     cached: list[_CachedRow] = []
-    if cache is not None and token is not None and days is not None:
+    if cache is not None and token is not None and part is not None:
         cached = [
             (row[0], row[1], row[3], row[4], row[2])
-            for row in cache.rows("services", days, token, lambda: _merged_service_days(ctx, days))
-            if row[1] != "" and (service_name is None or row[0] == service_name)
+            for row in cache.rows(
+                _services_kind(service_name),
+                part,
+                token,
+                lambda: _merged_services(ctx, part, service_name),
+            )
+            if row[1] != ""
         ]
     rolled, rolled_params, raw, raw_params = _ranges(
-        time_range, "x", "s.start_unix_nano", skip_days=days
+        time_range, "x", "s.start_unix_nano", skip=part
     )
     only = ""
     only_params: list[SqlParam] = []

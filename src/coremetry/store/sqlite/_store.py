@@ -326,7 +326,7 @@ class SqliteStore:
         check_range(time_range)
         check_limit(limit)
         return await self._read(
-            lambda ctx: _rollups.operations(ctx, service_name, time_range, limit)
+            lambda ctx: _rollups.operations(ctx, service_name, time_range, limit, self._closed_days)
         )
 
     async def get_trace(
