@@ -51,10 +51,10 @@ sketch's 1 % of the raw nearest-rank one (``percentile_relative_error`` on each 
 ``services`` reads one service's rows only when given its name (``compare_deploys``).
 Before planning, each end of the window moves out across any stretch that holds no span
 (:func:`widened`: the window ending *now* is read as whole days at its end), which changes
-no figure and reads far fewer rows. The whole UTC days of a window that ended before now are
+no figure and reads far fewer rows. The whole hours and days of a window before today are
 taken merged, one row per group, from the store's :class:`ClosedDays` (filled by the first
-read of those days, invalidated by the writer's per-day generations), so a week costs about
-what an hour does.
+read of them, invalidated by the writer's per-day generations), so a week costs about what
+an hour does.
 
 **Retention** (:func:`drop_before`, :func:`rebuild_straddling`): rows whose bucket ends at or
 before the cutoff go with the spans; the bucket of each width that straddles the cutoff is
@@ -794,11 +794,14 @@ class ClosedDays:
 
     Why: a week's read added up ~7 day rows per group (a week of edges: ~57,000 sketch records
     on the 5 M store, against ~100 for an hour), so its cost stayed a multiple of an hour's.
-    Here the whole UTC days of a window that ended before *now* are read once per (read kind,
-    first day, end day): their rows merged to **one row per group** (counts summed, first/last
-    start, the sketches merged by :func:`~coremetry.store._sketch.merge_encoded_groups`:
-    the same bins, so the same percentiles as the rows one by one); later reads of the same
-    days take those rows and read only the rest of their window from SQLite.
+    Here the whole hours and days of a window that ended before today (UTC; not its minutes,
+    :func:`_closed_part`) are read once per (read kind, those bucket ranges): their rows
+    merged to **one row per group** (counts summed, first/last start, the sketches merged by
+    :func:`~coremetry.store._sketch.merge_encoded_groups`: the same bins, so the same
+    percentiles as the rows one by one); later reads of the same ranges take those rows and
+    read only the rest of their window from SQLite. Kinds: ``services`` (every service's,
+    also read by ``deploys``), ``services`` and ``operations`` of one service, ``edges``
+    (filtered per service when asked). "Days" below are the UTC days the ranges touch.
 
     **Never stale: write generations.** Each day (its start, unix ns) has a generation,
     ``0`` until a write touches it. The writer (:class:`._writer.Writer`), inside a write's
@@ -806,7 +809,8 @@ class ClosedDays:
     stored (a late span of a closed day: OTLP may deliver it days later) or the deferred
     pass rolled up, which makes each of them *odd* ("a write in progress"); after the
     ``COMMIT`` (or the ``ROLLBACK``) it calls :meth:`end`, which makes them even again.
-    Retention (:func:`drop_before`, :func:`rebuild_straddling`) calls :meth:`begin_all`, which
+    For retention (:func:`drop_before`, :func:`rebuild_straddling`) it calls :meth:`begin_all`,
+    which
     does the same to an *epoch* that every entry depends on. So every commit that changes a
     day's roll-up rows lies strictly between two changes of that day's generation (or the
     epoch). A read takes a :meth:`token` (the generations now) **before its snapshot begins**
@@ -827,10 +831,11 @@ class ClosedDays:
     store's retention and deferred pass already do).
 
     **Bounded memory**: at most :data:`CLOSED_DAYS_ENTRIES` entries (LRU); an entry is one row
-    per group of its read kind (services x versions, or edges), each with one merged sketch
+    per group of its read kind (service versions, operations or edges), each one merged sketch
     of at most the sketch's bins (a few hundred 6-byte records): tens of KiB on the 5 M store.
-    At most :data:`_MAX_GENERATIONS` day generations are tracked. Ingest pays a set of the
-    batch's span days and two dictionary updates per day under a lock.
+    At most :data:`_MAX_GENERATIONS` day generations are tracked. Ingest pays the set of days
+    of a write's roll-up keys (:meth:`_Batch.days`, a handful) and two dictionary updates per
+    day under a lock: ~2.5 µs per request of 512 spans.
     """
 
     def __init__(self, entries: int = CLOSED_DAYS_ENTRIES) -> None:
