@@ -810,8 +810,7 @@ class ClosedDays:
     pass rolled up, which makes each of them *odd* ("a write in progress"); after the
     ``COMMIT`` (or the ``ROLLBACK``) it calls :meth:`end`, which makes them even again.
     For retention (:func:`drop_before`, :func:`rebuild_straddling`) it calls :meth:`begin_all`,
-    which
-    does the same to an *epoch* that every entry depends on. So every commit that changes a
+    which does the same to an *epoch* that every entry depends on. So every commit that changes a
     day's roll-up rows lies strictly between two changes of that day's generation (or the
     epoch). A read takes a :meth:`token` (the generations now) **before its snapshot begins**
     (before its first statement; :meth:`rows` is given it). Then:
