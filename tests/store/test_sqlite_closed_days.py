@@ -26,6 +26,7 @@ from coremetry.store.sqlite._rollups import (
     service_edges,
     services,
 )
+from coremetry.store.sqlite._runtime import SqlParam
 from coremetry.store.testing._checks_rollups import _compare, _spans
 
 SECOND = 1_000_000_000
@@ -176,8 +177,8 @@ async def test_the_deferred_pass_into_a_cached_day_changes_no_answer(tmp_path: P
     assert rolled == waiting
 
 
-def _filler(value: str, calls: list[str]) -> Callable[[], list[tuple[str]]]:
-    def fill() -> list[tuple[str]]:
+def _filler(value: str, calls: list[str]) -> Callable[[], list[tuple[SqlParam, ...]]]:
+    def fill() -> list[tuple[SqlParam, ...]]:
         calls.append(value)
         return [(value,)]
 

@@ -307,7 +307,7 @@ class Writer:
                         conn, last_span, span_rows if spans == len(span_rows) else None
                     )
                     # Their days' cached merges are invalid from now until after the COMMIT.
-                    if days:  # (``None`` in bench/rollup_ingest.py's run without roll-ups)
+                    if days:
                         self.closed_days.begin(days)
             if batch.logs:
                 rows = self._log_rows(batch, memo)
