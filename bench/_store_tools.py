@@ -8,7 +8,9 @@ WINDOW``): it opens the store (``open_sqlite_store``, retention off), registers 
 Coremetry tool on an in-process :class:`~coremetry.mcp.Server` with the clock pinned at the
 store's newest data, does the MCP handshake, makes one warm-up ``tools/call`` and then
 ``--repeat`` timed ones (``time.perf_counter`` around ``await server.handle(body)``, the
-JSON-RPC body in, the answer's bytes out). It reports the samples, the process's heap
+JSON-RPC body in, the answer's bytes out; ``time.process_time`` beside it: the CPU of every
+thread of the process, the store's worker threads included, steadier than the wall time on a
+shared machine). It reports the samples, the process's heap
 (``RssAnon``: resident memory that is not a mapped file, so not the store's memory-mapped
 pages) before the calls and its peak during them (sampled every 2 ms), and the peak RSS
 (``ru_maxrss``, which also counts the mapped pages of the database file read), so each peak
@@ -125,6 +127,7 @@ async def worker(db: Path, tool: str, window: str, repeat: int) -> dict[str, obj
             "params": {"name": tool, "arguments": arguments},
         }
         samples: list[float] = []
+        cpu: list[float] = []
         anon_before = _rss_kib("RssAnon")
         result: dict[str, object] = {}
         size = 0
@@ -133,8 +136,10 @@ async def worker(db: Path, tool: str, window: str, repeat: int) -> dict[str, obj
                 body["id"] = 10 + i
                 request = msgspec.json.encode(body)
                 started = time.perf_counter()
+                cpu_started = time.process_time()
                 reply = await server.handle(request, conn)
                 elapsed = (time.perf_counter() - started) * 1000
+                cpu_elapsed = (time.process_time() - cpu_started) * 1000
                 if reply is None:
                     raise SystemExit(f"{tool} {arguments}: no answer")
                 size = len(reply.body)
@@ -144,6 +149,7 @@ async def worker(db: Path, tool: str, window: str, repeat: int) -> dict[str, obj
                     raise SystemExit(f"{tool} {arguments}: {reply.body[:400]!r}")
                 if i:
                     samples.append(elapsed)
+                    cpu.append(cpu_elapsed)
         structured = result.get("structuredContent")
         error = (
             structured.get("percentile_relative_error") if isinstance(structured, dict) else None
@@ -153,6 +159,7 @@ async def worker(db: Path, tool: str, window: str, repeat: int) -> dict[str, obj
             "window": window,
             "arguments": arguments,
             "samples_ms": samples,
+            "cpu_ms": cpu,
             "anon_before_kib": anon_before,
             "anon_peak_kib": sampler.peak,
             "rss_peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
@@ -184,9 +191,10 @@ def run_all(db: Path, repeat: int, python: str = sys.executable) -> list[dict[st
 def print_report(reports: list[dict[str, object]]) -> bool:
     """The table and its PASS/FAIL lines; returns whether every target passed."""
     p50: dict[tuple[str, str], float] = {}
+    cpu_p50: dict[tuple[str, str], float] = {}
     header = (
-        f"{'tool':18} {'window':>6} {'p50 ms':>9} {'min ms':>9} {'peak heap MiB':>14} "
-        f"{'+ over idle':>12} {'peak RSS MiB':>13} {'answer B':>9}"
+        f"{'tool':18} {'window':>6} {'p50 ms':>9} {'min ms':>9} {'CPU p50':>8} "
+        f"{'peak heap MiB':>14} {'+ over idle':>12} {'peak RSS MiB':>13} {'answer B':>9}"
     )
     print(header)
     print("-" * len(header))
@@ -201,9 +209,11 @@ def print_report(reports: list[dict[str, object]]) -> bool:
         heap = int(str(r["anon_peak_kib"])) / 1024
         growth = heap - int(str(r["anon_before_kib"])) / 1024
         rss = int(str(r["rss_peak_kib"])) / 1024
+        cpu_samples = [float(s) for s in r.get("cpu_ms", [math.nan])]  # type: ignore[attr-defined]  # JSON list
+        cpu = cpu_p50[key] = statistics.median(cpu_samples)
         print(
-            f"{key[0]:18} {key[1]:>6} {p50[key]:9.1f} {min(samples):9.1f} {heap:14.0f} "
-            f"{growth:12.0f} {rss:13.0f} {r['answer_bytes']!s:>9}"
+            f"{key[0]:18} {key[1]:>6} {p50[key]:9.1f} {min(samples):9.1f} {cpu:8.1f} "
+            f"{heap:14.0f} {growth:12.0f} {rss:13.0f} {r['answer_bytes']!s:>9}"
         )
     errors = sorted(
         {e for r in reports if isinstance(e := r.get("percentile_relative_error"), float)}
@@ -225,6 +235,12 @@ def print_report(reports: list[dict[str, object]]) -> bool:
         ):
             ok &= passed
             print(f"{tool:18} {label:36} {'PASS' if passed else 'FAIL'}")
+    cpu_ratios = [
+        f"{tool} {cpu_p50[(tool, '7d')] / cpu_p50[(tool, '1h')]:.1f}x"
+        for tool in TOOLS
+        if cpu_p50.get((tool, "1h"), 0) > 0 and (tool, "7d") in cpu_p50
+    ]
+    print(f"CPU p50 7 d / 1 h (not a target): {', '.join(cpu_ratios) or 'none'}")
     return ok
 
 

@@ -16,6 +16,7 @@ from coremetry.store._sketch import (
     decode_msgpack,
     encode_msgpack,
     merge_encoded,
+    merge_encoded_groups,
     reencode_msgpack,
 )
 
@@ -176,3 +177,35 @@ def test_large_encoded_sketches_merge_as_small_ones(sizes: tuple[int, int]) -> N
     merged = merge_encoded(a.encode(), b.encode())
     a.merge(b)
     assert merged == a.encode()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_many_encoded_sketches_merge_per_group(seed: int) -> None:
+    # The closed-day cache's merge: each group's blobs summed per bin, as one merge at a time.
+    rng = random.Random(seed)
+    groups = rng.randrange(1, 6)
+    owners, blobs = [], []
+    expected = [LatencySketch() for _ in range(groups)]
+    for _ in range(rng.randrange(0, 30)):
+        sketch = LatencySketch()
+        for _ in range(rng.randrange(0, 80)):
+            sketch.add(rng.choice([0, rng.randrange(1, 10**4), rng.randrange(1, 10**10)]))
+        owner = rng.randrange(groups)
+        owners.append(owner)
+        blobs.append(sketch.encode())
+        expected[owner].merge(sketch)
+    merged = merge_encoded_groups(owners, blobs, groups)
+    assert [LatencySketch.decode(blob).bins for blob in merged] == [e.bins for e in expected]
+    assert [LatencySketch.decode(blob).zeros for blob in merged] == [e.zeros for e in expected]
+
+
+def test_merged_groups_split_a_count_above_32_bits() -> None:
+    big = LatencySketch()
+    big.add_bins([10], [2**32 - 1])
+    merged = merge_encoded_groups([1, 1], [big.encode(), big.encode()], 2)
+    assert merged[0] == b""
+    assert LatencySketch.decode(merged[1]).bins == {10: 2 * (2**32 - 1)}
+    with pytest.raises(ValueError, match=r"outside 0\.\.1"):
+        merge_encoded_groups([2], [big.encode()], 2)
+    with pytest.raises(ValueError, match="6-byte records"):
+        merge_encoded_groups([0], [b"12345"], 1)

@@ -51,6 +51,7 @@ __all__ = [
     "decode_msgpack",
     "encode_msgpack",
     "merge_encoded",
+    "merge_encoded_groups",
     "reencode_msgpack",
 ]
 
@@ -289,6 +290,53 @@ def merge_encoded(a: bytes, b: bytes) -> bytes:
     if max(bins.values()) > _MAX_RECORD_COUNT:
         return _encode_split(items)
     return _packer(len(items)).pack(*chain.from_iterable(items))
+
+
+def merge_encoded_groups(owners: Sequence[int], blobs: Sequence[bytes], groups: int) -> list[bytes]:
+    """The merged encoding per group of many encoded sketches (``blobs[i]`` into ``owners[i]``).
+
+    Returns one encoding per group ``0 .. groups - 1`` (``b""`` for a group given none): the
+    records summed per key by numpy, keys ascending, a count above 32 bits split over several
+    records. Any reader of encoded sketches (:class:`SketchTable`,
+    :meth:`LatencySketch.merge_encoded`) gets the same bins as from the blobs one by one.
+
+    Raises:
+        ValueError: a blob is not an encoded sketch, the lengths differ, or an owner is
+            outside ``0 .. groups - 1``.
+    """
+    if len(owners) != len(blobs):
+        raise ValueError(f"{len(owners)} groups for {len(blobs)} encoded sketches")
+    lengths = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs))
+    if lengths.size and bool((lengths % _RECORD.size).any()):
+        raise ValueError("not an encoded sketch: a blob is not whole 6-byte records")
+    out = [b""] * groups
+    records = np.frombuffer(b"".join(blobs), dtype=_RECORD_DTYPE)
+    if not records.size:
+        return out
+    who = np.repeat(np.asarray(owners, dtype=np.int64), lengths // _RECORD.size)
+    if int(who.min()) < 0 or int(who.max()) >= groups:
+        raise ValueError(f"a group added is outside 0..{groups - 1}")
+    cells, where = np.unique(
+        who * 65536 + (records["key"].astype(np.int64) + 32768), return_inverse=True
+    )
+    sums = np.bincount(where, weights=records["count"].astype(np.float64), minlength=cells.size)
+    cell_owners = cells >> 16
+    cell_keys = (cells & 0xFFFF) - 32768
+    bounds = np.searchsorted(cell_owners, np.arange(groups + 1)).tolist()
+    if float(sums.max()) > _MAX_RECORD_COUNT:
+        key_list, sum_list = cell_keys.tolist(), [int(v) for v in sums.tolist()]
+        for group in range(groups):
+            low, high = bounds[group], bounds[group + 1]
+            out[group] = _encode_split(
+                list(zip(key_list[low:high], sum_list[low:high], strict=True))
+            )
+        return out
+    packed = np.empty(cells.size, dtype=_RECORD_DTYPE)
+    packed["key"] = cell_keys
+    packed["count"] = sums
+    for group in range(groups):
+        out[group] = packed[bounds[group] : bounds[group + 1]].tobytes()
+    return out
 
 
 _ENCODE_MSGPACK: Final = msgspec.msgpack.Encoder().encode

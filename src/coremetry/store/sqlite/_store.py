@@ -117,6 +117,8 @@ class SqliteStore:
     ) -> None:
         self.path = path
         self._writer = writer
+        # Merged roll-up rows of past days, shared by the reads, invalidated by the writer.
+        self._closed_days = writer.closed_days
         self._retention_days = retention_days
         self._limiter = trio.CapacityLimiter(query_threads)
         self._write_lock = trio.Lock()
@@ -313,7 +315,9 @@ class SqliteStore:
         """See :meth:`TelemetryStore.services`."""
         check_range(time_range)
         check_limit(limit)
-        return await self._read(lambda ctx: _rollups.services(ctx, time_range, limit, service_name))
+        return await self._read(
+            lambda ctx: _rollups.services(ctx, time_range, limit, service_name, self._closed_days)
+        )
 
     async def operations(
         self, service_name: str, time_range: TimeRange, *, limit: int
@@ -322,7 +326,7 @@ class SqliteStore:
         check_range(time_range)
         check_limit(limit)
         return await self._read(
-            lambda ctx: _rollups.operations(ctx, service_name, time_range, limit)
+            lambda ctx: _rollups.operations(ctx, service_name, time_range, limit, self._closed_days)
         )
 
     async def get_trace(
@@ -380,7 +384,9 @@ class SqliteStore:
         check_range(time_range)
         check_limit(limit)
         return await self._read(
-            lambda ctx: _rollups.service_edges(ctx, time_range, limit, service_name)
+            lambda ctx: _rollups.service_edges(
+                ctx, time_range, limit, service_name, self._closed_days
+            )
         )
 
     async def deploys(
@@ -389,7 +395,9 @@ class SqliteStore:
         """See :meth:`TelemetryStore.deploys`."""
         check_range(time_range)
         check_limit(limit)
-        return await self._read(lambda ctx: _rollups.deploys(ctx, time_range, limit, service_name))
+        return await self._read(
+            lambda ctx: _rollups.deploys(ctx, time_range, limit, service_name, self._closed_days)
+        )
 
     async def service_red_series(
         self, time_range: TimeRange, *, step_ns: int, limit: int
