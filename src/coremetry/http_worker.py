@@ -165,14 +165,80 @@ def with_reason_phrase(data: bytes) -> bytes:
     return b"HTTP/1.1 %s %s\r\n" % (found.group(1), phrase.encode()) + data[found.end() :]
 
 
+class IdleSweeper:
+    """Closes a worker's connections whose idle period or request head has run out.
+
+    One task for every connection of a worker (:func:`serve_http` runs it), where hypercorn
+    gives each connection an idle task and starts a new one on every answer (a lock, a task
+    through ``nursery.start``, the old one cancelled: several scheduler round trips per
+    request). Here a connection between requests is a deadline and an entry in a set — a
+    held SSE or WebSocket connection costs no task at all — and an answer moves a float.
+
+    The task sleeps until the earliest deadline it was told of (:meth:`moved`: a deadline
+    moved earlier wakes it sooner; one moved later is found when it wakes), then lets every
+    connection decide (:meth:`ContainedTCPServer.expire`). Once the server is shutting down
+    (``context.terminated``) every idle connection is closed at once, and each busy one as
+    soon as its answer is complete.
+    """
+
+    def __init__(self, context: WorkerContext) -> None:
+        self._context = context
+        self._connections: set[ContainedTCPServer] = set()
+        self._wake_at = math.inf
+        self._scope: trio.CancelScope | None = None
+
+    def add(self, connection: "ContainedTCPServer") -> None:
+        """Watch ``connection`` (from its start until :meth:`discard`)."""
+        self._connections.add(connection)
+        self.moved(connection.deadline)
+
+    def discard(self, connection: "ContainedTCPServer") -> None:
+        """Stop watching ``connection`` (it ended, or is being closed)."""
+        self._connections.discard(connection)
+
+    def moved(self, deadline: float) -> None:
+        """A connection's deadline is now ``deadline`` (trio clock, s): wake up by then."""
+        if deadline < self._wake_at:
+            self._wake_at = deadline
+            if self._scope is not None:
+                self._scope.deadline = deadline
+
+    async def run(self) -> None:
+        """Sweep until cancelled (:func:`serve_http` cancels it once its connections ended)."""
+        while True:
+            terminated = self._context.terminated
+            with trio.CancelScope(deadline=self._wake_at) as scope:
+                self._scope = scope
+                try:
+                    if terminated.is_set():
+                        await trio.sleep_forever()  # until a busy connection becomes idle
+                    else:
+                        await terminated.wait()
+                finally:
+                    self._scope = None
+            now = trio.current_time()
+            closing = terminated.is_set()
+            self._wake_at = math.inf
+            for connection in list(self._connections):
+                connection.expire(now, closing=closing)
+            self._wake_at = min(
+                (connection.deadline for connection in self._connections), default=math.inf
+            )
+
+
 class ContainedTCPServer(TCPServer):
     """hypercorn's connection handler with its close/send race defused (module docstring).
 
     It also writes each HTTP/1.1 status line with its reason phrase (:func:`with_reason_phrase`)
-    and times idle connections and request heads apart (module docstring, item 3) with one
-    watcher task per connection whose deadline moves, where hypercorn starts a task per answer.
+    and times idle connections and request heads apart (module docstring, item 3) through the
+    worker's :class:`IdleSweeper` (:attr:`sweeper`), where hypercorn starts a task per answer.
     """
 
+    sweeper: IdleSweeper | None = None
+    """The worker's idle sweeper, set before :meth:`run` (``None``: no idle timeouts)."""
+    deadline = math.inf
+    """When the current idle period or request head times out (trio clock, s); inf: a
+    request is being served."""
     _fresh = True
     """No idle period has begun yet: the connection is new."""
     _arrived = False
@@ -180,35 +246,34 @@ class ContainedTCPServer(TCPServer):
     _idle = True
     """No request is being served: the connection waits for a complete request head."""
     _ended = False
-    """The reader is done (the client closed, or the connection broke): the watcher returns."""
-    _deadline = math.inf
-    """When the current idle period or request head times out (trio clock, s); inf: serving."""
-    _watch: trio.CancelScope | None = None
-    """The idle watcher's current cancel scope, whose deadline is :attr:`_deadline`."""
+    """The reader is done (the client closed, or the connection broke)."""
 
     async def _read_data(self) -> None:
-        # hypercorn's TCPServer._read_data, noting arrivals for the idle watcher.
-        while True:
-            try:
-                with trio.fail_after(self.config.read_timeout or math.inf):
-                    data = await self.stream.receive_some(MAX_RECV)
-            except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError):
-                break
-            if self._idle and not self._arrived:
-                # A request has begun: its head gets REQUEST_HEAD_TIMEOUT_S from now.
-                self._arrived = True
-                self._set_deadline(trio.current_time() + REQUEST_HEAD_TIMEOUT_S)
-            await self.protocol.handle(RawData(bytes(data)))
-            if data == b"":
-                break
-        await self.protocol.handle(Closed())
-        self._ended = True
-        self._set_deadline(-math.inf)
+        # hypercorn's TCPServer._read_data, noting arrivals for the idle sweeper.
+        try:
+            while True:
+                try:
+                    with trio.fail_after(self.config.read_timeout or math.inf):
+                        data = await self.stream.receive_some(MAX_RECV)
+                except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError):
+                    break
+                if self._idle and not self._arrived:
+                    # A request has begun: its head gets REQUEST_HEAD_TIMEOUT_S from now.
+                    self._arrived = True
+                    self._set_deadline(trio.current_time() + REQUEST_HEAD_TIMEOUT_S)
+                await self.protocol.handle(RawData(bytes(data)))
+                if data == b"":
+                    break
+            await self.protocol.handle(Closed())
+        finally:
+            self._ended = True
+            if self.sweeper is not None:
+                self.sweeper.discard(self)
 
     def _set_deadline(self, deadline: float) -> None:
-        self._deadline = deadline
-        if self._watch is not None:
-            self._watch.deadline = deadline
+        self.deadline = deadline
+        if self.sweeper is not None:
+            self.sweeper.moved(deadline)
 
     def _idle_began(self) -> None:
         """An answer is complete (``Updated(idle=True)``), or the connection is new."""
@@ -226,39 +291,43 @@ class ContainedTCPServer(TCPServer):
     def _idle_ended(self) -> None:
         """A request head is complete (``Updated(idle=False)``): no timer while it is served."""
         self._idle = False
-        self._set_deadline(math.inf)
+        self.deadline = math.inf
 
     async def _idle_timeout(self) -> None:
-        # The connection's idle watcher: hypercorn starts it once, from run(), through its
-        # idle task. hypercorn's own restarts it (a new task through nursery.start, the old
-        # one cancelled) on every answer and stops it on every request head, several
-        # scheduler round trips per request; here protocol_send's Updated events move the
-        # deadline of this one task's cancel scope instead.
+        # Started once, by run() through hypercorn's idle task: the connection's first idle
+        # period begins and the sweeper watches it from now on. protocol_send's Updated events
+        # then move its deadline; hypercorn would restart this task on every answer.
         self._idle_began()
-        terminated = self.context.terminated
-        while True:
-            with trio.CancelScope(deadline=self._deadline) as scope:
-                self._watch = scope
-                try:
-                    if terminated.is_set():
-                        await trio.sleep_forever()  # serving while shutting down: wait for idle
-                    else:
-                        await terminated.wait()
-                finally:
-                    self._watch = None
-            if self._ended:  # mypy cannot see _read_data set it during the wait
+        if self.sweeper is not None:
+            self.sweeper.add(self)
+
+    def expire(self, now: float, *, closing: bool) -> None:
+        """The sweeper's verdict on this connection at ``now`` (trio clock, s).
+
+        An idle connection whose deadline has passed is closed — unless bytes of a request the
+        reader has not taken yet wait in its socket (a busy event loop): that request then gets
+        :data:`REQUEST_HEAD_TIMEOUT_S`. ``closing`` (the server is shutting down): every idle
+        connection is closed. A connection serving a request is left alone.
+        """
+        sweeper = self.sweeper
+        if self._ended or sweeper is None:
+            if sweeper is not None:
+                sweeper.discard(self)
+            return
+        if not self._idle:
+            return
+        if not closing:
+            if now < self.deadline:
                 return
-            if not self._idle:
-                continue  # shutdown began while a request is served: it is answered first
-            if terminated.is_set():
-                break
-            if trio.current_time() < self._deadline:
-                continue  # the deadline moved while this task was waking up
             if not self._arrived and self._readable():
-                self._arrived = True  # a request the reader has not taken yet: serve it
-                self._set_deadline(trio.current_time() + REQUEST_HEAD_TIMEOUT_S)
-                continue
-            break
+                self._arrived = True
+                self.deadline = now + REQUEST_HEAD_TIMEOUT_S
+                return
+        self.deadline = math.inf
+        sweeper.discard(self)
+        self._task_group.spawn(self._close_idle)
+
+    async def _close_idle(self) -> None:
         with trio.CancelScope(shield=True):
             await self._initiate_server_close()
 
@@ -288,8 +357,8 @@ class ContainedTCPServer(TCPServer):
         the protocol's next bytes (its body) in one ``send_all``, and the empty write h11 makes
         for the end of such a body is skipped: a JSON answer is one write and one scheduler
         round trip instead of three. Any other event writes a held head first. ``Updated``
-        events (a request head complete, an answer complete) move the idle watcher's deadline
-        (:meth:`_idle_timeout`).
+        events (a request head complete, an answer complete) move the idle deadline
+        (:class:`IdleSweeper`).
         """
         if isinstance(event, RawData):
             data = event.data
@@ -309,7 +378,7 @@ class ContainedTCPServer(TCPServer):
             if self._held is not None:
                 held, self._held = self._held, None
                 await self._send(RawData(data=held))
-            if isinstance(event, Updated):  # the idle watcher's deadline moves; no task starts
+            if isinstance(event, Updated):  # the idle deadline moves; no task starts
                 if event.idle:
                     self._idle_began()
                 else:
@@ -352,6 +421,7 @@ async def serve_http(
     lifespan_state: LifespanState = {}
     lifespan = Lifespan(wrapped, config, lifespan_state)
     context = WorkerContext(None)
+    sweeper = IdleSweeper(context)
     open_streams: set[trio.SocketStream] = set()
     none_open = trio.Event()
 
@@ -376,12 +446,14 @@ async def serve_http(
                 ConnectionState(lifespan_state.copy()),
                 stream,  # type: ignore[arg-type]
             )
+            server.sweeper = sweeper
             await server.run()
 
     async with trio.open_nursery() as lifespan_nursery:
         await lifespan_nursery.start(lifespan.handle_lifespan)
         await lifespan.wait_for_startup()
         tune_garbage_collector()
+        lifespan_nursery.start_soon(sweeper.run)  # cancelled with the lifespan, at the end
         async with trio.open_nursery() as server_nursery:
             sockets = config.create_sockets()
             listeners: list[trio.SocketListener] = []
