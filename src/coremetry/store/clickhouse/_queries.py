@@ -477,6 +477,34 @@ class Reader:
 
     # -- traces -------------------------------------------------------------------------------
 
+    def _within_lookup_bounds(self, traces: str) -> tuple[str, str]:
+        """The ``WITH`` clause and ``WHERE`` condition of a read of the spans of ``traces``.
+
+        ``traces`` is a condition on ``TraceId`` naming ``{count:UInt64}`` traces. With the
+        lookup table, the read is bounded by the union of their rows' bounds (whole seconds,
+        truncated: the spans start in ``[min(Start), max(End) + 1 s)``; an ``End`` at the
+        largest ``DateTime``, our view's stand-in for later times, leaves it open above) when
+        every trace has a row and none wraps (``End`` before ``Start``: the exporter's view past
+        2106); otherwise, and without a lookup table, by ``traces`` alone.
+        """
+        if self.trace_lookup is None:
+            return "", traces
+        bounds = f"""
+            WITH (
+                SELECT tuple(toUnixTimestamp64Nano(toDateTime64(min(Start), 9)),
+                             toUnixTimestamp64Nano(toDateTime64(max(End), 9)),
+                             uniqExact(TraceId), countIf(End < Start))
+                FROM {self.trace_lookup} WHERE {traces}
+            ) AS bounds
+        """
+        where = (
+            f"{traces} AND (bounds.3 < {{count:UInt64}} OR bounds.4 > 0"
+            " OR (Timestamp >= fromUnixTimestamp64Nano(bounds.1)"
+            " AND Timestamp < fromUnixTimestamp64Nano("
+            f"if(bounds.2 >= {LOOKUP_MAX_S * SECOND}, {MAX_NS}, bounds.2 + {SECOND}))))"
+        )
+        return bounds, where
+
     async def get_trace(self, trace_id: str, limit: int, cursor: str | None) -> Page[Span]:
         """The spans of one trace, by start time then span id.
 
@@ -484,31 +512,13 @@ class Reader:
         trace's bounds from it (``min(Start)``, ``max(End)``, rows), which ClickHouse runs
         first and folds into constants, so the span read that follows prunes by them (the
         day's partitions, the sort key's ``toDateTime(Timestamp)`` ranges) before the
-        ``TraceId`` bloom filter. The view stores whole seconds, truncated: the spans start
-        in ``[Start, End + 1 s)``; an ``End`` at the largest ``DateTime`` (our view's
-        stand-in for later times) leaves the range open above. No row (a trace written past
-        the view, or before it existed) or ``End`` before ``Start`` (the exporter's view wraps
-        times past 2106): the condition is true and the read is by ``TraceId`` alone, as
-        without a lookup table. The spans and the total are the same either way.
+        ``TraceId`` bloom filter (:meth:`_within_lookup_bounds`). No row (a trace written
+        past the view, or before it existed) or a row that wraps: the read is by ``TraceId``
+        alone, as without a lookup table. The spans and the total are the same either way.
         """
         qhash = query_hash("get_trace", trace_id)
-        params: dict[str, Param] = {"trace_id": trace_id, "limit": limit + 1}
-        bounds = ""
-        where = "TraceId = {trace_id:String}"
-        if self.trace_lookup is not None:
-            bounds = f"""
-                WITH (
-                    SELECT tuple(toUnixTimestamp64Nano(toDateTime64(min(Start), 9)),
-                                 toUnixTimestamp64Nano(toDateTime64(max(End), 9)), count())
-                    FROM {self.trace_lookup} WHERE TraceId = {{trace_id:String}}
-                ) AS bounds
-            """
-            where += (
-                " AND (bounds.3 = 0 OR bounds.2 < bounds.1"
-                " OR (Timestamp >= fromUnixTimestamp64Nano(bounds.1)"
-                " AND Timestamp < fromUnixTimestamp64Nano("
-                f"if(bounds.2 >= {LOOKUP_MAX_S * SECOND}, {MAX_NS}, bounds.2 + {SECOND}))))"
-            )
+        params: dict[str, Param] = {"trace_id": trace_id, "limit": limit + 1, "count": 1}
+        bounds, where = self._within_lookup_bounds("TraceId = {trace_id:String}")
         after = ""
         if cursor is not None:
             key = _CURSORS.decode(cursor, qhash, (int, str))
@@ -539,7 +549,7 @@ class Reader:
         if total is None:
             count = await self.run.query(
                 f"{bounds} SELECT count() FROM {self.traces} WHERE {where}",
-                {"trace_id": trace_id},
+                {"trace_id": trace_id, "count": 1},
             )
             total = cast(int, count[0][0])
         next_cursor = None
@@ -555,33 +565,16 @@ class Reader:
         cut after ``limit`` (a window per trace), its total a window count, its cursor the one
         :meth:`get_trace` would give (so paging goes on with it).
 
-        With the lookup table the read is bounded by the union of the traces' bounds (the
-        earliest ``Start`` to the latest ``End`` + 1 s) when every id has a row there and none
-        wraps (``End`` before ``Start``); otherwise by the ids alone, as :meth:`get_trace` does
-        without a row. ``trace_ids`` are normalised (``check_trace_ids``); a repeated id gets
-        the same page again, an unknown one an empty page with total 0.
+        With the lookup table the read is bounded by the union of the traces' bounds when
+        every id has a row there and none wraps, else by the ids alone
+        (:meth:`_within_lookup_bounds`). ``trace_ids`` are normalised (``check_trace_ids``);
+        a repeated id gets the same page again, an unknown one an empty page with total 0.
         """
         unique = list(dict.fromkeys(trace_ids))
         if not unique:
             return []
         params: dict[str, Param] = {"ids": unique, "limit": limit, "count": len(unique)}
-        bounds = ""
-        where = "TraceId IN {ids:Array(String)}"
-        if self.trace_lookup is not None:
-            bounds = f"""
-                WITH (
-                    SELECT tuple(toUnixTimestamp64Nano(toDateTime64(min(Start), 9)),
-                                 toUnixTimestamp64Nano(toDateTime64(max(End), 9)),
-                                 uniqExact(TraceId), countIf(End < Start))
-                    FROM {self.trace_lookup} WHERE TraceId IN {{ids:Array(String)}}
-                ) AS bounds
-            """
-            where += (
-                " AND (bounds.3 < {count:UInt64} OR bounds.4 > 0"
-                " OR (Timestamp >= fromUnixTimestamp64Nano(bounds.1)"
-                " AND Timestamp < fromUnixTimestamp64Nano("
-                f"if(bounds.2 >= {LOOKUP_MAX_S * SECOND}, {MAX_NS}, bounds.2 + {SECOND}))))"
-            )
+        bounds, where = self._within_lookup_bounds("TraceId IN {ids:Array(String)}")
         # One scan of the traces' granules; rank and total are windows over each whole trace.
         rows = await self.run.query(
             f"""
