@@ -2,10 +2,11 @@
 
 A read of whole past days takes their merged rows from the cache; the answers must be the
 ones the day rows give (``cache=None``), and a write into a cached day (a late span, the
-deferred pass, retention) must change the next answer.
+deferred pass, retention), by this process or another, must change the next answer.
 """
 
 import random
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,8 @@ from coremetry.store.sqlite._rollups import (
     operations,
     service_edges,
     services,
+    touch_all_days,
+    touch_days,
 )
 from coremetry.store.sqlite._runtime import SqlParam
 from coremetry.store.testing._checks_rollups import _compare, _spans
@@ -185,41 +188,88 @@ def _filler(value: str, calls: list[str]) -> Callable[[], list[tuple[SqlParam, .
     return fill
 
 
-def test_an_entry_is_kept_only_when_no_write_to_its_days_ran_meanwhile() -> None:
-    cache = ClosedDays(entries=2)
+def _touch(path: Path, days: list[int] | None) -> None:
+    """Another connection (another process, for SQLite) commits a change to ``days`` (all
+    days' rows when ``None``, as retention does), bumping their generations as writers do."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        if days is None:
+            touch_all_days(conn)
+        else:
+            touch_days(conn, days)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+async def test_an_entry_serves_only_while_its_days_generations_are_unchanged(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.db"
     days = ((86400, 0, 2 * DAY),)
     calls: list[str] = []
-    token = cache.token()
-    cache.begin([DAY])  # a write to the second day, not committed yet
-    assert cache.rows("k", days, token, _filler("a", calls)) == [("a",)]
-    cache.end()
-    # Not kept: the token was taken before that write committed.
-    assert cache.rows("k", days, cache.token(), _filler("b", calls)) == [("b",)]
-    assert cache.rows("k", days, cache.token(), _filler("c", calls)) == [("b",)]
-    # A token taken before a later write does not get the entry, nor does any read after it.
-    old = cache.token()
-    cache.begin([0])
-    cache.end()
-    assert cache.rows("k", days, old, _filler("d", calls)) == [("d",)]
-    assert cache.rows("k", days, cache.token(), _filler("e", calls)) == [("e",)]
-    # A write to another day leaves the entry; retention (every day) does not.
-    cache.begin([5 * DAY])
-    cache.end()
-    assert cache.rows("k", days, cache.token(), _filler("f", calls)) == [("e",)]
-    cache.begin_all()
-    cache.end()
-    assert cache.rows("k", days, cache.token(), _filler("g", calls)) == [("g",)]
-    assert calls == ["a", "b", "d", "e", "g"]
+    async with open_sqlite_store(path, retention_days=0) as store:
+        cache = ClosedDays(entries=2)
+
+        async def rows(value: str) -> list[tuple[SqlParam, ...]]:
+            return await store._read(lambda ctx: cache.rows("k", days, ctx, _filler(value, calls)))
+
+        assert await rows("a") == [("a",)]
+        assert await rows("b") == [("a",)]  # served
+        _touch(path, [DAY])  # a write to the second day, from another connection
+        assert await rows("c") == [("c",)]
+        assert await rows("d") == [("c",)]
+        _touch(path, [5 * DAY])  # another day: the entry stays
+        assert await rows("e") == [("c",)]
+        _touch(path, None)  # retention: any day
+        assert await rows("f") == [("f",)]
+    assert calls == ["a", "c", "f"]
 
 
-def test_the_cache_keeps_at_most_its_entries() -> None:
+async def test_the_cache_keeps_at_most_its_entries(tmp_path: Path) -> None:
     cache = ClosedDays(entries=2)
     calls: list[str] = []
-    for low in range(4):
-        part = ((86400, low * DAY, (low + 1) * DAY),)
-        cache.rows("k", part, cache.token(), _filler(str(low), calls))
-    assert len(cache) == 2
-    # The least recently used went first: day 0 is computed again, day 3 is served.
-    cache.rows("k", ((86400, 0, DAY),), cache.token(), _filler("again", calls))
-    cache.rows("k", ((86400, 3 * DAY, 4 * DAY),), cache.token(), _filler("never", calls))
+    async with open_sqlite_store(tmp_path / "t.db", retention_days=0) as store:
+
+        async def rows(part: tuple[tuple[int, int, int], ...], value: str) -> None:
+            await store._read(lambda ctx: cache.rows("k", part, ctx, _filler(value, calls)))
+
+        for low in range(4):
+            await rows(((86400, low * DAY, (low + 1) * DAY),), str(low))
+        assert len(cache) == 2
+        # The least recently used went first: day 0 is computed again, day 3 is served.
+        await rows(((86400, 0, DAY),), "again")
+        await rows(((86400, 3 * DAY, 4 * DAY),), "never")
     assert calls == ["0", "1", "2", "3", "again"]
+
+
+async def test_a_late_span_written_by_another_process_changes_the_next_answer(
+    tmp_path: Path,
+) -> None:
+    """``coremetry ingest`` writes into the store while the server runs (README): a second
+    store on the same file (its own connections and writer, as another process has) stores a
+    span of a cached past day; the server's store answers with it at once."""
+    _, spans = _past_spans()
+    now = time.time_ns()
+    week = TimeRange(start_unix_nano=now - 7 * DAY, end_unix_nano=now)
+    at = _today() - 4 * DAY + 5 * HOUR
+    trace = f"{8:032x}"
+    late = [
+        _span(trace, f"{1:016x}", "", "orders", at, version="orders-9"),
+        _span(trace, f"{2:016x}", f"{1:016x}", "stock", at + 10),
+    ]
+    path = tmp_path / "t.db"
+    async with open_sqlite_store(path, retention_days=0) as server:
+        await server.write(TelemetryBatch(spans=spans))
+        before = await _same_as_uncached(server, week)
+        assert await _answers(server, week, cached=True) == before  # served from the cache
+        async with open_sqlite_store(path, retention_days=0) as other:
+            await other.write(TelemetryBatch(spans=late))
+        after = await _same_as_uncached(server, week)
+    assert after != before
+    orders = [s for s in after[0].items if s.service_name == "orders"]
+    assert "orders-9" in orders[0].versions
+    edges = {(e.caller, e.callee): e.call_count for e in after[2]}
+    edges_before = {(e.caller, e.callee): e.call_count for e in before[2]}
+    assert edges[("orders", "stock")] == edges_before[("orders", "stock")] + 1

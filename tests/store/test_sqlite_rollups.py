@@ -88,7 +88,14 @@ async def test_a_version_3_database_gets_its_rollups_built_on_open(tmp_path: Pat
     # Make it the database version 3 wrote: no roll-up tables.
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        for table in ("red_services", "red_operations", "red_edges", "edge_pending", "red_logs"):
+        for table in (
+            "red_services",
+            "red_operations",
+            "red_edges",
+            "edge_pending",
+            "red_logs",
+            "rollup_days",
+        ):
             conn.execute(f"DROP TABLE {table}")
         conn.execute("PRAGMA user_version = 3")
     finally:
@@ -125,6 +132,7 @@ async def test_a_version_4_database_gets_its_sketches_reencoded_on_open(tmp_path
                 conn.execute(f"UPDATE {table} SET sketch = ? WHERE {where}", (old, *key))
                 rows.append(key)
             assert rows, table
+        conn.execute("DROP TABLE rollup_days")  # version 6's
         conn.execute("PRAGMA user_version = 4")
     finally:
         conn.close()

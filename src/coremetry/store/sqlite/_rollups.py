@@ -411,16 +411,13 @@ _CHILDREN_BY_ID: Final = (
 )
 
 
-def resolve_pending(
-    conn: sqlite3.Connection, since_id: int | None, days: ClosedDays | None = None
-) -> int:
+def resolve_pending(conn: sqlite3.Connection, since_id: int | None) -> int:
     """The deferred pass: roll up the waiting children whose parent is stored now (blocking).
 
     Runs in its own write transaction (the caller's). ``since_id``: the largest span row id
     the previous pass saw (only parents above it can be new), or ``None`` to check every
-    waiting child (at open, before a retention rebuild). ``days``: told the days whose edge
-    rows this pass changes (:meth:`ClosedDays.begin`; the caller ends it after its commit).
-    Returns the largest span row id now.
+    waiting child (at open, before a retention rebuild). The days whose edge rows it changes
+    get a new generation (:func:`touch_days`). Returns the largest span row id now.
     """
     top = int(conn.execute("SELECT coalesce(max(id), 0) FROM spans").fetchone()[0])
     if since_id is not None and top <= since_id:
@@ -439,8 +436,7 @@ def resolve_pending(
     if waiting:
         batch = _Batch()
         batch.add_calls(row[2:] for row in waiting if row[2] != row[3])
-        if days is not None:
-            days.begin(batch.days())
+        touch_days(conn, batch.days())
         conn.executemany(
             "DELETE FROM edge_pending WHERE trace_id = ? AND parent_span_id = ?",
             sorted({(row[0], row[1]) for row in waiting}),
@@ -452,8 +448,8 @@ def resolve_pending(
 def apply_written(conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | None) -> set[int]:
     """Roll up the spans a write just stored (blocking; inside the write's transaction).
 
-    Returns the UTC days (their starts, unix ns) whose roll-up rows changed: the writer tells
-    :class:`ClosedDays` (:meth:`ClosedDays.begin`) before it commits.
+    Returns the UTC days (their starts, unix ns) whose roll-up rows changed; their
+    generations are bumped here, in the same transaction (:func:`touch_days`).
 
     Args:
         conn: the writer connection (:func:`register_functions` done).
@@ -507,7 +503,9 @@ def apply_written(conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | 
             orphans,
         )
     batch.write(conn)
-    return batch.days()
+    days = batch.days()
+    touch_days(conn, days)
+    return days
 
 
 _LOG_ROLLUP: Final = (
@@ -580,6 +578,7 @@ def reencode_sketches(conn: sqlite3.Connection) -> None:
 
 def drop_before(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
     """Delete roll-up rows whose bucket ends at or before the cutoff, and pending children."""
+    touch_all_days(conn)
     for width in WIDTHS:
         limit = cutoff_unix_nano - width * _NS
         for table in ("red_services", "red_operations", "red_edges"):
@@ -626,6 +625,7 @@ def rebuild_straddling(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
     The minute from the raw spans (at most a minute of them), each coarser bucket from the
     finer rows inside it. Idempotent.
     """
+    touch_all_days(conn)
     for index, width in enumerate(WIDTHS):
         step = width * _NS
         bucket = cutoff_unix_nano - cutoff_unix_nano % step
@@ -767,26 +767,46 @@ def widened(ctx: ReadContext, time_range: TimeRange) -> TimeRange:
 _DAY: Final = WIDTHS[-1] * _NS
 CLOSED_DAYS_ENTRIES: Final = 64
 """Entries :class:`ClosedDays` keeps (least recently used first out)."""
-_MAX_GENERATIONS: Final = 4096
-"""Days whose write generation :class:`ClosedDays` tracks before it forgets them all (bumping
-its epoch, so that every entry and every read's token made before is invalid)."""
+ANY_DAY: Final = -1
+"""The ``rollup_days`` row whose generation retention bumps: every day's rows may change."""
 
-_Token = tuple[int, dict[int, int]]
-_Tag = tuple[int, tuple[tuple[int, int], ...]]
+_Tag = tuple[tuple[int, int], ...]
 _CachedRow = tuple[SqlParam, ...]
 _Part = tuple[tuple[int, int, int], ...]
 """Whole-bucket ranges ``(width, first bucket, end)`` of a window (:func:`plan`'s)."""
 
+_BUMP: Final = (
+    "INSERT INTO rollup_days (day, generation) VALUES (?, 1) "
+    "ON CONFLICT (day) DO UPDATE SET generation = generation + 1"
+)
 
-def _tag(token: _Token, low: int, high: int) -> _Tag:
-    """The generations of the days in ``[low, high)`` (and the epoch) in ``token``."""
-    epoch, generations = token
-    return epoch, tuple(sorted((d, g) for d, g in generations.items() if low <= d < high))
+
+def touch_days(conn: sqlite3.Connection, days: Iterable[int]) -> None:
+    """Bump the generation of ``days`` (UTC day starts, unix ns), in the caller's transaction.
+
+    Every write that changes a day's roll-up rows calls it in the same transaction, in any
+    process (the server's writer, ``coremetry ingest``, a migration step), which is what
+    :class:`ClosedDays` relies on.
+    """
+    conn.executemany(_BUMP, [(day,) for day in sorted(set(days))])
 
 
-def _settled(tag: _Tag) -> bool:
-    """No write was in progress (every generation even) when ``tag`` was taken."""
-    return tag[0] % 2 == 0 and all(g % 2 == 0 for _, g in tag[1])
+def touch_all_days(conn: sqlite3.Connection) -> None:
+    """Bump :data:`ANY_DAY`'s generation (retention: any day's rows may change)."""
+    conn.execute(_BUMP, (ANY_DAY,))
+
+
+def _tag(ctx: ReadContext, low: int, high: int) -> _Tag:
+    """The generations of the days in ``[low, high)`` and of :data:`ANY_DAY`, in ``ctx``.
+
+    Read in the read's snapshot; a day never written has no row (the tuple leaves it out).
+    """
+    rows = ctx.execute(
+        "SELECT day, generation FROM rollup_days "
+        "WHERE day = ? OR (day >= ? AND day < ?) ORDER BY day",
+        (ANY_DAY, low, high),
+    )
+    return tuple((cast(int, day), cast(int, generation)) for day, generation in rows)
 
 
 class ClosedDays:
@@ -803,47 +823,26 @@ class ClosedDays:
     also read by ``deploys``), ``services`` and ``operations`` of one service, ``edges``
     (filtered per service when asked). "Days" below are the UTC days the ranges touch.
 
-    **Never stale: write generations.** Each day (its start, unix ns) has a generation,
-    ``0`` until a write touches it. The writer (:class:`._writer.Writer`), inside a write's
-    transaction and before its ``COMMIT``, calls :meth:`begin` with the days of the spans it
-    stored (a late span of a closed day: OTLP may deliver it days later) or the deferred
-    pass rolled up, which makes each of them *odd* ("a write in progress"); after the
-    ``COMMIT`` (or the ``ROLLBACK``) it calls :meth:`end`, which makes them even again.
-    For retention (:func:`drop_before`, :func:`rebuild_straddling`) it calls :meth:`begin_all`,
-    which does the same to an *epoch* that every entry depends on. So every commit that changes a
-    day's roll-up rows lies strictly between two changes of that day's generation (or the
-    epoch). A read takes a :meth:`token` (the generations now) **before its snapshot begins**
-    (before its first statement; :meth:`rows` is given it). Then:
-
-    - *Fill*: the rows computed from the read's snapshot are kept, tagged with the token's
-      generations of those days, only if those were all even and are unchanged after the
-      computation. No commit to those days happened between the token and that check (it
-      would have changed a generation in between, or made the token's odd), and the
-      snapshot lies in between: the rows are the days' state throughout.
-    - *Use*: an entry serves a read only if its tag equals the read's token's **and** the
-      generations now. Then no commit to those days happened from the earlier of the two
-      tokens until now, and both snapshots lie in that stretch: the entry equals what the
-      read's own snapshot holds.
-
-    Migrations run at open, before a store (and so a cache) exists; the cache lives in the
-    store process and assumes that its writer is the only one writing the file (as the
-    store's retention and deferred pass already do).
+    **Never stale, whoever writes: generations in the database.** The table ``rollup_days``
+    holds a generation per day, bumped (:func:`touch_days`) in the very transaction that
+    changes the day's roll-up rows, by every writer: the server's, ``coremetry ingest`` in
+    another process while the server runs, the deferred pass; retention bumps the row of
+    :data:`ANY_DAY` (:func:`touch_all_days`). A read takes the generations of its days from
+    its own snapshot (``ReadContext``: one read transaction), beside the roll-up rows it
+    reads. An entry is kept tagged with the generations of the snapshot its rows were merged
+    from, and serves a later read only if that read's snapshot holds the same generations:
+    then no commit changed those days' rows between the two snapshots, so the entry is what
+    the later snapshot holds. The cost: one indexed read of at most ~9 rows per cached read,
+    and an upsert per changed day per write.
 
     **Bounded memory**: at most :data:`CLOSED_DAYS_ENTRIES` entries (LRU); an entry is one row
     per group of its read kind (service versions, operations or edges), each one merged sketch
     of at most the sketch's bins (a few hundred 6-byte records): tens of KiB on the 5 M store.
-    At most :data:`_MAX_GENERATIONS` day generations are tracked. Ingest pays the set of days
-    of a write's roll-up keys (:meth:`_Batch.days`, a handful) and two dictionary updates per
-    day under a lock: ~2.5 µs per request of 512 spans.
     """
 
     def __init__(self, entries: int = CLOSED_DAYS_ENTRIES) -> None:
         self._lock = threading.Lock()
         self._limit = entries
-        self._epoch = 0
-        self._generations: dict[int, int] = {}
-        self._writing: set[int] = set()
-        self._writing_all = False
         self._entries: OrderedDict[tuple[str, _Part], tuple[_Tag, list[_CachedRow]]] = OrderedDict()
         self.hits = 0
         """Reads served from an entry (for benches and tests)."""
@@ -853,81 +852,37 @@ class ClosedDays:
     def __len__(self) -> int:
         return len(self._entries)
 
-    # -- the writer's side (inside its transaction, then after it) ------------------------
-
-    def begin(self, days: Iterable[int]) -> None:
-        """A write in progress changes the roll-up rows of ``days`` (day starts, unix ns)."""
-        with self._lock:
-            for day in days:
-                if day not in self._writing:
-                    self._writing.add(day)
-                    self._generations[day] = self._generations.get(day, 0) + 1
-
-    def begin_all(self) -> None:
-        """A write in progress changes the rows of any day (retention)."""
-        with self._lock:
-            if not self._writing_all:
-                self._writing_all = True
-                self._epoch += 1
-
-    def end(self) -> None:
-        """The write begun has committed or rolled back (no-op if none was begun)."""
-        with self._lock:
-            for day in self._writing:
-                self._generations[day] += 1
-            self._writing.clear()
-            if self._writing_all:
-                self._writing_all = False
-                self._epoch += 1
-            if len(self._generations) > _MAX_GENERATIONS:
-                self._generations = {}
-                self._epoch += 2  # even again; every entry and token made before is invalid
-                self._entries.clear()
-
-    # -- the readers' side ------------------------------------------------------------------
-
-    def token(self) -> _Token:
-        """The generations now; take it before the read's first statement (its snapshot)."""
-        with self._lock:
-            return self._epoch, dict(self._generations)
-
     def rows(
         self,
         kind: str,
         part: _Part,
-        token: _Token,
+        ctx: ReadContext,
         fill: Callable[[], list[_CachedRow]],
     ) -> list[_CachedRow]:
         """The merged rows of ``kind`` over ``part``'s buckets: kept, or ``fill()``'s.
 
         ``part``: ``(width, first bucket, end)`` ranges of whole buckets (unix ns), as
-        :func:`plan` gives; the entry depends on the generations of every day they touch.
-        ``fill`` computes the rows in the read's snapshot (blocking); see the class for when
-        they are kept and served.
+        :func:`plan` gives; the entry depends on the generations of every day they touch, read
+        in ``ctx`` (the read's snapshot, in which ``fill`` computes the rows; blocking).
         """
         low = min(first for _, first, _ in part)
         low -= low % _DAY
         high = max(end for _, _, end in part)
         key = (kind, part)
-        mine = _tag(token, low, high)
+        mine = _tag(ctx, low, high)
         with self._lock:
             found = self._entries.get(key)
-            if (
-                found is not None
-                and _settled(mine)
-                and found[0] == mine == _tag((self._epoch, self._generations), low, high)
-            ):
+            if found is not None and found[0] == mine:
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return found[1]
         computed = fill()
         with self._lock:
             self.fills += 1
-            if _settled(mine) and mine == _tag((self._epoch, self._generations), low, high):
-                self._entries[key] = (mine, computed)
-                self._entries.move_to_end(key)
-                while len(self._entries) > self._limit:
-                    self._entries.popitem(last=False)
+            self._entries[key] = (mine, computed)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._limit:
+                self._entries.popitem(last=False)
         return computed
 
 
@@ -1218,18 +1173,16 @@ def services(
 ) -> Page[ServiceSummary]:
     """RED per service from the roll-ups (see :class:`ServiceSummary`); one if ``service_name``.
 
-    ``cache``: the store's :class:`ClosedDays` (must be called before the read's first
-    statement: its token is taken here).
+    ``cache``: the store's :class:`ClosedDays` (its generations are read in ``ctx``).
     """
-    token = cache.token() if cache is not None else None
     time_range = widened(ctx, time_range)
     part = _closed_part(time_range) if cache is not None else None
     cached: list[_CachedRow] = []
-    if cache is not None and token is not None and part is not None:
+    if cache is not None and part is not None:
         cached = cache.rows(
             _services_kind(service_name),
             part,
-            token,
+            ctx,
             lambda: _merged_services(ctx, part, service_name),
         )
     only = ""
@@ -1328,15 +1281,14 @@ def operations(
 
     ``cache``: as :func:`services`'.
     """
-    token = cache.token() if cache is not None else None
     time_range = widened(ctx, time_range)
     part = _closed_part(time_range) if cache is not None else None
     cached: list[_CachedRow] = []
-    if cache is not None and token is not None and part is not None:
+    if cache is not None and part is not None:
         cached = cache.rows(
             f"operations\0{service_name}",
             part,
-            token,
+            ctx,
             lambda: _merged_operations(ctx, part, service_name),
         )
     rolled, rolled_params, raw, raw_params = _ranges(
@@ -1463,12 +1415,11 @@ def service_edges(
 
     ``cache``: as :func:`services`'.
     """
-    token = cache.token() if cache is not None else None
     time_range = widened(ctx, time_range)
     part = _closed_part(time_range) if cache is not None else None
     cached: list[_CachedRow] = []
-    if cache is not None and token is not None and part is not None:
-        cached = cache.rows("edges", part, token, lambda: _merged_edges(ctx, part))
+    if cache is not None and part is not None:
+        cached = cache.rows("edges", part, ctx, lambda: _merged_edges(ctx, part))
         if service_name is not None:
             cached = [row for row in cached if service_name in (row[0], row[1])]
     rolled, rolled_params, _, _ = _ranges(time_range, "x", "c.start_unix_nano", skip=part)
@@ -1540,17 +1491,16 @@ def deploys(
 
     ``cache``: as :func:`services`' (the same entries).
     """
-    token = cache.token() if cache is not None else None
     time_range = widened(ctx, time_range)
     part = _closed_part(time_range) if cache is not None else None
     cached: list[_CachedRow] = []
-    if cache is not None and token is not None and part is not None:
+    if cache is not None and part is not None:
         cached = [
             (row[0], row[1], row[3], row[4], row[2])
             for row in cache.rows(
                 _services_kind(service_name),
                 part,
-                token,
+                ctx,
                 lambda: _merged_services(ctx, part, service_name),
             )
             if row[1] != ""

@@ -6,7 +6,7 @@ transaction, so a crash mid-migration leaves the previous version intact. Openin
 runs every step above its version; a database *newer* than :data:`SCHEMA_VERSION` (written by
 a later Coremetry) is refused, never downgraded.
 
-Tables (version 5):
+Tables (version 6):
 
 - ``resources``: one row per distinct resource (``service.name`` + resource attributes),
   interned so that spans, log records and metric series store a small integer instead of the
@@ -35,6 +35,10 @@ Tables (version 5):
 - ``red_services`` / ``red_operations`` / ``red_edges`` / ``edge_pending`` / ``red_logs``
   (version 4; sketches re-encoded in 5): the RED roll-ups (and log counts) the writer keeps
   in the records' transaction, described in :mod:`._rollups`.
+- ``rollup_days`` (version 6): per UTC day (its start, unix ns), a generation every writer
+  bumps in the transaction that changes that day's roll-up rows (day ``-1``: any day's, for
+  retention), so that a process can tell whether merged rows it keeps are still the day's,
+  whichever process wrote (``._rollups.ClosedDays``).
 
 Every query of :mod:`coremetry.store.sqlite` has an index; the comment on each index names the
 queries that use it.
@@ -262,12 +266,23 @@ _V5: Final[tuple[str | Callable[[sqlite3.Connection], None], ...]] = (
     reencode_sketches,
 )
 
+_V6: Final[tuple[str | Callable[[sqlite3.Connection], None], ...]] = (
+    # Per UTC day, the generation of its roll-up rows (day -1: retention's, for every day).
+    """
+    CREATE TABLE rollup_days (
+        day INTEGER PRIMARY KEY,
+        generation INTEGER NOT NULL
+    ) WITHOUT ROWID
+    """,
+)
+
 MIGRATIONS: Final[tuple[Sequence[str | Callable[[sqlite3.Connection], None]], ...]] = (
     _V1,
     _V2,
     _V3,
     _V4,
     _V5,
+    _V6,
 )
 """Step ``i`` takes the schema from version ``i`` to ``i + 1``: 1 the tables and indexes, 2 the
 full-text index over log bodies (built from the logs already stored), 3 what
@@ -275,7 +290,8 @@ full-text index over log bodies (built from the logs already stored), 3 what
 range), an index of error spans, per-resource indexes instead of per-service-name ones (deploys;
 cheaper writes), and the histogram width of each metric series; 4 the RED roll-ups
 (:mod:`._rollups`), built from the spans already stored; 5 the roll-ups' sketches re-encoded
-as fixed-width records (:mod:`coremetry.store._sketch`), which a read merges in bulk."""
+as fixed-width records (:mod:`coremetry.store._sketch`), which a read merges in bulk; 6 the
+roll-up days' generations, written by every process that writes (``._rollups.ClosedDays``)."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 """The version this code writes and reads."""

@@ -118,7 +118,7 @@ class SqliteStore:
         self.path = path
         self._writer = writer
         # Merged roll-up rows of past days, shared by the reads, invalidated by the writer.
-        self._closed_days = writer.closed_days
+        self._closed_days = _rollups.ClosedDays()  # merged past days, checked per read
         self._retention_days = retention_days
         self._limiter = trio.CapacityLimiter(query_threads)
         self._write_lock = trio.Lock()

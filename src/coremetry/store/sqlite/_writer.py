@@ -108,8 +108,6 @@ class Writer:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self.closed_days = _rollups.ClosedDays()
-        """The readers' cache of merged past days; told which days each commit changes."""
         self._resources: dict[bytes, int] = {}
         self._series: dict[bytes, int] = {}
         self._rollups_stale = False  # retention deleted spans; straddling buckets not rebuilt
@@ -303,12 +301,10 @@ class Writer:
                 if spans:
                     # The RED roll-ups in the same transaction; from the rows at hand when all
                     # of them were new (else ``apply_written`` reads the new ones back).
-                    days = _rollups.apply_written(
+                    # (Each changed day's generation is bumped with them: ClosedDays.)
+                    _rollups.apply_written(
                         conn, last_span, span_rows if spans == len(span_rows) else None
                     )
-                    # Their days' cached merges are invalid from now until after the COMMIT.
-                    if days:
-                        self.closed_days.begin(days)
             if batch.logs:
                 rows = self._log_rows(batch, memo)
                 last = conn.execute("SELECT coalesce(max(id), 0) FROM logs").fetchone()[0]
@@ -338,8 +334,6 @@ class Writer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        finally:
-            self.closed_days.end()
         return WriteResult(
             spans_written=spans,
             spans_duplicate=len(batch.spans) - spans,
@@ -355,14 +349,12 @@ class Writer:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            seen = _rollups.resolve_pending(conn, self._parents_seen, self.closed_days)
+            seen = _rollups.resolve_pending(conn, self._parents_seen)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        finally:
-            self.closed_days.end()
         self._parents_seen = seen
 
     def delete_chunk(self, cutoff_unix_nano: int, chunk: int) -> RetentionResult:
@@ -377,9 +369,6 @@ class Writer:
         conn.execute("BEGIN IMMEDIATE")
         try:
             spans = conn.execute(_DELETE_SPANS, (cutoff_unix_nano, chunk)).rowcount
-            if spans or self._rollups_stale:
-                # Any day's roll-up rows may change (dropped, rebuilt): every cached merge.
-                self.closed_days.begin_all()
             if spans:
                 self._rollups_stale = True
                 _rollups.drop_before(conn, cutoff_unix_nano)
@@ -411,8 +400,6 @@ class Writer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        finally:
-            self.closed_days.end()
         if spans:
             # Row ids may be reused once the newest rows are gone: the next pass checks all.
             self._parents_seen = None
