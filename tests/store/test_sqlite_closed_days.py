@@ -93,6 +93,31 @@ def _span(
     )
 
 
+def _last_week() -> TimeRange:
+    now = time.time_ns()
+    return TimeRange(start_unix_nano=now - 7 * DAY, end_unix_nano=now)
+
+
+def _late_trace(number: int) -> list[Span]:
+    """A trace of four days ago (a cached past day): a new version of orders calling stock."""
+    at = _today() - 4 * DAY + 5 * HOUR
+    trace = f"{number:032x}"
+    return [
+        _span(trace, f"{1:016x}", "", "orders", at, version="orders-9"),
+        _span(trace, f"{2:016x}", f"{1:016x}", "stock", at + 10),
+    ]
+
+
+def _counts_the_late_trace(before: Answers, after: Answers) -> None:
+    """``after`` has :func:`_late_trace`'s version and call, ``before`` does not."""
+    assert after != before
+    orders = [s for s in after[0].items if s.service_name == "orders"]
+    assert "orders-9" in orders[0].versions
+    edges = {(e.caller, e.callee): e.call_count for e in after[2]}
+    edges_before = {(e.caller, e.callee): e.call_count for e in before[2]}
+    assert edges[("orders", "stock")] == edges_before[("orders", "stock")] + 1
+
+
 async def test_merged_past_days_answer_as_their_day_rows(tmp_path: Path) -> None:
     base, spans = _past_spans()
     now = time.time_ns()
@@ -119,36 +144,19 @@ async def test_merged_past_days_answer_as_their_day_rows(tmp_path: Path) -> None
 
 async def test_a_late_span_into_a_cached_day_changes_the_next_answer(tmp_path: Path) -> None:
     _, spans = _past_spans()
-    now = time.time_ns()
-    week = TimeRange(start_unix_nano=now - 7 * DAY, end_unix_nano=now)
+    week = _last_week()
     async with open_sqlite_store(tmp_path / "t.db", retention_days=0) as store:
         await store.write(TelemetryBatch(spans=spans))
         before = await _same_as_uncached(store, week)
         await _answers(store, week, cached=True)  # served from the cache
-        # OTLP delivers a trace of four days ago: a new version of orders calling stock.
-        at = _today() - 4 * DAY + 5 * HOUR
-        trace = f"{7:032x}"
-        await store.write(
-            TelemetryBatch(
-                spans=[
-                    _span(trace, f"{1:016x}", "", "orders", at, version="orders-9"),
-                    _span(trace, f"{2:016x}", f"{1:016x}", "stock", at + 10),
-                ]
-            )
-        )
+        await store.write(TelemetryBatch(spans=_late_trace(7)))  # OTLP delivers it late
         after = await _same_as_uncached(store, week)
-    assert after != before
-    orders = [s for s in after[0].items if s.service_name == "orders"]
-    assert "orders-9" in orders[0].versions
-    edges = {(e.caller, e.callee): e.call_count for e in after[2]}
-    edges_before = {(e.caller, e.callee): e.call_count for e in before[2]}
-    assert edges[("orders", "stock")] == edges_before[("orders", "stock")] + 1
+    _counts_the_late_trace(before, after)
 
 
 async def test_retention_changes_the_next_answer_over_cached_days(tmp_path: Path) -> None:
     _, spans = _past_spans()
-    now = time.time_ns()
-    week = TimeRange(start_unix_nano=now - 7 * DAY, end_unix_nano=now)
+    week = _last_week()
     async with open_sqlite_store(tmp_path / "t.db", retention_days=0) as store:
         await store.write(TelemetryBatch(spans=spans))
         before = await _same_as_uncached(store, week)
@@ -251,25 +259,13 @@ async def test_a_late_span_written_by_another_process_changes_the_next_answer(
     store on the same file (its own connections and writer, as another process has) stores a
     span of a cached past day; the server's store answers with it at once."""
     _, spans = _past_spans()
-    now = time.time_ns()
-    week = TimeRange(start_unix_nano=now - 7 * DAY, end_unix_nano=now)
-    at = _today() - 4 * DAY + 5 * HOUR
-    trace = f"{8:032x}"
-    late = [
-        _span(trace, f"{1:016x}", "", "orders", at, version="orders-9"),
-        _span(trace, f"{2:016x}", f"{1:016x}", "stock", at + 10),
-    ]
+    week = _last_week()
     path = tmp_path / "t.db"
     async with open_sqlite_store(path, retention_days=0) as server:
         await server.write(TelemetryBatch(spans=spans))
         before = await _same_as_uncached(server, week)
         assert await _answers(server, week, cached=True) == before  # served from the cache
         async with open_sqlite_store(path, retention_days=0) as other:
-            await other.write(TelemetryBatch(spans=late))
+            await other.write(TelemetryBatch(spans=_late_trace(8)))
         after = await _same_as_uncached(server, week)
-    assert after != before
-    orders = [s for s in after[0].items if s.service_name == "orders"]
-    assert "orders-9" in orders[0].versions
-    edges = {(e.caller, e.callee): e.call_count for e in after[2]}
-    edges_before = {(e.caller, e.callee): e.call_count for e in before[2]}
-    assert edges[("orders", "stock")] == edges_before[("orders", "stock")] + 1
+    _counts_the_late_trace(before, after)
