@@ -309,12 +309,7 @@ class ContainedTCPServer(TCPServer):
         :data:`REQUEST_HEAD_TIMEOUT_S`. ``closing`` (the server is shutting down): every idle
         connection is closed. A connection serving a request is left alone.
         """
-        sweeper = self.sweeper
-        if self._ended or sweeper is None:
-            if sweeper is not None:
-                sweeper.discard(self)
-            return
-        if not self._idle:
+        if self._ended or not self._idle:
             return
         if not closing:
             if now < self.deadline:
@@ -324,7 +319,8 @@ class ContainedTCPServer(TCPServer):
                 self.deadline = now + REQUEST_HEAD_TIMEOUT_S
                 return
         self.deadline = math.inf
-        sweeper.discard(self)
+        if self.sweeper is not None:
+            self.sweeper.discard(self)
         self._task_group.spawn(self._close_idle)
 
     async def _close_idle(self) -> None:

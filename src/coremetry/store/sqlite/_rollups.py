@@ -53,8 +53,8 @@ Before planning, each end of the window moves out across any stretch that holds 
 (:func:`widened`: the window ending *now* is read as whole days at its end), which changes
 no figure and reads far fewer rows. The whole hours and days of a window before today are
 taken merged, one row per group, from the store's :class:`ClosedDays` (filled by the first
-read of them, invalidated by the writer's per-day generations), so a week costs about what
-an hour does.
+read of them, checked against the per-day generations every writer bumps in ``rollup_days``),
+so a week costs about what an hour does.
 
 **Retention** (:func:`drop_before`, :func:`rebuild_straddling`): rows whose bucket ends at or
 before the cutoff go with the spans; the bucket of each width that straddles the cutoff is
@@ -445,11 +445,11 @@ def resolve_pending(conn: sqlite3.Connection, since_id: int | None) -> int:
     return top
 
 
-def apply_written(conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | None) -> set[int]:
+def apply_written(conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | None) -> None:
     """Roll up the spans a write just stored (blocking; inside the write's transaction).
 
-    Returns the UTC days (their starts, unix ns) whose roll-up rows changed; their
-    generations are bumped here, in the same transaction (:func:`touch_days`).
+    The UTC days whose roll-up rows change get a new generation in the same transaction
+    (:func:`touch_days`).
 
     Args:
         conn: the writer connection (:func:`register_functions` done).
@@ -503,9 +503,7 @@ def apply_written(conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | 
             orphans,
         )
     batch.write(conn)
-    days = batch.days()
-    touch_days(conn, days)
-    return days
+    touch_days(conn, batch.days())
 
 
 _LOG_ROLLUP: Final = (
@@ -785,8 +783,8 @@ def touch_days(conn: sqlite3.Connection, days: Iterable[int]) -> None:
     """Bump the generation of ``days`` (UTC day starts, unix ns), in the caller's transaction.
 
     Every write that changes a day's roll-up rows calls it in the same transaction, in any
-    process (the server's writer, ``coremetry ingest``, a migration step), which is what
-    :class:`ClosedDays` relies on.
+    process (:func:`apply_written` for the server's writer and ``coremetry ingest`` alike,
+    :func:`resolve_pending`), which is what :class:`ClosedDays` relies on.
     """
     conn.executemany(_BUMP, [(day,) for day in sorted(set(days))])
 
@@ -886,6 +884,22 @@ class ClosedDays:
         return computed
 
 
+_SERVICE_ROWS: Final = (
+    "SELECT r.service_name, r.version, x.span_count, x.first_start, x.last_start, "
+    "x.request_count, x.error_count, x.sketch "
+    "FROM red_services x JOIN resources r ON r.id = x.resource_id WHERE "
+)
+"""``red_services`` rows as :func:`services` reads them (a condition on ``x`` follows)."""
+_OPERATION_ROWS: Final = (
+    "SELECT x.name, x.span_count, x.error_count, x.sketch FROM red_operations x WHERE "
+)
+"""``red_operations`` rows as :func:`operations` reads them (a condition on ``x`` follows)."""
+_EDGE_ROWS: Final = (
+    "SELECT x.caller, x.callee, x.call_count, x.error_count, x.sketch FROM red_edges x WHERE "
+)
+"""``red_edges`` rows as :func:`service_edges` reads them (a condition on ``x`` follows)."""
+
+
 def _closed_part(time_range: TimeRange) -> _Part | None:
     """The window's whole hours and days that ended before today (UTC) (``None``: none).
 
@@ -900,6 +914,24 @@ def _closed_part(time_range: TimeRange) -> _Part | None:
     return tuple(part) or None
 
 
+def _from_cache(
+    cache: ClosedDays | None,
+    ctx: ReadContext,
+    time_range: TimeRange,
+    kind: str,
+    merge: Callable[[_Part], list[_CachedRow]],
+) -> tuple[_Part | None, list[_CachedRow]]:
+    """The window's closed part (:func:`_closed_part`) and its merged rows from ``cache``.
+
+    ``(None, [])`` without a cache or a closed part: the read then plans the whole window.
+    ``merge(part)`` computes the rows in ``ctx`` when the cache has none for them.
+    """
+    part = _closed_part(time_range) if cache is not None else None
+    if cache is None or part is None:
+        return None, []
+    return part, cache.rows(kind, part, ctx, lambda: merge(part))
+
+
 def _merged_services(ctx: ReadContext, part: _Part, service_name: str | None) -> list[_CachedRow]:
     """``red_services``' rows of ``part`` merged per (service, version); one service's if named.
 
@@ -910,12 +942,7 @@ def _merged_services(ctx: ReadContext, part: _Part, service_name: str | None) ->
     if service_name is not None:
         each = (_OF_SERVICE, [service_name])
     where, params = _rolled_sql(list(part), "x", each)
-    rows = ctx.execute(
-        "SELECT r.service_name, r.version, x.span_count, x.first_start, x.last_start, "
-        "x.request_count, x.error_count, x.sketch "
-        f"FROM red_services x JOIN resources r ON r.id = x.resource_id WHERE {where}",
-        params,
-    )
+    rows = ctx.execute(f"{_SERVICE_ROWS}{where}", params)
     merged: dict[tuple[SqlParam, SqlParam], list[int]] = {}
     owners: list[int] = []
     for name, version, count, first, last, requests, errors, _ in rows:
@@ -957,12 +984,7 @@ def _merged_edges(ctx: ReadContext, part: _Part) -> list[_CachedRow]:
     Rows as :func:`service_edges` reads them: (caller, callee, calls, errors, sketch).
     """
     where, params = _rolled_sql(list(part), "x", None)
-    rows = ctx.execute(
-        "SELECT x.caller, x.callee, x.call_count, x.error_count, x.sketch FROM red_edges x "
-        f"WHERE {where}",
-        params,
-    )
-    return _merged_counts(rows, 2)
+    return _merged_counts(ctx.execute(f"{_EDGE_ROWS}{where}", params), 2)
 
 
 def _merged_operations(ctx: ReadContext, part: _Part, service_name: str) -> list[_CachedRow]:
@@ -971,11 +993,7 @@ def _merged_operations(ctx: ReadContext, part: _Part, service_name: str) -> list
     Rows as :func:`operations` reads them: (name, spans, errors, sketch).
     """
     where, params = _rolled_sql(list(part), "x", (_OF_SERVICE, [service_name]))
-    rows = ctx.execute(
-        f"SELECT x.name, x.span_count, x.error_count, x.sketch FROM red_operations x WHERE {where}",
-        params,
-    )
-    return _merged_counts(rows, 1)
+    return _merged_counts(ctx.execute(f"{_OPERATION_ROWS}{where}", params), 1)
 
 
 _MAX_LISTED_BUCKETS: Final = 2000
@@ -1176,15 +1194,13 @@ def services(
     ``cache``: the store's :class:`ClosedDays` (its generations are read in ``ctx``).
     """
     time_range = widened(ctx, time_range)
-    part = _closed_part(time_range) if cache is not None else None
-    cached: list[_CachedRow] = []
-    if cache is not None and part is not None:
-        cached = cache.rows(
-            _services_kind(service_name),
-            part,
-            ctx,
-            lambda: _merged_services(ctx, part, service_name),
-        )
+    part, cached = _from_cache(
+        cache,
+        ctx,
+        time_range,
+        _services_kind(service_name),
+        lambda closed: _merged_services(ctx, closed, service_name),
+    )
     only = ""
     only_params: list[SqlParam] = []
     each_bucket = None
@@ -1199,12 +1215,7 @@ def services(
     if rolled is not None or cached:
         rows = cached
         if rolled is not None:
-            rows = cached + ctx.execute(
-                "SELECT r.service_name, r.version, x.span_count, x.first_start, x.last_start, "
-                "x.request_count, x.error_count, x.sketch "
-                f"FROM red_services x JOIN resources r ON r.id = x.resource_id WHERE {rolled}",
-                rolled_params,
-            )
+            rows = cached + ctx.execute(_SERVICE_ROWS + rolled, rolled_params)
         if rows:
             names, versions, counts, firsts, lasts, requests, errors, blobs = zip(
                 *rows, strict=True
@@ -1282,15 +1293,13 @@ def operations(
     ``cache``: as :func:`services`'.
     """
     time_range = widened(ctx, time_range)
-    part = _closed_part(time_range) if cache is not None else None
-    cached: list[_CachedRow] = []
-    if cache is not None and part is not None:
-        cached = cache.rows(
-            f"operations\0{service_name}",
-            part,
-            ctx,
-            lambda: _merged_operations(ctx, part, service_name),
-        )
+    part, cached = _from_cache(
+        cache,
+        ctx,
+        time_range,
+        f"operations\0{service_name}",
+        lambda closed: _merged_operations(ctx, closed, service_name),
+    )
     rolled, rolled_params, raw, raw_params = _ranges(
         time_range,
         "x",
@@ -1303,11 +1312,7 @@ def operations(
     if rolled is not None or cached:
         rows = cached
         if rolled is not None:
-            rows = cached + ctx.execute(
-                f"SELECT x.name, x.span_count, x.error_count, x.sketch FROM red_operations x "
-                f"WHERE {rolled}",
-                rolled_params,
-            )
+            rows = cached + ctx.execute(_OPERATION_ROWS + rolled, rolled_params)
         if rows:
             names, counts, errors, blobs = zip(*rows, strict=True)
             groups.add_rolled_rows(
@@ -1416,12 +1421,11 @@ def service_edges(
     ``cache``: as :func:`services`'.
     """
     time_range = widened(ctx, time_range)
-    part = _closed_part(time_range) if cache is not None else None
-    cached: list[_CachedRow] = []
-    if cache is not None and part is not None:
-        cached = cache.rows("edges", part, ctx, lambda: _merged_edges(ctx, part))
-        if service_name is not None:
-            cached = [row for row in cached if service_name in (row[0], row[1])]
+    part, cached = _from_cache(
+        cache, ctx, time_range, "edges", lambda closed: _merged_edges(ctx, closed)
+    )
+    if service_name is not None:
+        cached = [row for row in cached if service_name in (row[0], row[1])]
     rolled, rolled_params, _, _ = _ranges(time_range, "x", "c.start_unix_nano", skip=part)
     raw_ranges = plan(time_range.start_unix_nano, time_range.end_unix_nano)[0]
     groups: _Groups[tuple[str, str]] = _Groups()
@@ -1433,11 +1437,7 @@ def service_edges(
             if service_name is not None:
                 only = "AND (x.caller = ? OR x.callee = ?)"
                 params += [service_name, service_name]
-            rows = cached + ctx.execute(
-                "SELECT x.caller, x.callee, x.call_count, x.error_count, x.sketch "
-                f"FROM red_edges x WHERE {rolled} {only}",
-                params,
-            )
+            rows = cached + ctx.execute(f"{_EDGE_ROWS}{rolled} {only}", params)
         if rows:
             callers, callees, counts, errors, blobs = zip(*rows, strict=True)
             groups.add_rolled_rows(
@@ -1492,19 +1492,14 @@ def deploys(
     ``cache``: as :func:`services`' (the same entries).
     """
     time_range = widened(ctx, time_range)
-    part = _closed_part(time_range) if cache is not None else None
-    cached: list[_CachedRow] = []
-    if cache is not None and part is not None:
-        cached = [
-            (row[0], row[1], row[3], row[4], row[2])
-            for row in cache.rows(
-                _services_kind(service_name),
-                part,
-                ctx,
-                lambda: _merged_services(ctx, part, service_name),
-            )
-            if row[1] != ""
-        ]
+    part, merged = _from_cache(
+        cache,
+        ctx,
+        time_range,
+        _services_kind(service_name),
+        lambda closed: _merged_services(ctx, closed, service_name),
+    )
+    cached = [(row[0], row[1], row[3], row[4], row[2]) for row in merged if row[1] != ""]
     rolled, rolled_params, raw, raw_params = _ranges(
         time_range, "x", "s.start_unix_nano", skip=part
     )

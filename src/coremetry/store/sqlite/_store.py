@@ -117,8 +117,9 @@ class SqliteStore:
     ) -> None:
         self.path = path
         self._writer = writer
-        # Merged roll-up rows of past days, shared by the reads, invalidated by the writer.
-        self._closed_days = _rollups.ClosedDays()  # merged past days, checked per read
+        # Merged roll-up rows of past days, shared by the reads (checked per read against the
+        # days' generations in its snapshot).
+        self._closed_days = _rollups.ClosedDays()
         self._retention_days = retention_days
         self._limiter = trio.CapacityLimiter(query_threads)
         self._write_lock = trio.Lock()
