@@ -95,8 +95,14 @@ def _value(value: object) -> AnyValue:
     return AnyValue(string_value=str(value))
 
 
-def build_corpus(total_spans: int, batch: int) -> Corpus:
-    """Copies of the real trace, fresh ids per copy, grouped per service into requests."""
+def build_corpus(total_spans: int, batch: int, *, interleaved: bool = False) -> Corpus:
+    """Copies of the real trace, fresh ids per copy, grouped per service into requests.
+
+    The requests come service by service (every request of the first service, then the
+    next's: a child's parent in another service often comes tens of thousands of spans
+    later), or ``interleaved``: one request of each service in turn, as concurrent
+    exporters send them (a parent comes a few requests after its child).
+    """
     template: list[Span] = decode_zipkin(gzip.decompress(SOURCE.read_bytes())).batch.spans
     by_service: dict[str, list[trace_pb2.Span]] = {}
     made = 0
@@ -125,8 +131,10 @@ def build_corpus(total_spans: int, batch: int) -> Corpus:
             by_service.setdefault(span.service_name, []).append(out)
             made += 1
         copy += 1
-    bodies: list[bytes] = []
+    per_service: list[list[bytes]] = []
     for service, spans in sorted(by_service.items()):
+        bodies: list[bytes] = []
+        per_service.append(bodies)
         for start in range(0, len(spans), batch):
             request = ExportTraceServiceRequest()
             resource_spans = request.resource_spans.add()
@@ -141,6 +149,11 @@ def build_corpus(total_spans: int, batch: int) -> Corpus:
             scope_spans.scope.name = "io.opentelemetry.zipkin"
             scope_spans.spans.extend(spans[start : start + batch])
             bodies.append(request.SerializeToString())
+    if interleaved:
+        longest = max(len(bodies) for bodies in per_service)
+        bodies = [b[i] for i in range(longest) for b in per_service if i < len(b)]
+    else:
+        bodies = [body for service_bodies in per_service for body in service_bodies]
     attributes = sum(len(s.attributes) for s in template) / len(template)
     return Corpus(
         bodies=bodies, spans=made, services=len(by_service), attributes_per_span=attributes

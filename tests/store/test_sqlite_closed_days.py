@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from coremetry.store import Span, SpanKind, TelemetryBatch, TimeRange, open_sqlite_store
 from coremetry.store.interface import (
     DeployRecord,
@@ -31,6 +33,9 @@ from coremetry.store.sqlite._rollups import (
 )
 from coremetry.store.sqlite._runtime import SqlParam
 from coremetry.store.testing._checks_rollups import _compare, _spans
+
+# Every test with the roll-ups written at once, a tail beside them, and every span in the tail.
+pytestmark = pytest.mark.usefixtures("rollup_tail")
 
 SECOND = 1_000_000_000
 MINUTE = 60 * SECOND

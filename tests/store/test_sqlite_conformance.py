@@ -13,6 +13,9 @@ import trio
 from coremetry.store import TelemetryStore, open_sqlite_store
 from coremetry.store.testing import CONFORMANCE_CHECKS, ConformanceCheck
 
+# Each check with the roll-ups written at once, a tail beside them, and every span in the tail.
+pytestmark = pytest.mark.usefixtures("rollup_tail")
+
 
 @pytest.mark.parametrize("check", CONFORMANCE_CHECKS, ids=lambda check: check.name)
 async def test_sqlite_store_conforms(check: ConformanceCheck, tmp_path: Path) -> None:

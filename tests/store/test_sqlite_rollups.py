@@ -15,10 +15,14 @@ import pytest
 
 from coremetry.store import Span, TelemetryBatch, TimeRange, open_sqlite_store
 from coremetry.store._sketch import LatencySketch, encode_msgpack
-from coremetry.store.sqlite import SCHEMA_VERSION
+from coremetry.store.errors import StoreUnavailable
+from coremetry.store.sqlite import SCHEMA_VERSION, _rollups
 from coremetry.store.sqlite._rollups import WIDTHS, plan, widened
 from coremetry.store.sqlite._runtime import ReadContext, connect
 from coremetry.store.testing._checks_rollups import _compare, _compare_logs, _logs, _spans
+
+# Every test with the roll-ups written at once, a tail beside them, and every span in the tail.
+pytestmark = pytest.mark.usefixtures("rollup_tail")
 
 SECOND = 1_000_000_000
 MINUTE = 60 * SECOND
@@ -95,6 +99,7 @@ async def test_a_version_3_database_gets_its_rollups_built_on_open(tmp_path: Pat
             "edge_pending",
             "red_logs",
             "rollup_days",
+            "rollup_mark",
         ):
             conn.execute(f"DROP TABLE {table}")
         conn.execute("PRAGMA user_version = 3")
@@ -119,6 +124,7 @@ async def test_a_version_4_database_gets_its_sketches_reencoded_on_open(tmp_path
     window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
     async with open_sqlite_store(path, retention_days=0) as store:
         await store.write(TelemetryBatch(spans=spans))
+        await store.resolve_pending()  # the tail rolled up: every span in the roll-up rows
         before = await store.services(window, limit=100)
     # Make it the database version 4 wrote: sketches in MessagePack.
     conn = sqlite3.connect(path, isolation_level=None)
@@ -133,6 +139,7 @@ async def test_a_version_4_database_gets_its_sketches_reencoded_on_open(tmp_path
                 rows.append(key)
             assert rows, table
         conn.execute("DROP TABLE rollup_days")  # version 6's
+        conn.execute("DROP TABLE rollup_mark")  # version 7's
         conn.execute("PRAGMA user_version = 4")
     finally:
         conn.close()
@@ -242,9 +249,12 @@ async def test_rollup_reads_use_their_keys(tmp_path: Path) -> None:
         conn.close()
 
 
-async def test_the_deferred_pass_moves_waiting_children_into_the_rollups(tmp_path: Path) -> None:
+async def test_the_deferred_pass_moves_waiting_children_into_the_rollups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Children written before their parents wait in edge_pending; the answers count them at
     # once, and the same answers stand after the pass rolled them up (only orphans wait then).
+    monkeypatch.setattr(_rollups, "ROLL_EVERY", 50)  # each write rolled up before the next
     base, spans = _days_of_spans()
     window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
     newest_first = sorted(spans, key=lambda s: -s.start_time_unix_nano)
@@ -276,3 +286,97 @@ async def test_retention_up_to_the_largest_time_empties_the_rollups(tmp_path: Pa
         await store.delete_before(2**63 - 1)
         await _compare(store, [], window, "an emptied store")
         await _compare_logs(store, [], window, "an emptied store")
+
+
+def _mark_and_top(path: Path) -> tuple[int, int]:
+    conn = sqlite3.connect(path)
+    try:
+        row = conn.execute(
+            "SELECT span_id, (SELECT coalesce(max(id), 0) FROM spans) FROM rollup_mark"
+        ).fetchone()
+        return int(row[0]), int(row[1])
+    finally:
+        conn.close()
+
+
+async def test_a_tail_left_by_a_stopped_writer_is_read_raw_then_rolled_up(tmp_path: Path) -> None:
+    # A writer keeps the roll-ups of its newest spans in memory; stopped before it wrote them,
+    # it leaves them above the mark: the next store answers from them raw, its pass rolls
+    # them up, and the answers never change.
+    path = tmp_path / "t.db"
+    base, spans = _days_of_spans()
+    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    rolled = 0  # where the mark should be: a write rolls up a tail of ROLL_EVERY spans or more
+    async with open_sqlite_store(path, retention_days=0) as store:
+        for i in range(0, len(spans), 500):
+            await store.write(TelemetryBatch(spans=spans[i : i + 500]))
+            top = min(i + 500, len(spans))
+            if top - rolled >= _rollups.ROLL_EVERY:
+                rolled = top
+    assert _mark_and_top(path) == (rolled, len(spans))
+    async with open_sqlite_store(path, retention_days=0) as store:
+        await _compare(store, spans, window, "a tail left by the last writer")
+        assert (await store.statistics()).span_count == len(spans)
+        await store.resolve_pending()
+        assert _mark_and_top(path) == (len(spans), len(spans))
+        await _compare(store, spans, window, "after the pass")
+        assert (await store.statistics()).span_count == len(spans)
+
+
+async def test_two_writers_on_one_database_keep_the_rollups_exact(tmp_path: Path) -> None:
+    # Two stores open on one file (as `coremetry ingest` beside a server): each write checks,
+    # in its transaction, whether the other stored spans or rolled up the tail meanwhile, so
+    # no span is rolled up twice or lost, whichever writer rolls up.
+    path = tmp_path / "t.db"
+    base, spans = _days_of_spans()
+    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    async with (
+        open_sqlite_store(path, retention_days=0) as first,
+        open_sqlite_store(path, retention_days=0) as second,
+    ):
+        for n, i in enumerate(range(0, len(spans), 300)):
+            writer = (first, second)[n % 3 % 2]  # first, second, first, first, second, ...
+            await writer.write(TelemetryBatch(spans=spans[i : i + 300]))
+            if n % 5 == 4:
+                await (second, first)[n % 2].resolve_pending()
+            if n % 4 == 3:
+                # A batch written again, partly new: the new rows are read back.
+                again = spans[i : i + 400]
+                await writer.write(TelemetryBatch(spans=again))
+        for store in (first, second):
+            await _compare(store, spans, window, "two writers")
+        await first.resolve_pending()
+        await second.resolve_pending()
+        for store in (first, second):
+            await _compare(store, spans, window, "two writers, tail rolled up")
+            assert (await store.statistics()).span_count == len(spans)
+
+
+async def test_a_failed_write_leaves_the_rollups_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A write that fails after its spans were summed in memory rolls back; the memory goes
+    # with it, and the spans earlier writes committed are read back from the table instead.
+    path = tmp_path / "t.db"
+    base, spans = _days_of_spans()
+    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    third = len(spans) // 3
+    logs = _logs(spans)
+    real_apply_logs = _rollups.apply_logs
+
+    def failing(conn: sqlite3.Connection, last_id: int) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    async with open_sqlite_store(path, retention_days=0) as store:
+        await store.write(TelemetryBatch(spans=spans[:third]))
+        monkeypatch.setattr(_rollups, "apply_logs", failing)
+        with pytest.raises(StoreUnavailable):
+            await store.write(TelemetryBatch(spans=spans[third : 2 * third], logs=logs[:5]))
+        monkeypatch.setattr(_rollups, "apply_logs", real_apply_logs)
+        # Other spans take the row ids the failed write's had in memory.
+        await store.write(TelemetryBatch(spans=spans[2 * third :]))
+        await store.write(TelemetryBatch(spans=spans[third : 2 * third]))
+        await _compare(store, spans, window, "after a failed write")
+        await store.resolve_pending()
+        await _compare(store, spans, window, "after a failed write, tail rolled up")
+        assert (await store.statistics()).span_count == len(spans)

@@ -163,16 +163,19 @@ def statistics(ctx: ReadContext) -> StoreStatistics:
 
     Spans and log records are counted from the roll-ups' day rows (``red_services``,
     ``red_logs``: every stored span and record is in exactly one, kept in its write's
-    transaction), not by scanning an index of every row: ``count(*)`` cost ~10 ms per million
-    rows, and ``list_services`` reads the store's extent on every call. Between two chunks of
-    one retention pass these counts may differ from the rows left, as the roll-ups do
+    transaction; for spans, plus the rows of the tail above the roll-ups' mark, at most a
+    few seconds of ingest), not by scanning an index of every row: ``count(*)`` cost ~10 ms
+    per million rows, and ``list_services`` reads the store's extent on every call. Between
+    two chunks of one retention pass these counts may differ from the rows left, as the roll-ups do
     (:mod:`._rollups`); equal again when the pass ends. Metric points are counted (no roll-up).
     """
     row = cast(
         "tuple[int, int, int, int | None, int | None, int | None, int | None, int | None, "
         "int | None]",
         ctx.execute(
-            "SELECT (SELECT coalesce(sum(span_count), 0) FROM red_services WHERE width = 86400), "
+            "SELECT "
+            "(SELECT coalesce(sum(span_count), 0) FROM red_services WHERE width = 86400) "
+            "+ (SELECT count(*) FROM spans WHERE id > (SELECT span_id FROM rollup_mark)), "
             "(SELECT coalesce(sum(records), 0) FROM red_logs WHERE width = 86400), "
             "(SELECT count(*) FROM metric_points), "
             "(SELECT min(start_unix_nano) FROM spans), (SELECT max(start_unix_nano) FROM spans), "

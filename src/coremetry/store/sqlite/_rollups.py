@@ -445,53 +445,38 @@ def resolve_pending(conn: sqlite3.Connection, since_id: int | None) -> int:
     return top
 
 
-def apply_written(conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | None) -> None:
-    """Roll up the spans a write just stored (blocking; inside the write's transaction).
+def apply_written(conn: sqlite3.Connection, low: int, high: int) -> None:
+    """Roll up the span rows with ids in ``(low, high]``, read back (blocking; caller's txn).
 
     The UTC days whose roll-up rows change get a new generation in the same transaction
-    (:func:`touch_days`).
-
-    Args:
-        conn: the writer connection (:func:`register_functions` done).
-        last_id: the largest span row id before the write: the new rows are above it.
-        rows: the batch's span rows when every one of them was stored, in insertion order (so
-            row ``i`` has id ``last_id + 1 + i``): facts and the parents inside the batch are
-            taken from them; ``None`` to read the new rows back.
+    (:func:`touch_days`). Children whose parent is not stored wait in ``edge_pending``.
     """
     batch = _Batch()
-    calls: list[Call] = []
-    children: list[tuple[str | None, str, int, int, bool, bytes, bytes, int]]
-    if rows is None:
-        batch.add_facts(
-            cast("list[Fact]", conn.execute(_FACTS + "WHERE id > ?", (last_id,)).fetchall())
+    batch.add_facts(
+        cast(
+            "list[Fact]",
+            conn.execute(_FACTS + "WHERE id > ? AND id <= ?", (low, high)).fetchall(),
         )
-        children = cast(
-            "list[tuple[str | None, str, int, int, bool, bytes, bytes, int]]",
-            conn.execute(_NEW_CHILDREN, (last_id,)).fetchall(),
-        )
-    else:
-        batch.add_facts(
-            [(r[6], r[11], r[4], r[5] in (2, 5) or r[2] is None, r[9] == 2, r[8]) for r in rows]
-        )
-        # A parent in the same batch is resolved here; the others are looked up by id.
-        services = {(r[0], r[1]): r[3] for r in rows}
-        unresolved: list[int] = []
-        for i, r in enumerate(rows):
-            parent = r[2]
-            if parent is None:
-                continue
-            caller = services.get((r[0], parent))
-            if caller is None:
-                unresolved.append(last_id + 1 + i)
-            elif caller != r[3]:
-                calls.append((caller, r[3], r[6], r[8], r[9] == 2))
-        children = []
-        if unresolved:
-            children = cast(
-                "list[tuple[str | None, str, int, int, bool, bytes, bytes, int]]",
-                conn.execute(_CHILDREN_BY_ID, (_JSON_IDS(unresolved).decode(),)).fetchall(),
-            )
-    # Children waiting for a parent this write stored are rolled up by the deferred pass
+    )
+    children = cast(
+        "list[tuple[str | None, str, int, int, bool, bytes, bytes, int]]",
+        conn.execute(_NEW_CHILDREN + " AND c.id <= ?", (low, high)).fetchall(),
+    )
+    _add_children(conn, batch, [], children)
+
+
+def _add_children(
+    conn: sqlite3.Connection,
+    batch: _Batch,
+    calls: list[Call],
+    children: list[tuple[str | None, str, int, int, bool, bytes, bytes, int]],
+) -> None:
+    """Write ``batch`` with ``calls`` and the calls of ``children`` (caller's transaction).
+
+    Each child comes with its parent's service, or ``None``: the parent is not stored and
+    the child waits in ``edge_pending``. The days the rows change get a new generation.
+    """
+    # Children waiting for a parent stored now are rolled up by the deferred pass
     # (:func:`resolve_pending`); reads count them meanwhile (:func:`service_edges`).
     calls += cast("list[Call]", [row[:5] for row in children if row[0] is not None])
     batch.add_calls(calls)
@@ -504,6 +489,154 @@ def apply_written(conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | 
         )
     batch.write(conn)
     touch_days(conn, batch.days())
+
+
+ROLL_EVERY: Final = 32768
+"""Spans the tail may hold before a write rolls it up in its own transaction (see
+:class:`TailRollup`); the store's deferred pass rolls up the rest every few seconds."""
+
+_MARK: Final = "SELECT span_id FROM rollup_mark"
+_SET_MARK: Final = "UPDATE rollup_mark SET span_id = ?"
+
+
+def rolled_mark(conn: sqlite3.Connection | ReadContext) -> int:
+    """The roll-ups' mark: the largest span row id they count; the rows above are the *tail*.
+
+    Read in the caller's transaction (a read's snapshot: the roll-up rows and the mark are
+    written together, so they always agree).
+    """
+    if isinstance(conn, ReadContext):
+        return cast(int, conn.execute(_MARK)[0][0])
+    return int(conn.execute(_MARK).fetchone()[0])
+
+
+def roll_tail(conn: sqlite3.Connection, top: int | None = None) -> int:
+    """Roll up the spans above the mark, read back from the table (blocking; caller's txn).
+
+    For a tail some other process wrote, or one left by a write that failed or a process that
+    stopped (:class:`TailRollup` keeps its own writes' in memory). ``top``: the largest row
+    id to roll up (``None``: every row). Returns the spans rolled up.
+    """
+    mark = rolled_mark(conn)
+    if top is None:
+        top = int(conn.execute("SELECT coalesce(max(id), 0) FROM spans").fetchone()[0])
+    if top <= mark:
+        return 0
+    apply_written(conn, mark, top)
+    conn.execute(_SET_MARK, (top,))
+    return top - mark
+
+
+# A child span waiting for its parent's service: (trace id, parent span id, row id, service,
+# start, duration, error).
+_Child = tuple[bytes, bytes, int, str, int, int, bool]
+
+
+class TailRollup:
+    """The roll-ups of the tail a writer wrote, kept in memory and written in bulk (blocking).
+
+    Why: upserting every width's rows in each write's transaction cost OTLP ingest about a
+    quarter of its speed (issue 15: a 512-span request touches the same minute, hour and day
+    rows as the previous one, each upsert merging two sketches). Instead the spans a writer
+    stores are *summed in memory* (:class:`_Batch`) and the roll-up rows written once per
+    :data:`ROLL_EVERY` spans (:meth:`flush`, in that write's transaction, with the mark), or
+    by the store's deferred pass every few seconds. Reads stay exact: the span rows above the
+    mark, at most about :data:`ROLL_EVERY` plus a few seconds' worth, are read raw beside the
+    roll-up rows (:func:`services` and the rest).
+
+    Memory is only ever a copy of committed rows: ``base`` is the mark it started from,
+    ``top`` the largest row id it holds (its rows are exactly ``(base, top]``). Each write
+    checks, in its own transaction, that no other process moved the mark (it rolled up these
+    rows itself: the memory is dropped) or stored spans since (its rows are read back
+    after this memory is written), and a write that fails drops the memory (those rows,
+    committed earlier, are then read back by :func:`roll_tail`). A stopped process leaves
+    its tail above the mark, rolled up by the next pass of any writer.
+
+    Children are matched with their parents at :meth:`flush`: a parent in the tail is found
+    in memory, an older one by the ``(trace_id, span_id)`` index, and a child whose parent is
+    not stored waits in ``edge_pending`` (:func:`resolve_pending`).
+    """
+
+    def __init__(self) -> None:
+        self._batch = _Batch()
+        self._services: dict[tuple[bytes, bytes], str] = {}
+        self._children: list[_Child] = []
+        self._base: int | None = None
+        self._top = 0
+
+    def drop(self) -> None:
+        """Forget the memory (a transaction failed, or another process rolled these rows up)."""
+        self._batch = _Batch()
+        self._services = {}
+        self._children = []
+        self._base = None
+
+    def written(self, conn: sqlite3.Connection, last_id: int, rows: list[SpanRow] | None) -> None:
+        """Take the span rows a write just stored (inside the write's transaction).
+
+        Args:
+            conn: the writer connection (:func:`register_functions` done).
+            last_id: the largest span row id before the write: the new rows are above it.
+            rows: the batch's rows when every one was stored, in insertion order (row ``i``
+                has id ``last_id + 1 + i``); ``None`` when some were duplicates (the new rows
+                are then read back and rolled up at once).
+        """
+        if self._base is not None:
+            if rolled_mark(conn) != self._base:
+                self.drop()  # another process rolled up the tail, these rows with it
+            elif last_id != self._top:
+                self.flush(conn)  # another process stored spans since: ours first
+        if self._base is None:
+            # A tail not in memory (another process's, or a failed write's), read back.
+            roll_tail(conn, last_id)
+        if rows is None:
+            self.flush(conn)
+            roll_tail(conn)
+            return
+        if self._base is None:
+            self._base = self._top = last_id
+        self._batch.add_facts(
+            [(r[6], r[11], r[4], r[5] in (2, 5) or r[2] is None, r[9] == 2, r[8]) for r in rows]
+        )
+        services = self._services
+        children = self._children
+        for i, r in enumerate(rows):
+            services[(r[0], r[1])] = r[3]
+            if r[2] is not None:
+                children.append((r[0], r[2], last_id + 1 + i, r[3], r[6], r[8], r[9] == 2))
+        self._top = last_id + len(rows)
+        if self._top - self._base >= ROLL_EVERY:
+            self.flush(conn)
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        """Write the memory's roll-up rows and move the mark to its top (caller's transaction).
+
+        Nothing is written when another process moved the mark since (it rolled these rows
+        up itself). The memory is empty afterwards, whether the transaction then commits or not.
+        """
+        if self._base is None:
+            return
+        batch, services, children, top = self._batch, self._services, self._children, self._top
+        base = self._base
+        self.drop()
+        if rolled_mark(conn) != base:
+            return
+        calls: list[Call] = []
+        unresolved: list[int] = []
+        for trace_id, parent, child_id, callee, start, duration, error in children:
+            caller = services.get((trace_id, parent))
+            if caller is None:
+                unresolved.append(child_id)
+            elif caller != callee:
+                calls.append((caller, callee, start, duration, error))
+        found: list[tuple[str | None, str, int, int, bool, bytes, bytes, int]] = []
+        if unresolved:
+            found = cast(
+                "list[tuple[str | None, str, int, int, bool, bytes, bytes, int]]",
+                conn.execute(_CHILDREN_BY_ID, (_JSON_IDS(unresolved).decode(),)).fetchall(),
+            )
+        _add_children(conn, batch, calls, found)
+        conn.execute(_SET_MARK, (top,))
 
 
 _LOG_ROLLUP: Final = (
@@ -575,7 +708,16 @@ def reencode_sketches(conn: sqlite3.Connection) -> None:
 
 
 def drop_before(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
-    """Delete roll-up rows whose bucket ends at or before the cutoff, and pending children."""
+    """Delete roll-up rows whose bucket ends at or before the cutoff, and pending children.
+
+    After the spans' delete, with the tail rolled up before it: the mark moves down to the
+    largest row id left when the newest rows went (SQLite then reuses their ids, which must
+    be above the mark to be read as the tail).
+    """
+    conn.execute(
+        "UPDATE rollup_mark SET span_id = (SELECT coalesce(max(id), 0) FROM spans) "
+        "WHERE span_id > (SELECT coalesce(max(id), 0) FROM spans)"
+    )
     touch_all_days(conn)
     for width in WIDTHS:
         limit = cutoff_unix_nano - width * _NS
@@ -1097,6 +1239,39 @@ def _raw_condition(
     return (f"({raw_sql})" if raw_sql else None, [v for r in raw for v in r])
 
 
+def _tail_mark(ctx: ReadContext) -> int | None:
+    """The roll-ups' mark when span rows lie above it (the tail), else ``None`` (one probe)."""
+    ((mark, top),) = ctx.execute(
+        "SELECT span_id, (SELECT coalesce(max(id), 0) FROM spans) FROM rollup_mark"
+    )
+    return cast(int, mark) if cast(int, top) > cast(int, mark) else None
+
+
+def _raw_pieces(
+    ctx: ReadContext,
+    time_range: TimeRange,
+    raw: str | None,
+    raw_params: list[SqlParam],
+    alias: str,
+) -> list[tuple[str, list[SqlParam]]]:
+    """Conditions on the span rows (alias ``alias``) a read adds to its roll-up rows, one each.
+
+    The raw partial minutes (:func:`plan`) of the rows the roll-ups count, and every row of
+    the tail (:func:`rolled_mark`) that starts in the window: no span is in both, none in
+    the roll-up rows read.
+    """
+    mark = _tail_mark(ctx)
+    if mark is None:
+        return [] if raw is None else [(raw, raw_params)]
+    tail: tuple[str, list[SqlParam]] = (
+        f"({alias}.id > ? AND {alias}.start_unix_nano >= ? AND {alias}.start_unix_nano < ?)",
+        [mark, time_range.start_unix_nano, time_range.end_unix_nano],
+    )
+    if raw is None:
+        return [tail]
+    return [(f"({raw} AND {alias}.id <= ?)", [*raw_params, mark]), tail]
+
+
 _K = TypeVar("_K")
 
 
@@ -1242,23 +1417,25 @@ def services(
             for name, version in set(zip(names, versions, strict=True)):
                 if version:
                     groups[cast(str, name)].versions.add(cast(str, version))
-    if raw is not None:
-        for name, version, start, entry, error, duration in ctx.execute(
+    for name, version, start, entry, error, duration in chain.from_iterable(
+        ctx.execute(
             "SELECT r.service_name, r.version, s.start_unix_nano, "
             f"s.kind IN (2, 5) OR s.parent_span_id IS NULL, s.status_code = {_ERROR}, "
-            f"s.duration_ns FROM spans s JOIN resources r ON r.id = s.resource_id WHERE {raw} "
+            f"s.duration_ns FROM spans s JOIN resources r ON r.id = s.resource_id WHERE {where} "
             f"{only}",
-            [*raw_params, *only_params],
-        ):
-            group = groups[cast(str, name)]
-            group.count += 1
-            group.seen(cast(int, start), cast(int, start))
-            if version:
-                group.versions.add(cast(str, version))
-            if entry:
-                group.requests += 1
-                group.errors += cast(int, error)
-                group.table.add(group.index, cast(int, duration))
+            [*params, *only_params],
+        )
+        for where, params in _raw_pieces(ctx, time_range, raw, raw_params, "s")
+    ):
+        group = groups[cast(str, name)]
+        group.count += 1
+        group.seen(cast(int, start), cast(int, start))
+        if version:
+            group.versions.add(cast(str, version))
+        if entry:
+            group.requests += 1
+            group.errors += cast(int, error)
+            group.table.add(group.index, cast(int, duration))
     ordered = sorted(groups.items(), key=lambda item: (-item[1].requests, item[0]))
     found = groups.percentiles()
     items = []
@@ -1321,14 +1498,15 @@ def operations(
                 cast("tuple[int, ...]", errors),
                 cast("tuple[bytes, ...]", blobs),
             )
-    if raw is not None:
-        for name, error, duration in ctx.execute(
+    for name, error, duration in chain.from_iterable(
+        ctx.execute(
             f"SELECT s.name, s.status_code = {_ERROR}, s.duration_ns FROM spans s "
-            f"WHERE s.resource_id {mine} AND {raw}",
-            [service_name, *raw_params],
-        ):
-            group = groups[cast(str, name)]
-            group.add_one(cast(int, error), cast(int, duration))
+            f"WHERE s.resource_id {mine} AND {where}",
+            [service_name, *params],
+        )
+        for where, params in _raw_pieces(ctx, time_range, raw, raw_params, "s")
+    ):
+        groups[cast(str, name)].add_one(cast(int, error), cast(int, duration))
     ordered = sorted(groups.items(), key=lambda item: (-item[1].count, item[0]))
     found = groups.percentiles()
     items = []
@@ -1353,12 +1531,20 @@ def _raw_calls(
     conn: sqlite3.Connection | ReadContext,
     ranges: list[tuple[int, int]],
     service_name: str | None,
+    *,
+    where: tuple[str, list[SqlParam]] | None = None,
 ) -> list[Call]:
-    """The calls whose child span starts in ``ranges`` (the raw parent/child join)."""
-    if not ranges:
-        return []
-    where = " OR ".join("(c.start_unix_nano >= ? AND c.start_unix_nano < ?)" for _ in ranges)
-    params: list[SqlParam] = [v for r in ranges for v in r]
+    """The calls whose child span starts in ``ranges`` (the raw parent/child join).
+
+    ``where``: a condition on the child span (alias ``c``) instead of ``ranges``.
+    """
+    if where is None:
+        found, params = _raw_condition(ranges, "c.start_unix_nano")
+        if found is None:
+            return []
+        condition = found
+    else:
+        condition, params = where[0], list(where[1])
     only = ""
     if service_name is not None:
         only = "AND (p.service_name = ? OR c.service_name = ?)"
@@ -1367,7 +1553,7 @@ def _raw_calls(
         "SELECT p.service_name, c.service_name, c.start_unix_nano, c.duration_ns, "
         f"c.status_code = {_ERROR} FROM spans c CROSS JOIN spans p "
         "ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id "
-        f"WHERE ({where}) AND c.parent_span_id IS NOT NULL "
+        f"WHERE {condition} AND c.parent_span_id IS NOT NULL "
         f"AND p.service_name != c.service_name {only}"
     )
     if isinstance(conn, ReadContext):
@@ -1426,8 +1612,9 @@ def service_edges(
     )
     if service_name is not None:
         cached = [row for row in cached if service_name in (row[0], row[1])]
-    rolled, rolled_params, _, _ = _ranges(time_range, "x", "c.start_unix_nano", skip=part)
-    raw_ranges = plan(time_range.start_unix_nano, time_range.end_unix_nano)[0]
+    rolled, rolled_params, raw, raw_params = _ranges(
+        time_range, "x", "c.start_unix_nano", skip=part
+    )
     groups: _Groups[tuple[str, str]] = _Groups()
     if rolled is not None or cached:
         rows = cached
@@ -1453,11 +1640,14 @@ def service_edges(
                 cast("tuple[bytes, ...]", blobs),
             )
     rolled_ranges = [(low, high) for _, low, high in plan(*_bounds(time_range))[1]]
-    # Calls not in the roll-ups yet: children still waiting for the deferred pass, and the
-    # raw partial minutes at the window's ends.
+    # Calls not in the roll-ups yet: children still waiting for the deferred pass, the raw
+    # partial minutes at the window's ends, and the tail's children.
     for caller, callee, _start, duration, error in chain(
         _waiting_calls(ctx, rolled_ranges, service_name),
-        _raw_calls(ctx, raw_ranges, service_name),
+        *(
+            _raw_calls(ctx, [], service_name, where=piece)
+            for piece in _raw_pieces(ctx, time_range, raw, raw_params, "c")
+        ),
     ):
         groups[(caller, callee)].add_one(int(error), duration)
     ordered = sorted(groups.items(), key=lambda item: (-item[1].count, item[0]))
@@ -1519,14 +1709,14 @@ def deploys(
                 [*only_params, *rolled_params],
             )
         )
-    if raw is not None:
+    for where, params in _raw_pieces(ctx, time_range, raw, raw_params, "s"):
         queries.append(
             (
                 "SELECT r.service_name, r.version, min(s.start_unix_nano), "
                 "max(s.start_unix_nano), count(*) FROM spans s "
                 "JOIN resources r ON r.id = s.resource_id "
-                f"WHERE r.version != '' {only} AND {raw} GROUP BY r.service_name, r.version",
-                [*only_params, *raw_params],
+                f"WHERE r.version != '' {only} AND {where} GROUP BY r.service_name, r.version",
+                [*only_params, *params],
             )
         )
     for name, version, first, last, count in chain(

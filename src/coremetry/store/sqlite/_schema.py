@@ -276,6 +276,18 @@ _V6: Final[tuple[str | Callable[[sqlite3.Connection], None], ...]] = (
     """,
 )
 
+_V7: Final[tuple[str | Callable[[sqlite3.Connection], None], ...]] = (
+    # The roll-ups' mark: span rows above it are not rolled up yet (read raw beside them).
+    """
+    CREATE TABLE rollup_mark (
+        only INTEGER PRIMARY KEY CHECK (only = 0),
+        span_id INTEGER NOT NULL
+    )
+    """,
+    # Every span stored so far was rolled up in its own write.
+    "INSERT INTO rollup_mark (only, span_id) SELECT 0, coalesce(max(id), 0) FROM spans",
+)
+
 MIGRATIONS: Final[tuple[Sequence[str | Callable[[sqlite3.Connection], None]], ...]] = (
     _V1,
     _V2,
@@ -283,6 +295,7 @@ MIGRATIONS: Final[tuple[Sequence[str | Callable[[sqlite3.Connection], None]], ..
     _V4,
     _V5,
     _V6,
+    _V7,
 )
 """Step ``i`` takes the schema from version ``i`` to ``i + 1``: 1 the tables and indexes, 2 the
 full-text index over log bodies (built from the logs already stored), 3 what

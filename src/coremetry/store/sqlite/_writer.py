@@ -113,6 +113,7 @@ class Writer:
         self._rollups_stale = False  # retention deleted spans; straddling buckets not rebuilt
         self._logs_stale = False  # the same for log records
         self._parents_seen: int | None = None  # the deferred pass's watermark (None: all)
+        self._tail = _rollups.TailRollup()  # the roll-ups of the spans above the mark
         _rollups.register_functions(conn)
 
     def _resource_id(
@@ -299,10 +300,8 @@ class Writer:
                 last_span = conn.execute("SELECT coalesce(max(id), 0) FROM spans").fetchone()[0]
                 spans = conn.executemany(_INSERT_SPAN, span_rows).rowcount
                 if spans:
-                    # The RED roll-ups in the same transaction; from the rows at hand when all
-                    # of them were new (else ``apply_written`` reads the new ones back).
-                    # (Each changed day's generation is bumped with them: ClosedDays.)
-                    _rollups.apply_written(
+                    # The RED roll-ups: summed in memory, written every ROLL_EVERY spans.
+                    self._tail.written(
                         conn, last_span, span_rows if spans == len(span_rows) else None
                     )
             if batch.logs:
@@ -331,6 +330,7 @@ class Writer:
         except BaseException:
             self._resources.clear()
             self._series.clear()
+            self._tail.drop()
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
@@ -349,6 +349,8 @@ class Writer:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
+            self._tail.flush(conn)
+            _rollups.roll_tail(conn)
             seen = _rollups.resolve_pending(conn, self._parents_seen)
             conn.execute("COMMIT")
         except BaseException:
@@ -368,6 +370,9 @@ class Writer:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
+            # The tail rolled up first: drop_before and the rebuild work on rolled-up rows.
+            self._tail.flush(conn)
+            _rollups.roll_tail(conn)
             spans = conn.execute(_DELETE_SPANS, (cutoff_unix_nano, chunk)).rowcount
             if spans:
                 self._rollups_stale = True
