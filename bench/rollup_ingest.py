@@ -7,20 +7,21 @@ the spans/s without it. Medians of whole runs swing +-0.1 on a shared VM (a busy
 lands on one arm), so this bench pairs the two arms request by request. In one process
 pinned to one core, the corpus of ``otlp_ingest.py`` (SmartThings trace shapes, requests of
 <= ``--batch`` spans of one service) is ingested into two fresh embedded stores side by side:
-**with** roll-ups (the store as it is) and **without** (``_rollups.apply_written`` and
-``apply_logs`` replaced by no-ops for that store's calls: it then writes what the schema-3
-store wrote, plus one ``SELECT max(id)`` per batch). Each request is decoded and written
+**with** roll-ups (the store as it is) and **without** (``TailRollup.written`` and
+``_rollups.apply_logs`` replaced by no-ops for that store's calls: it then writes what the
+schema-3 store wrote, plus one ``SELECT max(id)`` per batch). Each request is decoded and written
 into one store, then decoded and written into the other, the order swapped every request,
 so a busy moment of the machine falls on both arms alike. The roll-ups' deferred pass
-(``resolve_pending``, the store's background task) is run by the bench after every 50
-requests on the store with roll-ups and its time counted in that arm (the background task's
-period is far longer than a run). ``--rounds`` repeats the whole thing on fresh stores.
+(``resolve_pending``: it rolls up the tail and the waiting children) is run by the bench
+after every 50 requests on the store with roll-ups, its time counted in that arm; the stores'
+own background pass is put off for the run. ``--rounds`` repeats the whole thing on fresh
+stores; ``--interleaved`` sends the services' requests in turn instead of service by service.
 
-Prints, per round and over all rounds: seconds of decode + write per arm (wall and thread
-CPU), the store write alone, spans/s, the ratio with/without for OTLP ingest (decode +
-write, the target's line, PASS/FAIL against 0.8x) and for the store write alone; the
-database size per million spans of each arm. Exit 0 either way; 1 when a store does not hold
-the corpus's span count.
+Prints, per round and over all rounds: seconds of decode + write per arm (wall and CPU), the
+deferred pass, spans/s, the ratio with/without for OTLP ingest (decode + write + pass, the
+target's line, PASS/FAIL against 0.8x) and for the store write alone; the database size per
+million spans of each arm. Then what the tail costs a read (:func:`tail_reads`). Exit 0
+either way; 1 when a store does not hold the corpus's span count.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import gc
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -41,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import otlp_ingest  # the corpus
 
 from coremetry.ingest.otlp import decode_traces_protobuf
+from coremetry.store import TimeRange
 from coremetry.store.sqlite import _rollups, _store, open_sqlite_store
 from coremetry.store.sqlite._store import SqliteStore
 
@@ -147,6 +149,55 @@ def _report(title: str, on: Arm, off: Arm, spans: int) -> float:
     return ratio
 
 
+async def tail_reads(corpus: otlp_ingest.Corpus, directory: Path) -> None:
+    """What the tail costs a read: three reads with the whole corpus in the tail, then none.
+
+    The corpus is written with the tail unbounded (``ROLL_EVERY`` raised for the run), the
+    reads timed (best of 5), the tail rolled up (``resolve_pending``) and the reads timed
+    again; printed per 1,000 tail spans and for a full tail of ``ROLL_EVERY`` spans.
+    """
+    saved = _rollups.ROLL_EVERY
+    _rollups.ROLL_EVERY = 1 << 62  # type: ignore[misc]  # every span stays in the tail
+    try:
+        async with open_sqlite_store(directory / "tail.db", retention_days=0) as store:
+            for body in corpus.bodies:
+                await store.write(decode_traces_protobuf(body).batch)
+            stats = await store.statistics()
+            assert stats.oldest_unix_nano is not None
+            assert stats.newest_unix_nano is not None
+            window = TimeRange(
+                start_unix_nano=stats.oldest_unix_nano - 3_600_000_000_000,
+                end_unix_nano=stats.newest_unix_nano + 1,
+            )
+            busiest = (await store.services(window, limit=1)).items[0].service_name
+            reads: dict[str, Callable[[], Awaitable[object]]] = {
+                "services": lambda: store.services(window, limit=100),
+                "operations": lambda: store.operations(busiest, window, limit=100),
+                "service_edges": lambda: store.service_edges(window, limit=100),
+            }
+            timed: dict[str, list[float]] = {name: [] for name in reads}
+            for label in ("tail", "rolled"):
+                if label == "rolled":
+                    await store.resolve_pending()
+                for name, read in reads.items():
+                    best = float("inf")
+                    for _ in range(5):
+                        started = time.perf_counter()
+                        await read()
+                        best = min(best, time.perf_counter() - started)
+                    timed[name].append(best)
+    finally:
+        _rollups.ROLL_EVERY = saved  # type: ignore[misc]  # restored
+    print(f"reads over the corpus's hour, {corpus.spans:,} spans in the tail / rolled up:")
+    for name, (tail, rolled) in timed.items():
+        per = (tail - rolled) / corpus.spans * 1000
+        print(
+            f"  {name:14} {tail * 1e3:7.1f} ms / {rolled * 1e3:6.1f} ms: {per * 1e3:.2f} ms "
+            f"per 1,000 tail spans, {per * saved / 1000 * 1e3:.0f} ms for a full tail of "
+            f"{saved:,} (ROLL_EVERY)"
+        )
+
+
 async def main_async(args: argparse.Namespace) -> int:
     corpus = otlp_ingest.build_corpus(args.spans, args.batch, interleaved=args.interleaved)
     print(
@@ -172,6 +223,8 @@ async def main_async(args: argparse.Namespace) -> int:
             total.write_cpu_s += arm.write_cpu_s
             total.pass_s += arm.pass_s
     ratio = _report(f"all {args.rounds} rounds", total_on, total_off, corpus.spans * args.rounds)
+    with tempfile.TemporaryDirectory(prefix="rollup-tail-") as tmp:
+        await tail_reads(corpus, Path(tmp))
     verdict = "PASS" if ratio >= TARGET else "FAIL"
     print(f"OTLP ingest with roll-ups / without: {ratio:.2f}x (target >= {TARGET}x): {verdict}")
     return 0

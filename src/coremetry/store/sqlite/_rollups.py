@@ -4,7 +4,7 @@ Why: summing every span of a 7-day window for each ``list_services`` cost 40-200
 answer and memory grew with the rows read (issues 13 and 15). The roll-ups make the cost of
 those reads grow with the answer (services x buckets), not with the spans.
 
-**Tables** (schema version 4, :mod:`._schema`). Each row covers one *bucket*: ``width``
+**Tables** (schema version 4; the mark 7, :mod:`._schema`). Each row covers one *bucket*: ``width``
 seconds (60, 3600 or 86400: a minute, an hour, a UTC day; :data:`WIDTHS`) starting at
 ``bucket`` (unix ns, a multiple of the width), by the span's *start* time as every query
 filters:
@@ -25,17 +25,22 @@ updates the rows of its minute, hour and day, so a window is read as whole days,
 minutes (:func:`plan`): a 7-day window is at most 6 days + 46 hours + 118 minutes of rows per
 group, an hour at most 60 minute rows.
 
-**Maintenance** (:func:`apply_written`): in the write's own transaction, from the rows the
-write stored (ids above the previous largest: duplicates never count twice). Edges need the
-parent span's service. A child whose parent is stored (earlier, or in the same batch) is
-rolled up at once (a parent in the same batch is found in memory, an older one by the unique
-``(trace_id, span_id)`` index); a child whose parent is not stored yet waits in
-``edge_pending`` (trace id, parent span id, child row id, child start). A **deferred pass**
-(:func:`resolve_pending`, the store's background task every few seconds, in its own write
-transaction) rolls up the waiting children whose parent has come since and drops them from
-``edge_pending``: the write path does not probe the pending children for every span it
-stores (a probe and a delete per span, about 2 µs of the store's ~25, when SDKs export
-children before their parents).
+**Maintenance** (:class:`TailRollup`): the writer sums the spans it stores in memory and
+writes the roll-up rows once per :data:`ROLL_EVERY` spans (in that write's transaction), or
+when the store's deferred pass runs (every few seconds), moving the ``rollup_mark`` (schema
+7: the largest span row id the roll-ups count) in the same transaction. The span rows above
+the mark are the *tail*: every read adds them raw (:func:`_raw_pieces`), so answers are
+exact at every moment while the writes stay cheap (upserting every width's rows for each
+512-span request cost OTLP ingest about a quarter of its speed). Rows some other process
+stored, or a failed write's memory, are read back from the table (:func:`roll_tail`); a
+writer that stops leaves its tail to the next pass. Edges need the parent span's service. A
+child whose parent is stored (earlier, or in the same tail) is rolled up at once (a parent
+in the tail is found in memory, an older one by the unique ``(trace_id, span_id)`` index); a
+child whose parent is not stored yet waits in ``edge_pending`` (trace id, parent span id,
+child row id, child start). A **deferred pass** (:func:`resolve_pending`, the store's
+background task every few seconds, in its own write transaction) rolls up the waiting
+children whose parent has come since and drops them from ``edge_pending``: the write path
+does not probe the pending children for every span it stores.
 Reads stay equal to the raw parent/child join at every moment: :func:`service_edges` adds the
 waiting children whose parent is stored now (few: those written since the last pass) to the
 rolled-up calls. A child whose parent never comes is never an edge (as in the raw join) and
@@ -56,8 +61,8 @@ taken merged, one row per group, from the store's :class:`ClosedDays` (filled by
 read of them, checked against the per-day generations every writer bumps in ``rollup_days``),
 so a week costs about what an hour does.
 
-**Retention** (:func:`drop_before`, :func:`rebuild_straddling`): rows whose bucket ends at or
-before the cutoff go with the spans; the bucket of each width that straddles the cutoff is
+**Retention** (:func:`drop_before`, :func:`rebuild_straddling`; the tail rolled up first):
+rows whose bucket ends at or before the cutoff go with the spans; the bucket of each width that straddles the cutoff is
 rebuilt from what is left (the minute from the raw spans, the hour from its minutes, the day
 from its hours), so the roll-ups again agree with the raw spans. Between two chunks of one
 retention pass the straddling buckets may still count deleted spans. One difference stays: a
@@ -872,7 +877,7 @@ def widened(ctx: ReadContext, time_range: TimeRange) -> TimeRange:
     when no span starts in ``[new_start, start)`` nor in ``[end, new_end)``. Each end moves to
     the coarsest boundary of :data:`WIDTHS` (a day, else an hour, else a minute) that keeps
     that true, found by two probes of the ``spans_start`` index in the read's snapshot (the
-    roll-ups are written in the spans' own transactions). The usual window ends at *now*,
+    tail's spans included: they are read raw over the widened window). The usual window ends at *now*,
     after the newest span: its end is then read as the current day's rows, not as up to 23
     hour rows + 59 minute rows + a raw minute per group (a week of ``service_edges``: 3,063
     rows to ~800 on the 5 M store). Not for log counts (log times, not span starts). While a
@@ -925,8 +930,9 @@ def touch_days(conn: sqlite3.Connection, days: Iterable[int]) -> None:
     """Bump the generation of ``days`` (UTC day starts, unix ns), in the caller's transaction.
 
     Every write that changes a day's roll-up rows calls it in the same transaction, in any
-    process (:func:`apply_written` for the server's writer and ``coremetry ingest`` alike,
-    :func:`resolve_pending`), which is what :class:`ClosedDays` relies on.
+    process (:class:`TailRollup` and :func:`apply_written` for the server's writer and
+    ``coremetry ingest`` alike, :func:`resolve_pending`), which is what :class:`ClosedDays`
+    relies on.
     """
     conn.executemany(_BUMP, [(day,) for day in sorted(set(days))])
 

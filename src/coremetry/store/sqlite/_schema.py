@@ -6,7 +6,7 @@ transaction, so a crash mid-migration leaves the previous version intact. Openin
 runs every step above its version; a database *newer* than :data:`SCHEMA_VERSION` (written by
 a later Coremetry) is refused, never downgraded.
 
-Tables (version 6):
+Tables (version 7):
 
 - ``resources``: one row per distinct resource (``service.name`` + resource attributes),
   interned so that spans, log records and metric series store a small integer instead of the
@@ -34,11 +34,13 @@ Tables (version 6):
 
 - ``red_services`` / ``red_operations`` / ``red_edges`` / ``edge_pending`` / ``red_logs``
   (version 4; sketches re-encoded in 5): the RED roll-ups (and log counts) the writer keeps
-  in the records' transaction, described in :mod:`._rollups`.
+  at ingest (spans: in bulk, up to the mark of version 7), described in :mod:`._rollups`.
 - ``rollup_days`` (version 6): per UTC day (its start, unix ns), a generation every writer
   bumps in the transaction that changes that day's roll-up rows (day ``-1``: any day's, for
   retention), so that a process can tell whether merged rows it keeps are still the day's,
   whichever process wrote (``._rollups.ClosedDays``).
+- ``rollup_mark`` (version 7): one row, the largest span row id the roll-ups count; the rows
+  above it (the newest few seconds) are read raw beside them (``._rollups.TailRollup``).
 
 Every query of :mod:`coremetry.store.sqlite` has an index; the comment on each index names the
 queries that use it.
@@ -304,7 +306,8 @@ range), an index of error spans, per-resource indexes instead of per-service-nam
 cheaper writes), and the histogram width of each metric series; 4 the RED roll-ups
 (:mod:`._rollups`), built from the spans already stored; 5 the roll-ups' sketches re-encoded
 as fixed-width records (:mod:`coremetry.store._sketch`), which a read merges in bulk; 6 the
-roll-up days' generations, written by every process that writes (``._rollups.ClosedDays``)."""
+roll-up days' generations, written by every process that writes (``._rollups.ClosedDays``); 7
+the roll-ups' mark, so that a writer rolls up its spans in bulk (``._rollups.TailRollup``)."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 """The version this code writes and reads."""

@@ -215,8 +215,9 @@ class SqliteStore:
     async def resolve_pending(self) -> None:
         """Run the roll-ups' deferred pass now (see :mod:`._rollups`).
 
-        The store runs it every :data:`PENDING_PASS_S` seconds; answers are the same before
-        and after it.
+        Rolls up the tail (the spans above the roll-ups' mark) and the waiting children
+        whose parent came since. The store runs it every :data:`PENDING_PASS_S` seconds;
+        answers are the same before and after it.
         """
         self._check_open()
         async with self._write_lock, self._limiter:
