@@ -12,9 +12,10 @@ pinned to one core, the corpus of ``otlp_ingest.py`` (SmartThings trace shapes, 
 schema-3 store wrote, plus one ``SELECT max(id)`` per batch). Each request is decoded and written
 into one store, then decoded and written into the other, the order swapped every request,
 so a busy moment of the machine falls on both arms alike. The roll-ups' deferred pass
-(``resolve_pending``: it rolls up the tail and the waiting children) is run by the bench
-after every 50 requests on the store with roll-ups, its time counted in that arm; the stores'
-own background pass is put off for the run. ``--rounds`` repeats the whole thing on fresh
+(``resolve_pending``: it rolls up the tail and the waiting children) is run by the bench on
+the store with roll-ups every ``PENDING_PASS_S`` seconds of that arm's time, as the store's
+background task runs it, and at the end; its time is counted in that arm (the stores' own
+background task is put off for the run). ``--rounds`` repeats the whole thing on fresh
 stores; ``--interleaved`` sends the services' requests in turn instead of service by service.
 
 Prints, per round and over all rounds: seconds of decode + write per arm (wall and CPU), the
@@ -47,8 +48,9 @@ from coremetry.store.sqlite import _rollups, _store, open_sqlite_store
 from coremetry.store.sqlite._store import SqliteStore
 
 TARGET: Final = 0.8
-PASS_EVERY: Final = 50
-"""Requests between two runs of the deferred pass on the store with roll-ups."""
+PASS_EVERY_S: Final = _store.PENDING_PASS_S
+"""Seconds of the with-arm's time between two runs of the deferred pass on its store: the
+store's background task runs it every :data:`~coremetry.store.sqlite._store.PENDING_PASS_S`."""
 
 
 @dataclass
@@ -111,11 +113,13 @@ async def run_round(corpus: otlp_ingest.Corpus, directory: Path) -> tuple[Arm, A
     ):
         assert isinstance(store_on, SqliteStore)
         assert isinstance(store_off, SqliteStore)
+        next_pass = PASS_EVERY_S
         for i, body in enumerate(corpus.bodies):
             order = ((store_on, on, True), (store_off, off, False))
             for store, arm, rollups in order if i % 2 == 0 else order[::-1]:
                 await _request(store, body, arm, rollups)
-            if (i + 1) % PASS_EVERY == 0 or i + 1 == len(corpus.bodies):
+            if on.total_s >= next_pass or i + 1 == len(corpus.bodies):
+                next_pass = on.total_s + PASS_EVERY_S
                 started = time.perf_counter()
                 await store_on.resolve_pending()
                 on.pass_s += time.perf_counter() - started
