@@ -35,6 +35,12 @@ def _days_of_spans() -> tuple[int, list[Span]]:
     return base, list(_spans(base, random.Random(5), hours=80, traces=500))
 
 
+def _days_and_window() -> tuple[list[Span], TimeRange]:
+    """:func:`_days_of_spans`' spans and a window over all of them."""
+    base, spans = _days_of_spans()
+    return spans, TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+
+
 async def test_windows_of_whole_days_agree_with_the_raw_spans(tmp_path: Path) -> None:
     base, spans = _days_of_spans()
     async with open_sqlite_store(tmp_path / "t.db", retention_days=0) as store:
@@ -84,8 +90,7 @@ def _bounds(window: TimeRange) -> tuple[int, int]:
 
 async def test_a_version_3_database_gets_its_rollups_built_on_open(tmp_path: Path) -> None:
     path = tmp_path / "telemetry.db"
-    base, spans = _days_of_spans()
-    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    spans, window = _days_and_window()
     logs = _logs(spans)
     async with open_sqlite_store(path, retention_days=0) as store:
         await store.write(TelemetryBatch(spans=spans, logs=logs))
@@ -120,8 +125,7 @@ async def test_a_version_3_database_gets_its_rollups_built_on_open(tmp_path: Pat
 
 async def test_a_version_4_database_gets_its_sketches_reencoded_on_open(tmp_path: Path) -> None:
     path = tmp_path / "telemetry.db"
-    base, spans = _days_of_spans()
-    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    spans, window = _days_and_window()
     async with open_sqlite_store(path, retention_days=0) as store:
         await store.write(TelemetryBatch(spans=spans))
         await store.resolve_pending()  # the tail rolled up: every span in the roll-up rows
@@ -255,8 +259,7 @@ async def test_the_deferred_pass_moves_waiting_children_into_the_rollups(
     # Children written before their parents wait in edge_pending; the answers count them at
     # once, and the same answers stand after the pass rolled them up (only orphans wait then).
     monkeypatch.setattr(_rollups, "ROLL_EVERY", 50)  # each write rolled up before the next
-    base, spans = _days_of_spans()
-    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    spans, window = _days_and_window()
     newest_first = sorted(spans, key=lambda s: -s.start_time_unix_nano)
     async with open_sqlite_store(tmp_path / "t.db", retention_days=0) as store:
         for i in range(0, len(newest_first), 50):
@@ -279,8 +282,7 @@ def _pending(path: Path) -> int:
 
 
 async def test_retention_up_to_the_largest_time_empties_the_rollups(tmp_path: Path) -> None:
-    base, spans = _days_of_spans()
-    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    spans, window = _days_and_window()
     async with open_sqlite_store(tmp_path / "t.db", retention_days=0) as store:
         await store.write(TelemetryBatch(spans=spans, logs=_logs(spans)))
         await store.delete_before(2**63 - 1)
@@ -304,8 +306,7 @@ async def test_a_tail_left_by_a_stopped_writer_is_read_raw_then_rolled_up(tmp_pa
     # it leaves them above the mark: the next store answers from them raw, its pass rolls
     # them up, and the answers never change.
     path = tmp_path / "t.db"
-    base, spans = _days_of_spans()
-    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    spans, window = _days_and_window()
     rolled = 0  # where the mark should be: a write rolls up a tail of ROLL_EVERY spans or more
     async with open_sqlite_store(path, retention_days=0) as store:
         for i in range(0, len(spans), 500):
@@ -328,8 +329,7 @@ async def test_two_writers_on_one_database_keep_the_rollups_exact(tmp_path: Path
     # in its transaction, whether the other stored spans or rolled up the tail meanwhile, so
     # no span is rolled up twice or lost, whichever writer rolls up.
     path = tmp_path / "t.db"
-    base, spans = _days_of_spans()
-    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    spans, window = _days_and_window()
     async with (
         open_sqlite_store(path, retention_days=0) as first,
         open_sqlite_store(path, retention_days=0) as second,
@@ -358,8 +358,7 @@ async def test_a_failed_write_leaves_the_rollups_exact(
     # A write that fails after its spans were summed in memory rolls back; the memory goes
     # with it, and the spans earlier writes committed are read back from the table instead.
     path = tmp_path / "t.db"
-    base, spans = _days_of_spans()
-    window = TimeRange(start_unix_nano=base - HOUR, end_unix_nano=base + 81 * HOUR)
+    spans, window = _days_and_window()
     third = len(spans) // 3
     logs = _logs(spans)
     real_apply_logs = _rollups.apply_logs

@@ -61,14 +61,14 @@ taken merged, one row per group, from the store's :class:`ClosedDays` (filled by
 read of them, checked against the per-day generations every writer bumps in ``rollup_days``),
 so a week costs about what an hour does.
 
-**Retention** (:func:`drop_before`, :func:`rebuild_straddling`; the tail rolled up first):
-rows whose bucket ends at or before the cutoff go with the spans; the bucket of each width that straddles the cutoff is
-rebuilt from what is left (the minute from the raw spans, the hour from its minutes, the day
-from its hours), so the roll-ups again agree with the raw spans. Between two chunks of one
-retention pass the straddling buckets may still count deleted spans. One difference stays: a
-call whose child starts after the cutoff but whose parent started before it keeps counting in
-the roll-ups (the child is kept, its bucket is whole), while the raw join no longer finds the
-deleted parent.
+**Retention** (:func:`drop_before`, :func:`rebuild_straddling`; the tail rolled up first): rows
+whose bucket ends at or before the cutoff go with the spans; the bucket of each width that straddles
+the cutoff is rebuilt from what is left (the minute from the raw spans, the hour from its minutes,
+the day from its hours), so the roll-ups again agree with the raw spans. Between two chunks of one
+retention pass the straddling buckets may still count deleted spans. One difference stays: a call
+whose child starts after the cutoff but whose parent started before it keeps counting in the
+roll-ups (the child is kept, its bucket is whole), while the raw join no longer finds the deleted
+parent.
 
 **Log counts** (``red_logs``): per bucket and resource, the log records and those at WARN
 (severity 13-16) and ERROR or worse (17+), kept at ingest by three ``INSERT ... SELECT``
@@ -873,17 +873,17 @@ def widened(ctx: ReadContext, time_range: TimeRange) -> TimeRange:
     """The window with each end moved out to the coarsest bucket boundary across no span.
 
     A roll-up row holds only the spans (for ``red_edges``: the child spans) that start in its
-    bucket, so a window ``[start, end)`` reads exactly what ``[new_start, new_end)`` reads
-    when no span starts in ``[new_start, start)`` nor in ``[end, new_end)``. Each end moves to
-    the coarsest boundary of :data:`WIDTHS` (a day, else an hour, else a minute) that keeps
-    that true, found by two probes of the ``spans_start`` index in the read's snapshot (the
-    tail's spans included: they are read raw over the widened window). The usual window ends at *now*,
-    after the newest span: its end is then read as the current day's rows, not as up to 23
-    hour rows + 59 minute rows + a raw minute per group (a week of ``service_edges``: 3,063
-    rows to ~800 on the 5 M store). Not for log counts (log times, not span starts). While a
-    retention pass is between two chunks (see **Retention** above), a start moved back into
-    the bucket that straddles the cutoff may count the spans just deleted, as any window
-    over that bucket may then.
+    bucket, so a window ``[start, end)`` reads exactly what ``[new_start, new_end)`` reads when
+    no span starts in ``[new_start, start)`` nor in ``[end, new_end)``. Each end moves to the
+    coarsest boundary of :data:`WIDTHS` (a day, else an hour, else a minute) that keeps that
+    true, found by two probes of the ``spans_start`` index in the read's snapshot (the tail's
+    spans included: they are read raw over the widened window). The usual window ends at *now*,
+    after the newest span: its end is then read as the current day's rows, not as up to 23 hour
+    rows + 59 minute rows + a raw minute per group (a week of ``service_edges``: 3,063 rows to
+    ~800 on the 5 M store). Not for log counts (log times, not span starts). While a retention
+    pass is between two chunks (see **Retention** above), a start moved back into the bucket
+    that straddles the cutoff may count the spans just deleted, as any window over that bucket
+    may then.
     """
     start, end = time_range.start_unix_nano, time_range.end_unix_nano
     ((before, after),) = ctx.execute(
