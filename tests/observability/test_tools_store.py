@@ -143,11 +143,19 @@ async def test_an_empty_answer_over_all_the_data_says_to_loosen_the_filters(
         wide = {"start": window["start"], "end": window["end"]}
         none = await call(server, "search_traces", {**wide, "min_duration_ms": 10**9})
         some = await call(server, "search_traces", {**wide})
+        deploys = await call(server, "list_deploys", {**wide})
     assert none.get("traces") == [], none
     note = str(none["note"])
     assert "the window already covers all of it" in note
     assert "retry with start/end" not in note
+    # The note names the argument the call set, not arguments search_traces does not take.
+    assert "loosen them (min_duration_ms)" in note, note
     assert some["traces"] != [], "the stored traces lie inside the window"
+    # The files carry no service.version: nothing to loosen, and the note says so.
+    assert deploys.get("deploys") == [], deploys
+    deploy_note = str(deploys["note"])
+    assert "the window already covers all of it" in deploy_note
+    assert "loosen" not in deploy_note, deploy_note
 
 
 def versioned(path: Path, version: str) -> TelemetryBatch:

@@ -7,6 +7,8 @@ store interrupts its query (``TelemetryStore`` contract).
 
 from typing import Final
 
+import msgspec
+
 from coremetry.mcp import BadArgs
 from coremetry.store import (
     LogQuery,
@@ -89,6 +91,27 @@ async def stored_extent(store: TelemetryStore) -> TimeRange | None:
     )
 
 
+_NOT_FILTERS: Final = frozenset({"range", "start", "end", "limit", "cursor"})
+"""Arguments of a listing that are not filters: the window and the paging."""
+
+
+def filters_set(args: msgspec.Struct) -> list[str]:
+    """The names of the arguments a call set that narrow what it lists (not window or paging).
+
+    An argument counts when it differs from its default (``None``, empty, ``False``, or the
+    struct's own default value), so a note can name what to loosen without a list per tool.
+    """
+    names = []
+    for field in msgspec.structs.fields(args):
+        if field.name in _NOT_FILTERS:
+            continue
+        value = getattr(args, field.name)
+        if value in (None, "", [], {}, False) or value == field.default:
+            continue
+        names.append(field.name)
+    return names
+
+
 async def absent_data_note(
     store: TelemetryStore,
     what: str,
@@ -96,6 +119,7 @@ async def absent_data_note(
     signal: str,
     *,
     service: str | None = None,
+    args: msgspec.Struct | None = None,
 ) -> dict[str, object]:
     """Explain an empty result: what the window was and where stored data actually is.
 
@@ -106,6 +130,9 @@ async def absent_data_note(
         signal: ``"traces"``, ``"logs"`` or ``"metrics"``: which newest record to name.
         service: the ``service.name`` the call asked about: the newest record named is that
             service's (not another system's).
+        args: the call's arguments: when the window already holds every stored record, the
+            note names the ones it set beside the window (:func:`filters_set`) as those to
+            loosen.
 
     Returns:
         ``{"note": str, "data_extent": {"start", "end"} | None}`` (plus ``newest_trace_start``
@@ -144,10 +171,14 @@ async def absent_data_note(
         window.end_unix_nano
     ):
         # Moving the window cannot help: it already holds every stored record.
-        advice = (
-            ": the window already covers all of it, so nothing matches the other arguments; "
-            "loosen them (text, severity, service, attributes) instead"
-        )
+        loosen = filters_set(args) if args is not None else []
+        if loosen:
+            advice = (
+                ": the window already covers all of it, so nothing matches the other "
+                f"arguments; loosen them ({', '.join(loosen)}) instead"
+            )
+        else:
+            advice = f": the window already covers all of it, and none of it is {what}"
     else:
         advice = ": retry with start/end (or a longer range) inside that extent"
     return {

@@ -930,7 +930,9 @@ class ObservabilityTools:
         }
         shown.add_cursor(body)
         if not items:
-            body.update(await absent_data_note(self.store, "telemetry", window, "traces"))
+            body.update(
+                await absent_data_note(self.store, "telemetry", window, "traces", args=args)
+            )
         else:
             extent = await self._extent_json()
             body["data_extent"] = extent
@@ -1089,7 +1091,9 @@ class ObservabilityTools:
             ]
         page.add_cursor(body)
         if not shown and offset == 0:
-            body.update(await absent_data_note(self.store, "service calls", window, "traces"))
+            body.update(
+                await absent_data_note(self.store, "service calls", window, "traces", args=args)
+            )
         return Shaped(body, [page.trimmable("edges"), Trimmable(("services",))])
 
     # -- traces -------------------------------------------------------------------------------
@@ -1123,7 +1127,7 @@ class ObservabilityTools:
             await require_known_service(self.store, args.service)
             body.update(
                 await absent_data_note(
-                    self.store, "matching traces", window, "traces", service=args.service
+                    self.store, "matching traces", window, "traces", service=args.service, args=args
                 )
             )
         elif items:
@@ -1354,7 +1358,12 @@ class ObservabilityTools:
             await require_known_service(self.store, args.service)
             body.update(
                 await absent_data_note(
-                    self.store, "matching log records", window, "logs", service=args.service
+                    self.store,
+                    "matching log records",
+                    window,
+                    "logs",
+                    service=args.service,
+                    args=args,
                 )
             )
         return Shaped(body, [shown.trimmable("records")])
@@ -1390,7 +1399,9 @@ class ObservabilityTools:
         }
         shown.add_cursor(body)
         if not items and pager.first:
-            body.update(await absent_data_note(self.store, "metric points", window, "metrics"))
+            body.update(
+                await absent_data_note(self.store, "metric points", window, "metrics", args=args)
+            )
         return Shaped(body, [shown.trimmable("metrics")])
 
     async def query_metric(self, args: QueryMetricArgs, ctx: CallContext) -> Shaped:
@@ -1484,6 +1495,7 @@ class ObservabilityTools:
                 f"points of {args.name} matching the filters",
                 ResolvedRange(time_range=query_range, explicit=window.explicit),
                 "metrics",
+                args=args,
             )
             if notes:
                 absent["note"] = f"{absent['note']}; {body['note']}"
@@ -1546,6 +1558,7 @@ class ObservabilityTools:
                     "spans carrying service.version (the OTel resource attribute deploys show as)",
                     window,
                     "traces",
+                    args=args,
                 )
             )
         elif shown:
