@@ -379,3 +379,35 @@ async def test_a_failed_write_leaves_the_rollups_exact(
         await store.resolve_pending()
         await _compare(store, spans, window, "after a failed write, tail rolled up")
         assert (await store.statistics()).span_count == len(spans)
+
+
+async def test_retention_by_another_writer_under_a_tail_in_memory_keeps_the_rollups_exact(
+    tmp_path: Path,
+) -> None:
+    # A writer (`coremetry ingest`) holds its newest spans' roll-ups in memory while another
+    # (the server) runs retention: that pass rolls those spans up, deletes them all (they are
+    # old) and moves the mark back down, to where the first writer's memory began. The first
+    # writer must not write its memory then (the spans are gone) nor let its next rows, which
+    # take the deleted rows' ids, fall below the mark (fresh-user finding).
+    path = tmp_path / "t.db"
+    spans, window = _days_and_window()
+    ordered = sorted(spans, key=lambda s: s.start_time_unix_nano)
+    cutoff = ordered[len(ordered) // 3].start_time_unix_nano
+    old = [s for s in ordered if s.start_time_unix_nano < cutoff]
+    kept = [s for s in ordered if s.start_time_unix_nano >= cutoff]
+    async with (
+        open_sqlite_store(path, retention_days=0) as importer,
+        open_sqlite_store(path, retention_days=0) as server,
+    ):
+        await importer.write(TelemetryBatch(spans=old))
+        deleted = await server.delete_before(cutoff)
+        assert deleted.spans_deleted == len(old)
+        for i in range(0, len(kept), 300):
+            await importer.write(TelemetryBatch(spans=kept[i : i + 300]))
+        for store in (importer, server):
+            await _compare(store, kept, window, "retention under another writer's tail")
+            assert (await store.statistics()).span_count == len(kept)
+        await importer.resolve_pending()
+        await server.resolve_pending()
+        await _compare(server, kept, window, "the same, tail rolled up")
+        assert (await server.statistics()).span_count == len(kept)

@@ -501,7 +501,7 @@ ROLL_EVERY: Final = 32768
 :class:`TailRollup`); the store's deferred pass rolls up the rest every few seconds."""
 
 _MARK: Final = "SELECT span_id FROM rollup_mark"
-_SET_MARK: Final = "UPDATE rollup_mark SET span_id = ?"
+_SET_MARK: Final = "UPDATE rollup_mark SET span_id = ?, epoch = epoch + 1"
 
 
 def rolled_mark(conn: sqlite3.Connection | ReadContext) -> int:
@@ -513,6 +513,11 @@ def rolled_mark(conn: sqlite3.Connection | ReadContext) -> int:
     if isinstance(conn, ReadContext):
         return cast(int, conn.execute(_MARK)[0][0])
     return int(conn.execute(_MARK).fetchone()[0])
+
+
+def _mark_epoch(conn: sqlite3.Connection) -> int:
+    """The mark's epoch: bumped by every change of the mark, by any process (caller's txn)."""
+    return int(conn.execute("SELECT epoch FROM rollup_mark").fetchone()[0])
 
 
 def roll_tail(conn: sqlite3.Connection, top: int | None = None) -> int:
@@ -551,11 +556,14 @@ class TailRollup:
 
     Memory is only ever a copy of committed rows: ``base`` is the mark it started from,
     ``top`` the largest row id it holds (its rows are exactly ``(base, top]``). Each write
-    checks, in its own transaction, that no other process moved the mark (it rolled up these
-    rows itself: the memory is dropped) or stored spans since (its rows are read back
+    checks, in its own transaction, that no other process moved the mark (it rolled these
+    rows up itself: the memory is dropped) or stored spans since (its rows are read back
     after this memory is written), and a write that fails drops the memory (those rows,
-    committed earlier, are then read back by :func:`roll_tail`). A stopped process leaves
-    its tail above the mark, rolled up by the next pass of any writer.
+    committed earlier, are then read back by :func:`roll_tail`). "Moved" is told by the
+    mark's epoch, which every change of the mark bumps, not by its value: retention may
+    delete the rows another process rolled up and move the mark back down to ``base``, after
+    which new rows take the deleted rows' ids. A stopped process leaves its tail above the
+    mark, rolled up by the next pass of any writer.
 
     Children are matched with their parents at :meth:`flush`: a parent in the tail is found
     in memory, an older one by the ``(trace_id, span_id)`` index, and a child whose parent is
@@ -568,6 +576,7 @@ class TailRollup:
         self._children: list[_Child] = []
         self._base: int | None = None
         self._top = 0
+        self._epoch = 0
 
     def drop(self) -> None:
         """Forget the memory (a transaction failed, or another process rolled these rows up)."""
@@ -587,8 +596,8 @@ class TailRollup:
                 are then read back and rolled up at once).
         """
         if self._base is not None:
-            if rolled_mark(conn) != self._base:
-                self.drop()  # another process rolled up the tail, these rows with it
+            if _mark_epoch(conn) != self._epoch:
+                self.drop()  # another process moved the mark: it rolled these rows up
             elif last_id != self._top:
                 self.flush(conn)  # another process stored spans since: ours first
         if self._base is None:
@@ -600,6 +609,7 @@ class TailRollup:
             return
         if self._base is None:
             self._base = self._top = last_id
+            self._epoch = _mark_epoch(conn)
         self._batch.add_facts(
             [(r[6], r[11], r[4], r[5] in (2, 5) or r[2] is None, r[9] == 2, r[8]) for r in rows]
         )
@@ -616,15 +626,16 @@ class TailRollup:
     def flush(self, conn: sqlite3.Connection) -> None:
         """Write the memory's roll-up rows and move the mark to its top (caller's transaction).
 
-        Nothing is written when another process moved the mark since (it rolled these rows
-        up itself). The memory is empty afterwards, whether the transaction then commits or not.
+        Nothing is written when the mark moved since the memory began (another process
+        rolled these rows up, and retention may have deleted them since). The memory is
+        empty afterwards, whether the transaction then commits or not.
         """
         if self._base is None:
             return
         batch, services, children, top = self._batch, self._services, self._children, self._top
-        base = self._base
+        epoch = self._epoch
         self.drop()
-        if rolled_mark(conn) != base:
+        if _mark_epoch(conn) != epoch:
             return
         calls: list[Call] = []
         unresolved: list[int] = []
@@ -720,7 +731,8 @@ def drop_before(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
     be above the mark to be read as the tail).
     """
     conn.execute(
-        "UPDATE rollup_mark SET span_id = (SELECT coalesce(max(id), 0) FROM spans) "
+        "UPDATE rollup_mark SET span_id = (SELECT coalesce(max(id), 0) FROM spans), "
+        "epoch = epoch + 1 "
         "WHERE span_id > (SELECT coalesce(max(id), 0) FROM spans)"
     )
     touch_all_days(conn)

@@ -39,8 +39,9 @@ Tables (version 7):
   bumps in the transaction that changes that day's roll-up rows (day ``-1``: any day's, for
   retention), so that a process can tell whether merged rows it keeps are still the day's,
   whichever process wrote (``._rollups.ClosedDays``).
-- ``rollup_mark`` (version 7): one row, the largest span row id the roll-ups count; the rows
-  above it (the newest few seconds) are read raw beside them (``._rollups.TailRollup``).
+- ``rollup_mark`` (version 7): one row, the largest span row id the roll-ups count (the rows
+  above it, the newest few seconds, are read raw beside them) and an epoch every change of it
+  bumps (``._rollups.TailRollup``).
 
 Every query of :mod:`coremetry.store.sqlite` has an index; the comment on each index names the
 queries that use it.
@@ -283,11 +284,12 @@ _V7: Final[tuple[str | Callable[[sqlite3.Connection], None], ...]] = (
     """
     CREATE TABLE rollup_mark (
         only INTEGER PRIMARY KEY CHECK (only = 0),
-        span_id INTEGER NOT NULL
+        span_id INTEGER NOT NULL,
+        epoch INTEGER NOT NULL
     )
     """,
     # Every span stored so far was rolled up in its own write.
-    "INSERT INTO rollup_mark (only, span_id) SELECT 0, coalesce(max(id), 0) FROM spans",
+    "INSERT INTO rollup_mark (only, span_id, epoch) SELECT 0, coalesce(max(id), 0), 0 FROM spans",
 )
 
 MIGRATIONS: Final[tuple[Sequence[str | Callable[[sqlite3.Connection], None]], ...]] = (
