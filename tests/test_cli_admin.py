@@ -213,6 +213,24 @@ async def test_first_start_prints_an_admin_token_that_unlocks_the_server(tmp_pat
             process.terminate()
             await process.wait()
     assert process.returncode == 0
+    # The Claude Desktop entry, run as Claude Desktop runs it: its command, args and env
+    # only (no COREMETRY_* of ours, another working directory), answers on the same data dir.
+    desktop_line = out.decode().split("Claude Desktop (claude_desktop_config.json)")[1]
+    entry = json.loads(desktop_line.split("\n")[1])["mcpServers"]["coremetry"]
+    assert Path(entry["command"]).is_absolute()
+    with trio.fail_after(LIMIT_S):
+        launched = await trio.run_process(
+            [entry["command"], *entry["args"]],
+            stdin=b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n',
+            capture_stdout=True,
+            capture_stderr=True,
+            env={**{k: v for k, v in env.items() if k != "COREMETRY_DATA_DIR"}, **entry["env"]},
+            cwd="/",
+            check=False,
+            start_new_session=True,
+        )
+    assert launched.returncode == 0, launched.stderr
+    assert json.loads(launched.stdout) == {"jsonrpc": "2.0", "id": 1, "result": {}}
     audit = coremetry(tmp_path, "audit", "tail")
     assert audit.returncode == 0
     assert token not in audit.stdout

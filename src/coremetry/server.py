@@ -283,11 +283,41 @@ def open_security(config: Config) -> Security:
     )
 
 
-def first_start_message(token: str, url: str) -> str:
-    """The lines printed once, when ``serve`` minted the first admin token."""
+def coremetry_command() -> str:
+    """The ``coremetry`` command by its absolute path, for a client that launches it.
+
+    Claude Desktop does not search a virtualenv, and the venv may not be activated: the
+    console script beside this Python interpreter first, else the one on ``PATH``, else the
+    bare name.
+    """
+    beside = Path(sys.executable).parent / "coremetry"
+    if beside.is_file():
+        return str(beside)
+    return shutil.which("coremetry") or "coremetry"
+
+
+def first_start_message(token: str, url: str, data_dir: str) -> str:
+    """The lines printed once, when ``serve`` minted the first admin token.
+
+    Args:
+        token: the admin service token (``cmk_...``).
+        url: the base URL the server listens on (``http://host:port``).
+        data_dir: the data dir (``~`` allowed): printed absolute, since the stdio server
+            Claude Desktop launches must open the same one (the token is valid only there).
+    """
     mcp_url = f"{url}/api/mcp"
-    # Claude Desktop does not search a virtualenv: name the command by its absolute path.
-    command = shutil.which("coremetry") or "coremetry"
+    desktop = {
+        "mcpServers": {
+            "coremetry": {
+                "command": coremetry_command(),
+                "args": ["stdio"],
+                "env": {
+                    "COREMETRY_DATA_DIR": str(Path(data_dir).expanduser().resolve()),
+                    "COREMETRY_TOKEN": token,
+                },
+            }
+        }
+    }
     return (
         "Coremetry created an admin service token for this data dir. It is shown only once;\n"
         "store it now (create more with `coremetry token create`):\n\n"
@@ -296,8 +326,7 @@ def first_start_message(token: str, url: str) -> str:
         f"  claude mcp add --transport http coremetry {mcp_url} "
         f'--header "Authorization: Bearer {token}"\n\n'
         "Claude Desktop (claude_desktop_config.json), through the stdio server:\n"
-        f'  {{"mcpServers": {{"coremetry": {{"command": {msgspec.json.encode(command).decode()}, '
-        f'"args": ["stdio"], "env": {{"COREMETRY_TOKEN": "{token}"}}}}}}}}\n'
+        f"  {msgspec.json.encode(desktop).decode()}\n"
     )
 
 
@@ -408,7 +437,7 @@ async def serve(
                 base = config.http.public_url.rstrip("/") or f"{url}{config.http.root_path}"
                 security.authenticator.oidc.set_default_audience(f"{base}/api/mcp")
             if first_admin_token is not None:
-                print(first_start_message(first_admin_token, url), flush=True)
+                print(first_start_message(first_admin_token, url, config.data_dir), flush=True)
             if announce:
                 lead = f"{preface}\n" if preface is not None else ""
                 sys.stderr.write(f"{lead}listening on {url}\n")
