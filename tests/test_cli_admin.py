@@ -164,6 +164,8 @@ def test_users_are_added_from_stdin_and_listed_without_passwords(tmp_path: Path)
 async def test_first_start_prints_an_admin_token_that_unlocks_the_server(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COREMETRY_")}
     env["COREMETRY_DATA_DIR"] = str(tmp_path)
+    # A setting the stdio server must share: it runs retention on the same data dir.
+    env["COREMETRY_STORE_RETENTION_DAYS"] = "0"
     with trio.fail_after(LIMIT_S):
         process = await trio.lowlevel.open_process(
             [sys.executable, "-m", "coremetry", "serve", "--port", "0"],
@@ -218,13 +220,17 @@ async def test_first_start_prints_an_admin_token_that_unlocks_the_server(tmp_pat
     desktop_line = out.decode().split("Claude Desktop (claude_desktop_config.json)")[1]
     entry = json.loads(desktop_line.split("\n")[1])["mcpServers"]["coremetry"]
     assert Path(entry["command"]).is_absolute()
+    assert entry["env"]["COREMETRY_STORE_RETENTION_DAYS"] == "0"  # the server's configuration
     with trio.fail_after(LIMIT_S):
         launched = await trio.run_process(
             [entry["command"], *entry["args"]],
             stdin=b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n',
             capture_stdout=True,
             capture_stderr=True,
-            env={**{k: v for k, v in env.items() if k != "COREMETRY_DATA_DIR"}, **entry["env"]},
+            env={
+                **{k: v for k, v in env.items() if not k.startswith("COREMETRY_")},
+                **entry["env"],
+            },
             cwd="/",
             check=False,
             start_new_session=True,

@@ -67,7 +67,7 @@ from coremetry.auth import (
     UnknownName,
     open_identity_store,
 )
-from coremetry.config import Config, ConfigError, load_config, render_config
+from coremetry.config import ENV_PREFIX, Config, ConfigError, load_config, render_config
 from coremetry.conformance_fixture.conformance import build_conformance_server
 from coremetry.demo.cli import add_demo_parser, prepare_serve_demo, run_demo
 from coremetry.detection.cli import add_detect_parser, run_detect
@@ -80,6 +80,7 @@ from coremetry.observability.cli import add_tools_parser, run_tools
 from coremetry.roles import ROLES, Caller
 from coremetry.server import (
     Security,
+    StdioLaunch,
     build_mcp_server,
     open_security,
     serve,
@@ -219,6 +220,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stdio_launch(args: argparse.Namespace) -> StdioLaunch:
+    """How ``serve`` was configured, for the stdio server a client launches beside it.
+
+    Its ``--config`` (absolute), its store options, and the ``COREMETRY_*`` variables it runs
+    with (the data dir and the token are set by :func:`~coremetry.server.first_start_message`).
+    """
+    launch = ["stdio"]
+    if args.config:
+        launch += ["--config", str(Path(args.config).expanduser().resolve())]
+    if args.store:
+        launch += ["--store", str(args.store)]
+    if args.clickhouse_url:
+        launch += ["--clickhouse-url", str(args.clickhouse_url)]
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name.startswith(ENV_PREFIX) and name not in ("COREMETRY_TOKEN", "COREMETRY_DATA_DIR")
+    }
+    return StdioLaunch(args=tuple(launch), env=env)
+
+
 def _store_options(parser: argparse.ArgumentParser) -> None:
     """``--store`` / ``--clickhouse-url`` of every command that opens the telemetry store."""
     parser.add_argument(
@@ -336,6 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     install_signal_handlers=True,
                     security=security,
                     first_admin_token=first[0] if first is not None else None,
+                    stdio_launch=_stdio_launch(args),
                     # --fixture: stderr stays exactly the "listening on" line.
                     name_data_dir=not getattr(args, "fixture", False),
                 )

@@ -283,20 +283,41 @@ def open_security(config: Config) -> Security:
     )
 
 
-def coremetry_command() -> str:
+class StdioLaunch(msgspec.Struct, frozen=True, kw_only=True):
+    """How a client must launch ``coremetry stdio`` to run with this server's configuration.
+
+    The stdio server opens the same data dir and store, and runs retention on it, with its
+    own configuration: the entry printed for Claude Desktop carries the server's (a default
+    retention of 7 days in the stdio process would delete what ``serve`` keeps).
+
+    Attributes:
+        args: the arguments after the ``coremetry`` command (``stdio`` first, then the
+            server's ``--config`` and store options as given).
+        env: the ``COREMETRY_*`` variables the server ran with (not the token, not the data
+            dir: :func:`first_start_message` sets both).
+    """
+
+    args: tuple[str, ...] = ("stdio",)
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+def coremetry_command() -> list[str]:
     """The ``coremetry`` command by its absolute path, for a client that launches it.
 
     Claude Desktop does not search a virtualenv, and the venv may not be activated: the
-    console script beside this Python interpreter first, else the one on ``PATH``, else the
-    bare name.
+    console script beside this Python interpreter first, else the one on ``PATH``, else
+    this interpreter with ``-m coremetry``.
     """
     beside = Path(sys.executable).parent / "coremetry"
     if beside.is_file():
-        return str(beside)
-    return shutil.which("coremetry") or "coremetry"
+        return [str(beside)]
+    found = shutil.which("coremetry")
+    return [found] if found else [sys.executable, "-m", "coremetry"]
 
 
-def first_start_message(token: str, url: str, data_dir: str) -> str:
+def first_start_message(
+    token: str, url: str, data_dir: str, launch: StdioLaunch | None = None
+) -> str:
     """The lines printed once, when ``serve`` minted the first admin token.
 
     Args:
@@ -304,14 +325,18 @@ def first_start_message(token: str, url: str, data_dir: str) -> str:
         url: the base URL the server listens on (``http://host:port``).
         data_dir: the data dir (``~`` allowed): printed absolute, since the stdio server
             Claude Desktop launches must open the same one (the token is valid only there).
+        launch: how ``serve`` was configured (:class:`StdioLaunch`; ``None``: defaults).
     """
     mcp_url = f"{url}/api/mcp"
+    launch = launch if launch is not None else StdioLaunch()
+    command, *leading = coremetry_command()
     desktop = {
         "mcpServers": {
             "coremetry": {
-                "command": coremetry_command(),
-                "args": ["stdio"],
+                "command": command,
+                "args": [*leading, *launch.args],
                 "env": {
+                    **launch.env,
                     "COREMETRY_DATA_DIR": str(Path(data_dir).expanduser().resolve()),
                     "COREMETRY_TOKEN": token,
                 },
@@ -357,6 +382,7 @@ async def serve(
     install_signal_handlers: bool = False,
     security: Security | None = None,
     first_admin_token: str | None = None,
+    stdio_launch: StdioLaunch | None = None,
     store: TelemetryStore | None = None,
     preface: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
@@ -373,6 +399,8 @@ async def serve(
             every caller as an anonymous viewer — for tests and fixtures only.
         first_admin_token: a token minted for this first start, printed once to stdout with
             the lines to paste into Claude Code and Claude Desktop.
+        stdio_launch: how this server was configured, for the Claude Desktop entry
+            (:class:`StdioLaunch`; ``None``: the defaults).
         store: the telemetry store; with one, the OTLP/HTTP receiver (``/v1/traces``,
             ``/v1/logs``, ``/v1/metrics``) writes into it (unless ``ingest.enabled`` is off).
             The caller opens and closes it (:func:`open_telemetry_store`).
@@ -437,7 +465,8 @@ async def serve(
                 base = config.http.public_url.rstrip("/") or f"{url}{config.http.root_path}"
                 security.authenticator.oidc.set_default_audience(f"{base}/api/mcp")
             if first_admin_token is not None:
-                print(first_start_message(first_admin_token, url, config.data_dir), flush=True)
+                message = first_start_message(first_admin_token, url, config.data_dir, stdio_launch)
+                print(message, flush=True)
             if announce:
                 lead = f"{preface}\n" if preface is not None else ""
                 sys.stderr.write(f"{lead}listening on {url}\n")
@@ -463,6 +492,7 @@ async def serve_with_store(
     install_signal_handlers: bool = False,
     security: Security | None = None,
     first_admin_token: str | None = None,
+    stdio_launch: StdioLaunch | None = None,
     shutdown: trio.Event | None = None,
     announce: bool = True,
     name_data_dir: bool = False,
@@ -505,6 +535,7 @@ async def serve_with_store(
                 install_signal_handlers=install_signal_handlers,
                 security=security,
                 first_admin_token=first_admin_token,
+                stdio_launch=stdio_launch,
                 store=store,
                 preface=_preface(config, security, first_admin_token) if name_data_dir else None,
                 task_status=task_status,

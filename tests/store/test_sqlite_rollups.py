@@ -411,3 +411,33 @@ async def test_retention_by_another_writer_under_a_tail_in_memory_keeps_the_roll
         await server.resolve_pending()
         await _compare(server, kept, window, "the same, tail rolled up")
         assert (await server.statistics()).span_count == len(kept)
+
+
+async def test_a_version_7_database_gets_the_marks_epoch_on_open(tmp_path: Path) -> None:
+    # Version 7 kept the mark without its epoch; opening adds it, and the tail it left is
+    # still read raw, then rolled up.
+    path = tmp_path / "t.db"
+    spans, window = _days_and_window()
+    async with open_sqlite_store(path, retention_days=0) as store:
+        await store.write(TelemetryBatch(spans=spans[: len(spans) // 2]))
+        await store.resolve_pending()
+        await store.write(TelemetryBatch(spans=spans[len(spans) // 2 :]))
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("ALTER TABLE rollup_mark DROP COLUMN epoch")
+        conn.execute("PRAGMA user_version = 7")
+    finally:
+        conn.close()
+    async with open_sqlite_store(path, retention_days=0) as store:
+        await _compare(store, spans, window, "the migrated store")
+        await store.resolve_pending()
+        await _compare(store, spans, window, "the migrated store, tail rolled up")
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        mark, top, epoch = conn.execute(
+            "SELECT span_id, (SELECT max(id) FROM spans), epoch FROM rollup_mark"
+        ).fetchone()
+        assert (mark, isinstance(epoch, int)) == (top, True)
+    finally:
+        conn.close()

@@ -6,7 +6,7 @@ transaction, so a crash mid-migration leaves the previous version intact. Openin
 runs every step above its version; a database *newer* than :data:`SCHEMA_VERSION` (written by
 a later Coremetry) is refused, never downgraded.
 
-Tables (version 7):
+Tables (version 8):
 
 - ``resources``: one row per distinct resource (``service.name`` + resource attributes),
   interned so that spans, log records and metric series store a small integer instead of the
@@ -40,8 +40,8 @@ Tables (version 7):
   retention), so that a process can tell whether merged rows it keeps are still the day's,
   whichever process wrote (``._rollups.ClosedDays``).
 - ``rollup_mark`` (version 7): one row, the largest span row id the roll-ups count (the rows
-  above it, the newest few seconds, are read raw beside them) and an epoch every change of it
-  bumps (``._rollups.TailRollup``).
+  above it, the newest few seconds, are read raw beside them) and (version 8) an epoch every
+  change of it bumps (``._rollups.TailRollup``).
 
 Every query of :mod:`coremetry.store.sqlite` has an index; the comment on each index names the
 queries that use it.
@@ -284,12 +284,17 @@ _V7: Final[tuple[str | Callable[[sqlite3.Connection], None], ...]] = (
     """
     CREATE TABLE rollup_mark (
         only INTEGER PRIMARY KEY CHECK (only = 0),
-        span_id INTEGER NOT NULL,
-        epoch INTEGER NOT NULL
+        span_id INTEGER NOT NULL
     )
     """,
     # Every span stored so far was rolled up in its own write.
-    "INSERT INTO rollup_mark (only, span_id, epoch) SELECT 0, coalesce(max(id), 0), 0 FROM spans",
+    "INSERT INTO rollup_mark (only, span_id) SELECT 0, coalesce(max(id), 0) FROM spans",
+)
+
+_V8: Final[tuple[str | Callable[[sqlite3.Connection], None], ...]] = (
+    # The mark's epoch, bumped by every change of it: a writer tells by it, not by the mark's
+    # value, whether another process moved the mark (retention may move it back down).
+    "ALTER TABLE rollup_mark ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",
 )
 
 MIGRATIONS: Final[tuple[Sequence[str | Callable[[sqlite3.Connection], None]], ...]] = (
@@ -300,6 +305,7 @@ MIGRATIONS: Final[tuple[Sequence[str | Callable[[sqlite3.Connection], None]], ..
     _V5,
     _V6,
     _V7,
+    _V8,
 )
 """Step ``i`` takes the schema from version ``i`` to ``i + 1``: 1 the tables and indexes, 2 the
 full-text index over log bodies (built from the logs already stored), 3 what
@@ -309,7 +315,8 @@ cheaper writes), and the histogram width of each metric series; 4 the RED roll-u
 (:mod:`._rollups`), built from the spans already stored; 5 the roll-ups' sketches re-encoded
 as fixed-width records (:mod:`coremetry.store._sketch`), which a read merges in bulk; 6 the
 roll-up days' generations, written by every process that writes (``._rollups.ClosedDays``); 7
-the roll-ups' mark, so that a writer rolls up its spans in bulk (``._rollups.TailRollup``)."""
+the roll-ups' mark, so that a writer rolls up its spans in bulk (``._rollups.TailRollup``); 8
+the mark's epoch."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 """The version this code writes and reads."""
