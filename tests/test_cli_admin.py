@@ -166,6 +166,7 @@ async def test_first_start_prints_an_admin_token_that_unlocks_the_server(tmp_pat
     env["COREMETRY_DATA_DIR"] = str(tmp_path)
     # A setting the stdio server must share: it runs retention on the same data dir.
     env["COREMETRY_STORE_RETENTION_DAYS"] = "0"
+    env["COREMETRY_CLICKHOUSE_PASSWORD"] = "s3cret-never-printed"  # a secret: named, not shown
     with trio.fail_after(LIMIT_S):
         process = await trio.lowlevel.open_process(
             [sys.executable, "-m", "coremetry", "serve", "--port", "0"],
@@ -185,7 +186,7 @@ async def test_first_start_prints_an_admin_token_that_unlocks_the_server(tmp_pat
                 err.extend(chunk)
             url = announced.group(1).decode()
             out = bytearray()
-            while b"Claude Desktop" not in out:
+            while b"Claude Desktop" not in out or not out.endswith(b"\n\n"):  # all of it
                 chunk = await process.stdout.receive_some(4096)
                 assert chunk, bytes(out)
                 out.extend(chunk)
@@ -221,6 +222,8 @@ async def test_first_start_prints_an_admin_token_that_unlocks_the_server(tmp_pat
     entry = json.loads(desktop_line.split("\n")[1])["mcpServers"]["coremetry"]
     assert Path(entry["command"]).is_absolute()
     assert entry["env"]["COREMETRY_STORE_RETENTION_DAYS"] == "0"  # the server's configuration
+    assert "s3cret-never-printed" not in out.decode()
+    assert "left out of its env, secrets: COREMETRY_CLICKHOUSE_PASSWORD" in out.decode()
     with trio.fail_after(LIMIT_S):
         launched = await trio.run_process(
             [entry["command"], *entry["args"]],

@@ -67,7 +67,14 @@ from coremetry.auth import (
     UnknownName,
     open_identity_store,
 )
-from coremetry.config import ENV_PREFIX, Config, ConfigError, load_config, render_config
+from coremetry.config import (
+    ENV_PREFIX,
+    SECRET_KEYS,
+    Config,
+    ConfigError,
+    load_config,
+    render_config,
+)
 from coremetry.conformance_fixture.conformance import build_conformance_server
 from coremetry.demo.cli import add_demo_parser, prepare_serve_demo, run_demo
 from coremetry.detection.cli import add_detect_parser, run_detect
@@ -224,7 +231,8 @@ def _stdio_launch(args: argparse.Namespace) -> StdioLaunch:
     """How ``serve`` was configured, for the stdio server a client launches beside it.
 
     Its ``--config`` (absolute), its store options, and the ``COREMETRY_*`` variables it runs
-    with (the data dir and the token are set by :func:`~coremetry.server.first_start_message`).
+    with (the data dir and the token are set by :func:`~coremetry.server.first_start_message`)
+    but the secrets (:data:`~coremetry.config.SECRET_KEYS`), which are named, not printed.
     """
     launch = ["stdio"]
     if args.config:
@@ -233,12 +241,17 @@ def _stdio_launch(args: argparse.Namespace) -> StdioLaunch:
         launch += ["--store", str(args.store)]
     if args.clickhouse_url:
         launch += ["--clickhouse-url", str(args.clickhouse_url)]
-    env = {
+    secrets = {ENV_PREFIX + key.upper().replace(".", "_") for key in SECRET_KEYS}
+    ours = {
         name: value
         for name, value in os.environ.items()
         if name.startswith(ENV_PREFIX) and name not in ("COREMETRY_TOKEN", "COREMETRY_DATA_DIR")
     }
-    return StdioLaunch(args=tuple(launch), env=env)
+    return StdioLaunch(
+        args=tuple(launch),
+        env={name: value for name, value in ours.items() if name not in secrets},
+        withheld=tuple(sorted(name for name in ours if name in secrets)),
+    )
 
 
 def _store_options(parser: argparse.ArgumentParser) -> None:

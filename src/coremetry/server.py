@@ -294,11 +294,14 @@ class StdioLaunch(msgspec.Struct, frozen=True, kw_only=True):
         args: the arguments after the ``coremetry`` command (``stdio`` first, then the
             server's ``--config`` and store options as given).
         env: the ``COREMETRY_*`` variables the server ran with (not the token, not the data
-            dir: :func:`first_start_message` sets both).
+            dir: :func:`first_start_message` sets both; not the secrets).
+        withheld: the secret variables the server ran with, left out of ``env`` (printed by
+            name, so the output that shows the entry, often a log, holds no password).
     """
 
     args: tuple[str, ...] = ("stdio",)
     env: dict[str, str] = msgspec.field(default_factory=dict)
+    withheld: tuple[str, ...] = ()
 
 
 def coremetry_command() -> list[str]:
@@ -352,6 +355,12 @@ def first_start_message(
         f'--header "Authorization: Bearer {token}"\n\n'
         "Claude Desktop (claude_desktop_config.json), through the stdio server:\n"
         f"  {msgspec.json.encode(desktop).decode()}\n"
+        + (
+            f"  (left out of its env, secrets: {', '.join(launch.withheld)}; add them there "
+            "if the stdio server needs them)\n"
+            if launch.withheld
+            else ""
+        )
     )
 
 
