@@ -69,7 +69,7 @@ from coremetry.auth import (
 )
 from coremetry.config import (
     ENV_PREFIX,
-    SECRET_KEYS,
+    SECRET_ENV_VARS,
     Config,
     ConfigError,
     load_config,
@@ -232,7 +232,7 @@ def _stdio_launch(args: argparse.Namespace) -> StdioLaunch:
 
     Its ``--config`` (absolute), its store options, and the ``COREMETRY_*`` variables it runs
     with (the data dir and the token are set by :func:`~coremetry.server.first_start_message`)
-    but the secrets (:data:`~coremetry.config.SECRET_KEYS`), which are named, not printed.
+    but the secrets (:data:`~coremetry.config.SECRET_ENV_VARS`), which are named, not printed.
     """
     launch = ["stdio"]
     if args.config:
@@ -241,7 +241,6 @@ def _stdio_launch(args: argparse.Namespace) -> StdioLaunch:
         launch += ["--store", str(args.store)]
     if args.clickhouse_url:
         launch += ["--clickhouse-url", str(args.clickhouse_url)]
-    secrets = {ENV_PREFIX + key.upper().replace(".", "_") for key in SECRET_KEYS}
     ours = {
         name: value
         for name, value in os.environ.items()
@@ -249,8 +248,8 @@ def _stdio_launch(args: argparse.Namespace) -> StdioLaunch:
     }
     return StdioLaunch(
         args=tuple(launch),
-        env={name: value for name, value in ours.items() if name not in secrets},
-        withheld=tuple(sorted(name for name in ours if name in secrets)),
+        env={name: value for name, value in ours.items() if name not in SECRET_ENV_VARS},
+        withheld=tuple(sorted(name for name in ours if name in SECRET_ENV_VARS)),
     )
 
 

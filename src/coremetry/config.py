@@ -326,6 +326,11 @@ SECRET_KEYS: Final = frozenset[str]({"clickhouse.password"})
 
 ENV_PREFIX: Final = "COREMETRY_"
 
+SECRET_ENV_VARS: Final = frozenset(
+    ENV_PREFIX + key.upper().replace(".", "_") for key in SECRET_KEYS
+)
+"""The ``COREMETRY_<SECTION>_<KEY>`` variables of :data:`SECRET_KEYS` (never printed)."""
+
 
 def _section_fields(config: type[msgspec.Struct]) -> Mapping[str, type[msgspec.Struct] | None]:
     fields: dict[str, type[msgspec.Struct] | None] = {}

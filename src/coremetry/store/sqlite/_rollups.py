@@ -504,14 +504,12 @@ _MARK: Final = "SELECT span_id FROM rollup_mark"
 _SET_MARK: Final = "UPDATE rollup_mark SET span_id = ?, epoch = epoch + 1"
 
 
-def rolled_mark(conn: sqlite3.Connection | ReadContext) -> int:
+def rolled_mark(conn: sqlite3.Connection) -> int:
     """The roll-ups' mark: the largest span row id they count; the rows above are the *tail*.
 
-    Read in the caller's transaction (a read's snapshot: the roll-up rows and the mark are
-    written together, so they always agree).
+    Read in the caller's transaction (the roll-up rows and the mark are written together, so
+    they always agree; reads take it with the newest row id: :func:`_tail_mark`).
     """
-    if isinstance(conn, ReadContext):
-        return cast(int, conn.execute(_MARK)[0][0])
     return int(conn.execute(_MARK).fetchone()[0])
 
 
@@ -604,8 +602,7 @@ class TailRollup:
             # A tail not in memory (another process's, or a failed write's), read back.
             roll_tail(conn, last_id)
         if rows is None:
-            self.flush(conn)
-            roll_tail(conn)
+            self.roll_up_all(conn)
             return
         if self._base is None:
             self._base = self._top = last_id
@@ -622,6 +619,11 @@ class TailRollup:
         self._top = last_id + len(rows)
         if self._top - self._base >= ROLL_EVERY:
             self.flush(conn)
+
+    def roll_up_all(self, conn: sqlite3.Connection) -> None:
+        """Write the memory (:meth:`flush`), then roll up any other tail (:func:`roll_tail`)."""
+        self.flush(conn)
+        roll_tail(conn)
 
     def flush(self, conn: sqlite3.Connection) -> None:
         """Write the memory's roll-up rows and move the mark to its top (caller's transaction).
@@ -800,7 +802,11 @@ def rebuild_straddling(conn: sqlite3.Connection, cutoff_unix_nano: int) -> None:
                     ).fetchall(),
                 )
             )
-            batch.add_calls(_raw_calls(conn, [(low, high)], None))
+            batch.add_calls(
+                _raw_calls(
+                    conn, ("(c.start_unix_nano >= ? AND c.start_unix_nano < ?)", [low, high]), None
+                )
+            )
         else:
             _load_rows(conn, batch, WIDTHS[index - 1], bucket, min(bucket + step, _TIME_END))
         for table in ("red_services", "red_operations", "red_edges"):
@@ -1275,7 +1281,7 @@ def _raw_pieces(
     """Conditions on the span rows (alias ``alias``) a read adds to its roll-up rows, one each.
 
     The raw partial minutes (:func:`plan`) of the rows the roll-ups count, and every row of
-    the tail (:func:`rolled_mark`) that starts in the window: no span is in both, none in
+    the tail (above :func:`rolled_mark`) that starts in the window: no span is in both, none in
     the roll-up rows read.
     """
     mark = _tail_mark(ctx)
@@ -1547,22 +1553,15 @@ def operations(
 
 def _raw_calls(
     conn: sqlite3.Connection | ReadContext,
-    ranges: list[tuple[int, int]],
+    where: tuple[str, list[SqlParam]],
     service_name: str | None,
-    *,
-    where: tuple[str, list[SqlParam]] | None = None,
 ) -> list[Call]:
-    """The calls whose child span starts in ``ranges`` (the raw parent/child join).
+    """The calls whose child span (alias ``c``) meets ``where`` (the raw parent/child join).
 
-    ``where``: a condition on the child span (alias ``c``) instead of ``ranges``.
+    ``where``: a condition and its parameters, e.g. :func:`_raw_condition`'s or
+    :func:`_raw_pieces`'.
     """
-    if where is None:
-        found, params = _raw_condition(ranges, "c.start_unix_nano")
-        if found is None:
-            return []
-        condition = found
-    else:
-        condition, params = where[0], list(where[1])
+    condition, params = where[0], list(where[1])
     only = ""
     if service_name is not None:
         only = "AND (p.service_name = ? OR c.service_name = ?)"
@@ -1663,7 +1662,7 @@ def service_edges(
     for caller, callee, _start, duration, error in chain(
         _waiting_calls(ctx, rolled_ranges, service_name),
         *(
-            _raw_calls(ctx, [], service_name, where=piece)
+            _raw_calls(ctx, piece, service_name)
             for piece in _raw_pieces(ctx, time_range, raw, raw_params, "c")
         ),
     ):

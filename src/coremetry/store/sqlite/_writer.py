@@ -349,8 +349,7 @@ class Writer:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            self._tail.flush(conn)
-            _rollups.roll_tail(conn)
+            self._tail.roll_up_all(conn)
             seen = _rollups.resolve_pending(conn, self._parents_seen)
             conn.execute("COMMIT")
         except BaseException:
@@ -371,8 +370,7 @@ class Writer:
         conn.execute("BEGIN IMMEDIATE")
         try:
             # The tail rolled up first: drop_before and the rebuild work on rolled-up rows.
-            self._tail.flush(conn)
-            _rollups.roll_tail(conn)
+            self._tail.roll_up_all(conn)
             spans = conn.execute(_DELETE_SPANS, (cutoff_unix_nano, chunk)).rowcount
             if spans:
                 self._rollups_stale = True
